@@ -1,0 +1,101 @@
+//! The cloud-provider interface.
+//!
+//! A provider *translates*: it lists the cloud's routes as [`route_core::Route`]s
+//! and creates or deletes the routes it is told to. It never decides what
+//! should exist; that is the planner's job. Each provider describes what its
+//! API can do with [`Capabilities`] and classifies every failure with
+//! [`CloudError`], so the controller can retry, back off or resync correctly.
+
+mod error;
+pub mod memory;
+pub mod ratelimit;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use route_core::Route;
+
+pub use error::{CloudError, ErrorKind};
+
+/// What a provider's API supports; the executor sizes itself from this.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Capabilities {
+    /// How many create/delete calls may be in flight at once (AWS: many;
+    /// Hetzner: one per network, actions are serialised).
+    pub max_concurrent_operations: usize,
+    /// [`CloudRoutes::apply_batch`] applies many changes in one call.
+    pub supports_batch: bool,
+    /// Listed routes carry the target node's addresses reliably
+    /// (`Route::enable_node_addresses`).
+    pub reports_node_addresses: bool,
+    /// IPv6 destinations are accepted.
+    pub supports_ipv6: bool,
+    /// The most routes the cloud accepts for one cluster, if it has a limit.
+    pub max_routes: Option<usize>,
+}
+
+impl Default for Capabilities {
+    fn default() -> Self {
+        Self {
+            max_concurrent_operations: 10,
+            supports_batch: false,
+            reports_node_addresses: false,
+            supports_ipv6: true,
+            max_routes: None,
+        }
+    }
+}
+
+/// A set of changes applied in one call by providers whose API takes the whole
+/// route table at once (OpenStack Neutron).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Batch {
+    /// Routes to delete, as listed.
+    pub delete: Vec<Route>,
+    /// Routes to create with their name hints.
+    pub create: Vec<(String, Route)>,
+}
+
+/// The result of one change inside a batch.
+pub type BatchResult = Vec<Result<Option<Route>, CloudError>>;
+
+/// The interface every cloud implements. All methods are cancel-safe only in
+/// the sense that a dropped call may or may not have happened in the cloud;
+/// the controller treats that as an uncertain answer and resyncs.
+#[async_trait]
+pub trait CloudRoutes: Send + Sync + 'static {
+    /// A short provider name for logs and metrics (`aws`, `memory`, ...).
+    fn name(&self) -> &'static str;
+
+    /// What this provider supports.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Every route of `cluster` the provider manages.
+    async fn list_routes(&self, cluster: &str) -> Result<Vec<Route>, CloudError>;
+
+    /// Creates `route` (its `name` is ignored). Returns the route as a later
+    /// `list_routes` would show it, so the controller can cache it.
+    async fn create_route(
+        &self,
+        cluster: &str,
+        name_hint: &str,
+        route: &Route,
+    ) -> Result<Route, CloudError>;
+
+    /// Deletes a route previously returned by `list_routes` or `create_route`.
+    async fn delete_route(&self, cluster: &str, route: &Route) -> Result<(), CloudError>;
+
+    /// Applies deletions then creations in one call. The answer has one entry
+    /// per deletion, then one per creation, in order (a created route, or
+    /// `None` for a deletion). Only called when `supports_batch` is true.
+    async fn apply_batch(&self, cluster: &str, batch: &Batch) -> Result<BatchResult, CloudError> {
+        let _ = (cluster, batch);
+        Err(CloudError::new(
+            ErrorKind::InvalidRequest,
+            format!("the {} provider does not support batches", self.name()),
+        ))
+    }
+}
+
+/// A per-request timeout every provider applies unless configured otherwise.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);

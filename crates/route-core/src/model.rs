@@ -1,0 +1,284 @@
+//! The node and route model the planner works on.
+//!
+//! These are views, not API objects: the controller's watcher converts each
+//! Kubernetes Node into a [`NodeView`] (keeping only what routing needs) and
+//! each provider converts its cloud routes into [`Route`]s. Nothing here
+//! talks to Kubernetes or to a cloud.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::cidr::{Cidr, CidrError};
+
+/// One entry of a Node's `status.addresses`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct NodeAddress {
+    /// `InternalIP`, `ExternalIP`, `Hostname`, `InternalDNS`, `ExternalDNS`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The address as the kubelet or cloud-node controller reported it.
+    pub address: String,
+}
+
+impl NodeAddress {
+    /// Shorthand for an `InternalIP` address.
+    pub fn internal_ip(address: impl Into<String>) -> Self {
+        Self {
+            kind: "InternalIP".into(),
+            address: address.into(),
+        }
+    }
+}
+
+/// A pod CIDR as written on a Node: parsed when possible, kept verbatim when not
+/// so the controller can report it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum PodCidr {
+    /// A valid, normalised CIDR.
+    Valid(Cidr),
+    /// Text that is not a CIDR (only possible on an API server that skips validation).
+    Invalid(String),
+}
+
+impl PodCidr {
+    /// Parses one entry of `spec.podCIDRs`.
+    pub fn parse(s: &str) -> Self {
+        match Cidr::parse(s) {
+            Ok(c) => PodCidr::Valid(c),
+            Err(_) => PodCidr::Invalid(s.to_string()),
+        }
+    }
+}
+
+/// The status and reason of a Node's `NetworkUnavailable` condition, as last seen.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ConditionState {
+    /// `"True"`, `"False"` or `"Unknown"`.
+    pub status: String,
+    /// The reason of whoever wrote it last (this controller, a CNI, ...).
+    pub reason: String,
+}
+
+/// What routing needs to know about one Node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeView {
+    /// `metadata.name`; routes name their target by it.
+    pub name: String,
+    /// `metadata.uid`; the name hint of routes created for this node.
+    pub uid: String,
+    /// `spec.podCIDRs` in order (the singular `spec.podCIDR` is ignored, like upstream).
+    pub pod_cidrs: Vec<PodCidr>,
+    /// `status.addresses` in order.
+    pub addresses: Vec<NodeAddress>,
+    /// `spec.providerID`, if set.
+    pub provider_id: Option<String>,
+    /// `metadata.deletionTimestamp` is set.
+    pub deleting: bool,
+    /// The current `NetworkUnavailable` condition, if any.
+    pub network_unavailable: Option<ConditionState>,
+}
+
+impl NodeView {
+    /// A node with a name, uid and pod CIDRs and nothing else; for tests and tools.
+    pub fn new(name: impl Into<String>, uid: impl Into<String>, pod_cidrs: &[&str]) -> Self {
+        Self {
+            name: name.into(),
+            uid: uid.into(),
+            pod_cidrs: pod_cidrs.iter().map(|c| PodCidr::parse(c)).collect(),
+            addresses: Vec::new(),
+            provider_id: None,
+            deleting: false,
+            network_unavailable: None,
+        }
+    }
+
+    /// Builder: sets the addresses.
+    pub fn with_addresses(mut self, addresses: Vec<NodeAddress>) -> Self {
+        self.addresses = addresses;
+        self
+    }
+
+    /// Builder: sets the provider id.
+    pub fn with_provider_id(mut self, id: impl Into<String>) -> Self {
+        self.provider_id = Some(id.into());
+        self
+    }
+
+    /// Builder: sets the current NetworkUnavailable condition.
+    pub fn with_condition(mut self, status: &str, reason: &str) -> Self {
+        self.network_unavailable = Some(ConditionState {
+            status: status.into(),
+            reason: reason.into(),
+        });
+        self
+    }
+
+    /// The valid pod CIDRs, in order, duplicates removed.
+    pub fn valid_pod_cidrs(&self) -> Vec<Cidr> {
+        let mut out: Vec<Cidr> = Vec::with_capacity(self.pod_cidrs.len());
+        for c in &self.pod_cidrs {
+            if let PodCidr::Valid(c) = c
+                && !out.contains(c)
+            {
+                out.push(*c);
+            }
+        }
+        out
+    }
+}
+
+/// A route's destination: parsed, or kept verbatim when the cloud returned
+/// something that is not a CIDR. Unparsable routes are never deleted.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Destination {
+    /// A valid CIDR.
+    Cidr(Cidr),
+    /// Whatever the cloud said, verbatim.
+    Unparsable(String),
+}
+
+impl Destination {
+    /// Parses a destination string from a cloud answer.
+    pub fn parse(s: &str) -> Self {
+        match Cidr::parse(s) {
+            Ok(c) => Destination::Cidr(c),
+            Err(_) => Destination::Unparsable(s.to_string()),
+        }
+    }
+
+    /// The CIDR, if the destination parsed.
+    pub fn cidr(&self) -> Option<Cidr> {
+        match self {
+            Destination::Cidr(c) => Some(*c),
+            Destination::Unparsable(_) => None,
+        }
+    }
+}
+
+impl fmt::Display for Destination {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Destination::Cidr(c) => write!(f, "{c}"),
+            Destination::Unparsable(s) => write!(f, "{s}"),
+        }
+    }
+}
+
+impl fmt::Debug for Destination {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Destination::Cidr(c) => write!(f, "{c}"),
+            Destination::Unparsable(s) => write!(f, "unparsable({s:?})"),
+        }
+    }
+}
+
+impl From<Cidr> for Destination {
+    fn from(c: Cidr) -> Self {
+        Destination::Cidr(c)
+    }
+}
+
+/// A cloud route, as listed by a provider or as wanted by the planner.
+///
+/// Mirrors upstream's `cloudprovider.Route`, plus two fields providers need to
+/// address the route in their API (`cloud_target`) and to create it
+/// (`target_provider_id`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Route {
+    /// The provider's name for the route; empty on routes the planner wants created.
+    pub name: String,
+    /// The Kubernetes node name the route sends traffic to; may be empty.
+    pub target_node: String,
+    /// The destination (a pod CIDR).
+    pub destination: Destination,
+    /// The cloud reports the route as a blackhole (its target is gone).
+    pub blackhole: bool,
+    /// The target node's addresses, as the provider knows them.
+    pub target_node_addresses: Vec<NodeAddress>,
+    /// The provider fills `target_node_addresses` reliably, so a difference
+    /// from the node's addresses means the route must be re-created.
+    pub enable_node_addresses: bool,
+    /// What the route points at in the cloud's own terms (instance id,
+    /// next-hop IP, gateway). Opaque to the planner.
+    pub cloud_target: String,
+    /// The target node's `spec.providerID` (filled on routes to create).
+    pub target_provider_id: Option<String>,
+}
+
+impl Route {
+    /// A route to `node` for `destination`, with nothing else set.
+    pub fn new(target_node: impl Into<String>, destination: impl Into<Destination>) -> Self {
+        Self {
+            name: String::new(),
+            target_node: target_node.into(),
+            destination: destination.into(),
+            blackhole: false,
+            target_node_addresses: Vec::new(),
+            enable_node_addresses: false,
+            cloud_target: String::new(),
+            target_provider_id: None,
+        }
+    }
+
+    /// Parses `destination` from text (cloud answers); never fails.
+    pub fn from_text(target_node: impl Into<String>, destination: &str) -> Self {
+        Self::new(target_node, Destination::parse(destination))
+    }
+
+    /// Builder: sets the name.
+    pub fn named(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// Builder: sets the target addresses and marks them as reliable.
+    pub fn with_addresses(mut self, addrs: Vec<NodeAddress>, enable: bool) -> Self {
+        self.target_node_addresses = addrs;
+        self.enable_node_addresses = enable;
+        self
+    }
+
+    /// Builder: marks the route as a blackhole.
+    pub fn blackholed(mut self) -> Self {
+        self.blackhole = true;
+        self
+    }
+}
+
+/// Parses a comma-separated cluster CIDR list the way the cloud-controller-manager
+/// does: one CIDR, or one IPv4 and one IPv6 CIDR.
+pub fn parse_cluster_cidrs(s: &str) -> Result<Vec<Cidr>, ClusterCidrError> {
+    if s.trim().is_empty() {
+        return Err(ClusterCidrError::Empty);
+    }
+    let cidrs = s
+        .split(',')
+        .map(|p| Cidr::parse(p.trim()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(ClusterCidrError::Invalid)?;
+    match cidrs.as_slice() {
+        [_] => Ok(cidrs),
+        [a, b] if a.family() != b.family() => Ok(cidrs),
+        [_, _] => Err(ClusterCidrError::NotDualStack(s.to_string())),
+        _ => Err(ClusterCidrError::TooMany(cidrs.len())),
+    }
+}
+
+/// Why a `--cluster-cidr` value is unusable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClusterCidrError {
+    /// Nothing given.
+    #[error("--cluster-cidr is required: give one CIDR, or one IPv4 and one IPv6 CIDR separated by a comma")]
+    Empty,
+    /// An entry is not a CIDR.
+    #[error("--cluster-cidr: {0}")]
+    Invalid(CidrError),
+    /// Two CIDRs of one family.
+    #[error("--cluster-cidr {0:?}: two CIDRs must be one IPv4 and one IPv6 (dual-stack)")]
+    NotDualStack(String),
+    /// More than two entries.
+    #[error("--cluster-cidr: at most two CIDRs (one per IP family) are allowed, got {0}")]
+    TooMany(usize),
+}

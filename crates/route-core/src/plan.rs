@@ -1,0 +1,206 @@
+//! The plan: what must change in the cloud and on the Nodes.
+//!
+//! A [`Plan`] is computed by [`crate::planner::plan`] from a snapshot of Nodes
+//! and cloud routes. It is data only; the controller executes it. Operations
+//! refer to each other by index: a creation lists the deletions that must
+//! succeed before it may start (a route re-created after an address change,
+//! a blackhole replaced by a live route); everything else may run concurrently.
+
+use serde::{Deserialize, Serialize};
+
+use crate::cidr::Cidr;
+use crate::model::{ConditionState, Route};
+
+/// Planner settings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanConfig {
+    /// `--cluster-cidr`: one CIDR, or one per IP family. Routes are this
+    /// cluster's to delete only when they fall inside one of them; pod CIDRs
+    /// outside all of them get no route.
+    pub cluster_cidrs: Vec<Cidr>,
+}
+
+/// Why a route is to be deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeletionReason {
+    /// The route names a node that does not exist (deleted, or never existed).
+    NodeGone,
+    /// The route has no target node.
+    NoTargetNode,
+    /// The node exists but no longer has this pod CIDR.
+    CidrNotAssigned,
+    /// The cloud reports the route as a blackhole.
+    Blackhole,
+    /// The node's addresses changed and the provider tracks them: delete, then re-create.
+    AddressesChanged,
+    /// Another route for the same node and CIDR is kept.
+    Duplicate,
+}
+
+/// Why a route is to be created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CreationReason {
+    /// The node's pod CIDR has no route.
+    Missing,
+    /// Re-creation after [`DeletionReason::AddressesChanged`].
+    AddressesChanged,
+    /// Replaces a blackhole route for a CIDR the node still owns.
+    ReplacesBlackhole,
+}
+
+/// One route to delete.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Deletion {
+    /// The route exactly as the cloud listed it (providers delete by it).
+    pub route: Route,
+    /// Why.
+    pub reason: DeletionReason,
+}
+
+/// One route to create.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Creation {
+    /// The route wanted: target node, destination, the node's addresses and provider id.
+    pub route: Route,
+    /// The name hint for the provider: the node's UID (as upstream).
+    pub name_hint: String,
+    /// Indices into [`Plan::deletions`] that must succeed before this creation starts.
+    pub after: Vec<usize>,
+    /// Why.
+    pub reason: CreationReason,
+}
+
+/// Two or more nodes claim overlapping pod CIDRs; no competing route is created.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Conflict {
+    /// The CIDR claimed (the first node's spelling when they differ in size).
+    pub cidr: Cidr,
+    /// Every node that claims it, sorted.
+    pub nodes: Vec<String>,
+}
+
+/// A pod CIDR that lies outside every cluster CIDR; it gets no route.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutsideCidr {
+    /// The node.
+    pub node: String,
+    /// The pod CIDR.
+    pub cidr: Cidr,
+}
+
+/// A pod CIDR on a Node that is not a CIDR at all.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InvalidPodCidr {
+    /// The node.
+    pub node: String,
+    /// The text found in `spec.podCIDRs`.
+    pub text: String,
+}
+
+/// The value of the `NetworkUnavailable` condition this controller writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum NetworkCondition {
+    /// Status `False`, reason `RouteCreated`, message "RouteController created a route".
+    RouteCreated,
+    /// Status `True`, reason `NoRouteCreated`, message "RouteController failed to create a route".
+    NoRouteCreated,
+}
+
+impl NetworkCondition {
+    /// The condition's `status`.
+    pub fn status(self) -> &'static str {
+        match self {
+            NetworkCondition::RouteCreated => "False",
+            NetworkCondition::NoRouteCreated => "True",
+        }
+    }
+
+    /// The condition's `reason`.
+    pub fn reason(self) -> &'static str {
+        match self {
+            NetworkCondition::RouteCreated => "RouteCreated",
+            NetworkCondition::NoRouteCreated => "NoRouteCreated",
+        }
+    }
+
+    /// The condition's `message`.
+    pub fn message(self) -> &'static str {
+        match self {
+            NetworkCondition::RouteCreated => "RouteController created a route",
+            NetworkCondition::NoRouteCreated => "RouteController failed to create a route",
+        }
+    }
+
+    /// Whether `current` already says exactly this (status AND reason, as
+    /// upstream since k/k #136561), in which case no patch is sent.
+    pub fn already_set(self, current: Option<&ConditionState>) -> bool {
+        current.is_some_and(|c| c.status == self.status() && c.reason == self.reason())
+    }
+}
+
+/// The condition bookkeeping for one node whose `NetworkUnavailable` this
+/// controller manages (upstream: every node with pod CIDRs, and every node
+/// without pod CIDRs that some route targets).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeOutcome {
+    /// Node name.
+    pub node: String,
+    /// Node UID.
+    pub uid: String,
+    /// Indices into [`Plan::creations`] for this node.
+    pub creations: Vec<usize>,
+    /// Some pod CIDR of this node cannot get a route in this plan (no pod
+    /// CIDRs at all, a conflict, outside the cluster CIDRs, not a CIDR).
+    pub unroutable: bool,
+    /// The condition as last seen on the Node.
+    pub current: Option<ConditionState>,
+}
+
+impl NodeOutcome {
+    /// The condition the node should carry once the creations have run,
+    /// given which of them failed; `None` when the node already says so.
+    pub fn condition_after(&self, failed: impl Fn(usize) -> bool) -> Option<NetworkCondition> {
+        let created = !self.unroutable && !self.creations.iter().any(|&i| failed(i));
+        let want = if created {
+            NetworkCondition::RouteCreated
+        } else {
+            NetworkCondition::NoRouteCreated
+        };
+        (!want.already_set(self.current.as_ref())).then_some(want)
+    }
+}
+
+/// Everything a reconcile pass must do.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Plan {
+    /// Routes to delete; all may run concurrently.
+    pub deletions: Vec<Deletion>,
+    /// Routes to create; each may start once the deletions it lists succeeded.
+    pub creations: Vec<Creation>,
+    /// Condition bookkeeping, one entry per managed node, in node order.
+    pub nodes: Vec<NodeOutcome>,
+    /// Pod CIDRs claimed by more than one node.
+    pub conflicts: Vec<Conflict>,
+    /// Pod CIDRs outside every cluster CIDR.
+    pub outside_cluster: Vec<OutsideCidr>,
+    /// Pod CIDRs that are not CIDRs.
+    pub invalid_pod_cidrs: Vec<InvalidPodCidr>,
+    /// Cloud routes whose destination is not a CIDR; never touched.
+    pub unparsable_routes: Vec<Route>,
+}
+
+impl Plan {
+    /// No cloud mutation is needed.
+    pub fn is_noop(&self) -> bool {
+        self.deletions.is_empty() && self.creations.is_empty()
+    }
+
+    /// The conditions to write if every creation succeeds.
+    pub fn conditions_if_all_succeed(&self) -> impl Iterator<Item = (&NodeOutcome, NetworkCondition)> {
+        self.nodes
+            .iter()
+            .filter_map(|n| n.condition_after(|_| false).map(|c| (n, c)))
+    }
+}
