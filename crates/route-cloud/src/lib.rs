@@ -70,6 +70,9 @@ pub trait CloudRoutes: Send + Sync + 'static {
     /// What this provider supports.
     fn capabilities(&self) -> Capabilities;
 
+    /// The provider's request counters (by operation and result).
+    fn stats(&self) -> &RequestStats;
+
     /// Every route of `cluster` the provider manages.
     async fn list_routes(&self, cluster: &str) -> Result<Vec<Route>, CloudError>;
 
@@ -99,3 +102,6 @@ pub trait CloudRoutes: Send + Sync + 'static {
 
 /// A per-request timeout every provider applies unless configured otherwise.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub mod stats;
+pub use stats::RequestStats;
