@@ -7,8 +7,15 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 mod="$root/tools/controlplane"
-k8s_version=$(awk '$1=="k8s.io/kubernetes"{print $2}' "$mod/go.mod")
-etcd_version=$(awk '$1=="go.etcd.io/etcd/server/v3"{print $2}' "$mod/go.mod")
+# Only the `require` lines carry a version; the `tool` block names the same
+# module path without one, so match on the second field as well.
+modver() { awk -v m="$1" '$1==m && $2 ~ /^v/ {print $2; exit}' "$mod/go.mod"; }
+k8s_version=$(modver k8s.io/kubernetes)
+etcd_version=$(modver go.etcd.io/etcd/server/v3)
+if [[ -z "$k8s_version" || -z "$etcd_version" ]]; then
+  echo "cannot read k8s.io/kubernetes or etcd server version from $mod/go.mod" >&2
+  exit 1
+fi
 sum_hash=$(sha256sum "$mod/go.sum" | cut -c1-12)
 cache_root=${CRC_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/cloud-route-controller}
 out="$cache_root/controlplane/k8s-$k8s_version-etcd-$etcd_version-$sum_hash"
