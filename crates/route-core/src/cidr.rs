@@ -235,14 +235,25 @@ mod tests {
             Cidr::parse("fd00:0:0::/64").unwrap(),
             Cidr::parse("FD00::/64").unwrap()
         );
-        assert_eq!(Cidr::parse("10.0.1.7/24").unwrap().to_string(), "10.0.1.0/24");
+        assert_eq!(
+            Cidr::parse("10.0.1.7/24").unwrap().to_string(),
+            "10.0.1.0/24"
+        );
     }
 
     #[test]
     fn rejects_garbage() {
         for s in [
-            "", "10.0.0.0", "10.0.0.0/33", "10.0.0/8", "abc/8", "10.0.0.0/-1", "::/129",
-            "10.0.0.256/8", "10.0.0.0/ 8", "10.0.0.0/8/8",
+            "",
+            "10.0.0.0",
+            "10.0.0.0/33",
+            "10.0.0/8",
+            "abc/8",
+            "10.0.0.0/-1",
+            "::/129",
+            "10.0.0.256/8",
+            "10.0.0.0/ 8",
+            "10.0.0.0/8/8",
         ] {
             assert!(Cidr::parse(s).is_err(), "{s:?} should not parse");
         }
@@ -256,7 +267,10 @@ mod tests {
         assert_eq!(z.last().to_string(), "255.255.255.255");
         let v6 = Cidr::parse("a00:100::/24").unwrap();
         assert_eq!(v6.network().to_string(), "a00:100::");
-        assert_eq!(v6.last().to_string(), "a00:1ff:ffff:ffff:ffff:ffff:ffff:ffff");
+        assert_eq!(
+            v6.last().to_string(),
+            "a00:1ff:ffff:ffff:ffff:ffff:ffff:ffff"
+        );
     }
 
     #[test]

@@ -18,7 +18,7 @@ pub use model::{
     ConditionState, Destination, NodeAddress, NodeView, PodCidr, Route, parse_cluster_cidrs,
 };
 pub use plan::{
-    Conflict, Creation, CreationReason, Deletion, DeletionReason, InvalidPodCidr,
-    NetworkCondition, NodeOutcome, OutsideCidr, Plan, PlanConfig,
+    Conflict, Creation, CreationReason, Deletion, DeletionReason, InvalidPodCidr, NetworkCondition,
+    NodeOutcome, OutsideCidr, Plan, PlanConfig,
 };
-pub use planner::{is_responsible_for_route, plan};
+pub use planner::{is_responsible_for_route, plan, routable_pod_cidr, same_addresses};

@@ -270,7 +270,9 @@ pub fn parse_cluster_cidrs(s: &str) -> Result<Vec<Cidr>, ClusterCidrError> {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ClusterCidrError {
     /// Nothing given.
-    #[error("--cluster-cidr is required: give one CIDR, or one IPv4 and one IPv6 CIDR separated by a comma")]
+    #[error(
+        "--cluster-cidr is required: give one CIDR, or one IPv4 and one IPv6 CIDR separated by a comma"
+    )]
     Empty,
     /// An entry is not a CIDR.
     #[error("--cluster-cidr: {0}")]

@@ -75,7 +75,8 @@ pub struct Creation {
 /// Two or more nodes claim overlapping pod CIDRs; no competing route is created.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Conflict {
-    /// The CIDR claimed (the first node's spelling when they differ in size).
+    /// The CIDR claimed; when the claims differ in size, the widest one,
+    /// which covers every other claim of the group.
     pub cidr: Cidr,
     /// Every node that claims it, sorted.
     pub nodes: Vec<String>,
@@ -198,7 +199,9 @@ impl Plan {
     }
 
     /// The conditions to write if every creation succeeds.
-    pub fn conditions_if_all_succeed(&self) -> impl Iterator<Item = (&NodeOutcome, NetworkCondition)> {
+    pub fn conditions_if_all_succeed(
+        &self,
+    ) -> impl Iterator<Item = (&NodeOutcome, NetworkCondition)> {
         self.nodes
             .iter()
             .filter_map(|n| n.condition_after(|_| false).map(|c| (n, c)))

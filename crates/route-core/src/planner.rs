@@ -1,17 +1,532 @@
-//! The planner (to be written).
+//! The planner: one snapshot of Nodes and cloud routes in, one [`Plan`] out.
+//!
+//! This module owns *what* must change; the controller owns *when* and *how*
+//! (concurrency, retries, rate limits, status patches). The rules are those of
+//! upstream's `reconcile` in `k8s.io/cloud-provider/controllers/route`, with
+//! these corrections:
+//!
+//! 1. CIDRs compare normalised ([`Cidr`]), not as strings. A route whose
+//!    destination does not parse is never deleted and is listed in
+//!    [`Plan::unparsable_routes`].
+//! 2. Ownership is upstream's: a route is this cluster's to delete when its
+//!    first or last address lies inside a cluster CIDR
+//!    ([`is_responsible_for_route`]). Routes outside are never touched.
+//! 3. A route kept because the provider tracks node addresses is compared to
+//!    the node's addresses as a multiset of (type, address); upstream's check
+//!    treats `[A, A]` and `[A, B]` as equal.
+//! 4. A blackhole route for a CIDR the node still owns is deleted *and*
+//!    re-created in the same plan ([`CreationReason::ReplacesBlackhole`]);
+//!    upstream leaves the node without a route until the next pass.
+//! 5. Duplicate pod CIDRs on one node give one creation; several cloud routes
+//!    for the same node and CIDR are reduced to one (non-blackhole first, then
+//!    one whose addresses match, then the first listed).
+//! 6. A CIDR claimed by more than one node (equal or nested blocks) is a
+//!    [`Conflict`]: nothing is created for any claimant, existing routes to
+//!    claimants are kept, claimants without a route are unroutable.
+//! 7. A pod CIDR not entirely inside a cluster CIDR (or of a family without
+//!    one) gets no route: upstream would create one it can never delete. It
+//!    is reported in [`Plan::outside_cluster`]. Pod CIDRs that are not CIDRs
+//!    are reported in [`Plan::invalid_pod_cidrs`].
+//! 8. Ordering is explicit: a creation lists, in [`Creation::after`], every
+//!    deletion with the same destination; nothing else is ordered.
+//!
+//! Nodes being deleted are planned like live nodes, as upstream does: their
+//! routes go when the Node object goes.
+
 use std::borrow::Borrow;
+use std::collections::HashMap;
+use std::net::IpAddr;
 
 use crate::cidr::Cidr;
-use crate::model::{Destination, NodeView, Route};
-use crate::plan::{Plan, PlanConfig};
+use crate::model::{Destination, NodeAddress, NodeView, PodCidr, Route};
+use crate::plan::{
+    Conflict, Creation, CreationReason, Deletion, DeletionReason, InvalidPodCidr, NodeOutcome,
+    OutsideCidr, Plan, PlanConfig,
+};
 
-/// Whether a route with this destination is this cluster's to delete.
+/// Whether a route with this destination is this cluster's to delete: its
+/// first or last address lies inside one of the cluster CIDRs (upstream's
+/// `isResponsibleForRoute`). Unparsable destinations are never ours.
 pub fn is_responsible_for_route(cluster_cidrs: &[Cidr], destination: &Destination) -> bool {
-    let Some(c) = destination.cidr() else { return false };
-    cluster_cidrs.iter().any(|cc| cc.contains(c.network()) || cc.contains(c.last()))
+    destination
+        .cidr()
+        .is_some_and(|c| responsible(cluster_cidrs, &c))
 }
 
-/// Computes the plan.
-pub fn plan<N: Borrow<NodeView>>(_nodes: &[N], _routes: &[Route], _config: &PlanConfig) -> Plan {
-    Plan::default()
+fn responsible(cluster_cidrs: &[Cidr], c: &Cidr) -> bool {
+    cluster_cidrs
+        .iter()
+        .any(|cc| cc.contains(c.network()) || cc.contains(c.last()))
+}
+
+/// Whether a pod CIDR may get a route: it lies entirely inside a cluster CIDR.
+///
+/// Stricter than [`is_responsible_for_route`] on purpose: a block that only
+/// straddles the cluster CIDR would route addresses that are not the
+/// cluster's. Every CIDR accepted here is one the planner may later delete.
+pub fn routable_pod_cidr(cluster_cidrs: &[Cidr], c: &Cidr) -> bool {
+    cluster_cidrs.iter().any(|cc| cc.covers(c))
+}
+
+/// Whether two address lists are equal as multisets of (type, address).
+///
+/// Upstream's `equalNodeAddrs` only checks that every element of one list
+/// occurs in the other, which makes `[A, A]` equal to `[A, B]`.
+pub fn same_addresses(a: &[NodeAddress], b: &[NodeAddress]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    if a == b {
+        return true;
+    }
+    // Address lists are a handful of entries: counting beats allocating.
+    if a.len() <= 16 {
+        let count = |list: &[NodeAddress], x: &NodeAddress| list.iter().filter(|y| *y == x).count();
+        return a.iter().all(|x| count(a, x) == count(b, x));
+    }
+    let mut x: Vec<&NodeAddress> = a.iter().collect();
+    let mut y: Vec<&NodeAddress> = b.iter().collect();
+    x.sort_unstable();
+    y.sort_unstable();
+    x == y
+}
+
+/// What a distinct valid pod CIDR of a node can get.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SlotState {
+    /// Inside the cluster CIDRs and claimed by this node alone.
+    Routable,
+    /// Claimed by other nodes too: keep what exists, create nothing.
+    Conflict,
+    /// Not inside any cluster CIDR: keep what exists, create nothing.
+    Outside,
+}
+
+const NONE: u32 = u32::MAX;
+
+/// One distinct valid pod CIDR of one node, and what the route list says about it.
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    cidr: Cidr,
+    node: u32,
+    state: SlotState,
+    /// Index of the route kept for this (node, CIDR), or [`NONE`].
+    kept: u32,
+    /// The kept route's addresses match the node's (or the provider does not track them).
+    kept_matches: bool,
+    /// A blackhole route for this (node, CIDR) is being deleted.
+    blackhole_seen: bool,
+}
+
+/// Per-node bookkeeping; slots of node `i` are `slots[start..end]`.
+#[derive(Debug, Clone, Copy, Default)]
+struct NodeInfo {
+    start: u32,
+    end: u32,
+    /// First node of its name; later namesakes (impossible in a real
+    /// snapshot) and nameless nodes are ignored.
+    canonical: bool,
+    invalid_pod_cidr: bool,
+    /// Some listed route names this node.
+    targeted: bool,
+}
+
+/// Computes the plan for one snapshot.
+///
+/// Outputs are deterministic: deletions in route order, creations and node
+/// outcomes in node order (pod CIDR order within a node), conflicts by CIDR.
+pub fn plan<N: Borrow<NodeView>>(nodes: &[N], routes: &[Route], config: &PlanConfig) -> Plan {
+    let cluster = config.cluster_cidrs.as_slice();
+    let mut plan = Plan::default();
+
+    // Node index and slots.
+    let mut by_name: HashMap<&str, u32> = HashMap::with_capacity(nodes.len());
+    let mut info: Vec<NodeInfo> = Vec::with_capacity(nodes.len());
+    let mut slots: Vec<Slot> = Vec::with_capacity(nodes.len() + nodes.len() / 2);
+    for (ni, n) in nodes.iter().enumerate() {
+        let n = n.borrow();
+        let ni = ni as u32;
+        let start = slots.len() as u32;
+        let mut this = NodeInfo {
+            start,
+            end: start,
+            ..NodeInfo::default()
+        };
+        if !n.name.is_empty() {
+            if let std::collections::hash_map::Entry::Vacant(e) = by_name.entry(n.name.as_str()) {
+                e.insert(ni);
+                this.canonical = true;
+            }
+        }
+        if !this.canonical {
+            info.push(this);
+            continue;
+        }
+        let invalid_start = plan.invalid_pod_cidrs.len();
+        for pc in &n.pod_cidrs {
+            match pc {
+                PodCidr::Invalid(text) => {
+                    this.invalid_pod_cidr = true;
+                    if !plan.invalid_pod_cidrs[invalid_start..]
+                        .iter()
+                        .any(|e| &e.text == text)
+                    {
+                        plan.invalid_pod_cidrs.push(InvalidPodCidr {
+                            node: n.name.clone(),
+                            text: text.clone(),
+                        });
+                    }
+                }
+                PodCidr::Valid(c) => {
+                    if slots[start as usize..].iter().any(|s| s.cidr == *c) {
+                        continue;
+                    }
+                    let state = if routable_pod_cidr(cluster, c) {
+                        SlotState::Routable
+                    } else {
+                        plan.outside_cluster.push(OutsideCidr {
+                            node: n.name.clone(),
+                            cidr: *c,
+                        });
+                        SlotState::Outside
+                    };
+                    slots.push(Slot {
+                        cidr: *c,
+                        node: ni,
+                        state,
+                        kept: NONE,
+                        kept_matches: false,
+                        blackhole_seen: false,
+                    });
+                }
+            }
+        }
+        this.end = slots.len() as u32;
+        info.push(this);
+    }
+
+    plan.conflicts = mark_conflicts(nodes, &mut slots);
+
+    // Decide every route, in list order.
+    let mut decision: Vec<Option<DeletionReason>> = vec![None; routes.len()];
+    for (ri, r) in routes.iter().enumerate() {
+        let node = if r.target_node.is_empty() {
+            None
+        } else {
+            by_name.get(r.target_node.as_str()).copied()
+        };
+        if let Some(ni) = node {
+            info[ni as usize].targeted = true;
+        }
+        let Some(c) = r.destination.cidr() else {
+            plan.unparsable_routes.push(r.clone());
+            continue;
+        };
+        if !responsible(cluster, &c) {
+            continue;
+        }
+        let slot = node.and_then(|ni| {
+            let i = info[ni as usize];
+            (i.start..i.end).find(|&s| slots[s as usize].cidr == c)
+        });
+        if r.blackhole {
+            decision[ri] = Some(DeletionReason::Blackhole);
+            if let Some(s) = slot {
+                slots[s as usize].blackhole_seen = true;
+            }
+            continue;
+        }
+        let Some(s) = slot else {
+            decision[ri] = Some(if r.target_node.is_empty() {
+                DeletionReason::NoTargetNode
+            } else if node.is_none() {
+                DeletionReason::NodeGone
+            } else {
+                DeletionReason::CidrNotAssigned
+            });
+            continue;
+        };
+        let slot = &mut slots[s as usize];
+        let node_addrs = &nodes[slot.node as usize].borrow().addresses;
+        let matches =
+            !r.enable_node_addresses || same_addresses(&r.target_node_addresses, node_addrs);
+        if slot.kept == NONE {
+            slot.kept = ri as u32;
+            slot.kept_matches = matches;
+        } else if matches && !slot.kept_matches {
+            decision[slot.kept as usize] = Some(DeletionReason::Duplicate);
+            slot.kept = ri as u32;
+            slot.kept_matches = true;
+        } else {
+            decision[ri] = Some(DeletionReason::Duplicate);
+        }
+    }
+    // Only a route that will be re-created is replaced when its addresses
+    // changed; in a conflict or outside the cluster a stale route beats none.
+    for s in &slots {
+        if s.state == SlotState::Routable && s.kept != NONE && !s.kept_matches {
+            decision[s.kept as usize] = Some(DeletionReason::AddressesChanged);
+        }
+    }
+
+    for (r, d) in routes.iter().zip(&decision) {
+        if let Some(reason) = d {
+            plan.deletions.push(Deletion {
+                route: r.clone(),
+                reason: *reason,
+            });
+        }
+    }
+    // Delete before create for the same destination: a provider may allow
+    // one route per destination (AWS), and an address update is delete+create.
+    let mut deletions_by_cidr: HashMap<Cidr, Vec<usize>> = HashMap::new();
+    for (di, d) in plan.deletions.iter().enumerate() {
+        if let Some(c) = d.route.destination.cidr() {
+            deletions_by_cidr.entry(c).or_default().push(di);
+        }
+    }
+
+    // Creations and node outcomes, in node order.
+    for (ni, n) in nodes.iter().enumerate() {
+        let n = n.borrow();
+        let i = info[ni];
+        if !i.canonical {
+            continue;
+        }
+        let mut creations = Vec::new();
+        let mut unroutable = n.pod_cidrs.is_empty() || i.invalid_pod_cidr;
+        for s in &slots[i.start as usize..i.end as usize] {
+            match s.state {
+                SlotState::Outside => unroutable = true,
+                SlotState::Conflict => unroutable |= s.kept == NONE,
+                SlotState::Routable => {
+                    let reason = if s.kept != NONE {
+                        if s.kept_matches {
+                            continue;
+                        }
+                        CreationReason::AddressesChanged
+                    } else if s.blackhole_seen {
+                        CreationReason::ReplacesBlackhole
+                    } else {
+                        CreationReason::Missing
+                    };
+                    creations.push(plan.creations.len());
+                    plan.creations.push(Creation {
+                        route: Route {
+                            name: String::new(),
+                            target_node: n.name.clone(),
+                            destination: Destination::Cidr(s.cidr),
+                            blackhole: false,
+                            target_node_addresses: n.addresses.clone(),
+                            enable_node_addresses: false,
+                            cloud_target: String::new(),
+                            target_provider_id: n.provider_id.clone(),
+                        },
+                        name_hint: n.uid.clone(),
+                        after: deletions_by_cidr.get(&s.cidr).cloned().unwrap_or_default(),
+                        reason,
+                    });
+                }
+            }
+        }
+        if !n.pod_cidrs.is_empty() || i.targeted {
+            plan.nodes.push(NodeOutcome {
+                node: n.name.clone(),
+                uid: n.uid.clone(),
+                creations,
+                unroutable,
+                current: n.network_unavailable.clone(),
+            });
+        }
+    }
+    plan
+}
+
+/// The span of a CIDR as integers, for ordering and overlap tests.
+fn span(c: &Cidr) -> (u8, u128, u128) {
+    let p = u32::from(c.prefix_len());
+    match c.network() {
+        IpAddr::V4(a) => {
+            let host = if p >= 32 { 0 } else { u32::MAX >> p };
+            let a = u32::from(a);
+            (4, u128::from(a), u128::from(a | host))
+        }
+        IpAddr::V6(a) => {
+            let host = if p >= 128 { 0 } else { u128::MAX >> p };
+            let a = u128::from(a);
+            (6, a, a | host)
+        }
+    }
+}
+
+/// Finds groups of overlapping routable pod CIDRs claimed by at least two
+/// nodes, marks their slots [`SlotState::Conflict`] and reports them.
+///
+/// CIDR blocks are either nested or disjoint, so after sorting by start
+/// (widest first on ties) an overlapping group is a run whose members start
+/// before the end of the run's first block, which covers all of them.
+fn mark_conflicts<N: Borrow<NodeView>>(nodes: &[N], slots: &mut [Slot]) -> Vec<Conflict> {
+    let mut keys: Vec<(u8, u128, u8, u128, u32)> = slots
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.state == SlotState::Routable)
+        .map(|(i, s)| {
+            let (fam, start, end) = span(&s.cidr);
+            (fam, start, s.cidr.prefix_len(), end, i as u32)
+        })
+        .collect();
+    keys.sort_unstable();
+    let mut conflicts = Vec::new();
+    let mut g = 0;
+    while g < keys.len() {
+        let (fam, _, _, end, _) = keys[g];
+        let mut e = g + 1;
+        while e < keys.len() && keys[e].0 == fam && keys[e].1 <= end {
+            e += 1;
+        }
+        let group = &keys[g..e];
+        let first_node = slots[group[0].4 as usize].node;
+        if group.iter().any(|k| slots[k.4 as usize].node != first_node) {
+            let mut names: Vec<String> = group
+                .iter()
+                .map(|k| {
+                    nodes[slots[k.4 as usize].node as usize]
+                        .borrow()
+                        .name
+                        .clone()
+                })
+                .collect();
+            names.sort_unstable();
+            names.dedup();
+            for k in group {
+                slots[k.4 as usize].state = SlotState::Conflict;
+            }
+            conflicts.push(Conflict {
+                cidr: slots[group[0].4 as usize].cidr,
+                nodes: names,
+            });
+        }
+        g = e;
+    }
+    conflicts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(s: &str) -> Cidr {
+        Cidr::parse(s).unwrap()
+    }
+
+    fn ip(kind: &str, a: &str) -> NodeAddress {
+        NodeAddress {
+            kind: kind.into(),
+            address: a.into(),
+        }
+    }
+
+    #[test]
+    fn same_addresses_is_a_multiset_comparison() {
+        let a = ip("InternalIP", "10.0.0.1");
+        let b = ip("InternalIP", "10.0.0.2");
+        let h = ip("Hostname", "10.0.0.1");
+        assert!(same_addresses(&[], &[]));
+        assert!(same_addresses(
+            &[a.clone(), b.clone()],
+            &[b.clone(), a.clone()]
+        ));
+        assert!(!same_addresses(
+            &[a.clone(), a.clone()],
+            &[a.clone(), b.clone()]
+        ));
+        assert!(!same_addresses(
+            &[a.clone(), b.clone()],
+            &[a.clone(), a.clone()]
+        ));
+        assert!(
+            !same_addresses(&[a.clone()], &[h.clone()]),
+            "the type counts"
+        );
+        assert!(!same_addresses(&[a.clone()], &[a.clone(), a.clone()]));
+    }
+
+    #[test]
+    fn same_addresses_handles_long_lists() {
+        let long: Vec<NodeAddress> = (0..40)
+            .map(|i| ip("InternalIP", &format!("10.0.0.{i}")))
+            .collect();
+        let mut rev = long.clone();
+        rev.reverse();
+        assert!(same_addresses(&long, &rev));
+        let mut other = rev.clone();
+        other[0] = other[1].clone();
+        assert!(!same_addresses(&long, &other));
+    }
+
+    #[test]
+    fn span_covers_the_whole_block() {
+        assert_eq!(span(&c("10.0.1.0/24")), (4, 0x0a00_0100, 0x0a00_01ff));
+        assert_eq!(span(&c("0.0.0.0/0")), (4, 0, u128::from(u32::MAX)));
+        assert_eq!(span(&c("10.0.0.1/32")), (4, 0x0a00_0001, 0x0a00_0001));
+        assert_eq!(span(&c("::/0")), (6, 0, u128::MAX));
+        assert_eq!(span(&c("::1/128")), (6, 1, 1));
+    }
+
+    #[test]
+    fn routable_requires_the_whole_block_inside() {
+        let cluster = [c("10.244.0.0/16")];
+        assert!(routable_pod_cidr(&cluster, &c("10.244.3.0/24")));
+        assert!(routable_pod_cidr(&cluster, &c("10.244.0.0/16")));
+        assert!(!routable_pod_cidr(&cluster, &c("10.0.0.0/8")), "superset");
+        assert!(!routable_pod_cidr(&cluster, &c("10.245.0.0/24")));
+        assert!(
+            !routable_pod_cidr(&cluster, &c("fd00::/64")),
+            "other family"
+        );
+        assert!(!routable_pod_cidr(&[], &c("10.244.3.0/24")));
+    }
+
+    #[test]
+    fn nested_claims_of_different_nodes_form_one_conflict() {
+        let nodes = vec![
+            NodeView::new("a", "ua", &["10.0.0.0/16"]),
+            NodeView::new("b", "ub", &["10.0.1.0/24"]),
+            NodeView::new("c", "uc", &["10.0.2.0/24"]),
+            NodeView::new("d", "ud", &["10.1.0.0/24"]),
+            NodeView::new("e", "ue", &["10.1.1.0/24", "10.1.1.0/25"]),
+        ];
+        let config = PlanConfig {
+            cluster_cidrs: vec![c("10.0.0.0/8")],
+        };
+        let p = plan(&nodes, &[], &config);
+        assert_eq!(
+            p.conflicts,
+            vec![Conflict {
+                cidr: c("10.0.0.0/16"),
+                nodes: vec!["a".into(), "b".into(), "c".into()],
+            }]
+        );
+        // Overlaps within one node are not conflicts: d and e get every route.
+        let created: Vec<String> = p
+            .creations
+            .iter()
+            .map(|cr| format!("{}:{}", cr.route.target_node, cr.route.destination))
+            .collect();
+        assert_eq!(created, ["d:10.1.0.0/24", "e:10.1.1.0/24", "e:10.1.1.0/25"]);
+    }
+
+    #[test]
+    fn responsible_uses_first_or_last_address() {
+        let cluster = [c("10.245.0.0/16")];
+        let yes = |d: &str| is_responsible_for_route(&cluster, &Destination::parse(d));
+        assert!(yes("10.245.7.0/24"));
+        assert!(yes("10.244.0.0/15"), "only the last address is inside");
+        assert!(yes("10.245.0.0/15"), "masked to 10.244.0.0/15");
+        assert!(
+            !yes("10.0.0.0/8"),
+            "a strict superset has neither end inside"
+        );
+        assert!(!yes("garbage"));
+    }
 }
