@@ -2,7 +2,11 @@ use std::fmt;
 use std::time::Duration;
 
 /// The class of a cloud failure; decides how the controller reacts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+///
+/// Serialises as its [`ErrorKind::as_str`] label so configuration files (the
+/// `memory` provider's fault injection) can name a kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ErrorKind {
     /// Rate limited; wait `retry_after` (or back off) and try again.
     Throttled,
