@@ -360,7 +360,8 @@ fn span(c: &Cidr) -> (u8, u128, u128) {
 }
 
 /// Finds groups of overlapping routable pod CIDRs claimed by at least two
-/// nodes, marks their slots [`SlotState::Conflict`] and reports them.
+/// nodes, reports each group once and marks [`SlotState::Conflict`] every
+/// slot that overlaps a slot of another node.
 ///
 /// CIDR blocks are either nested or disjoint, so after sorting by start
 /// (widest first on ties) an overlapping group is a run whose members start
@@ -398,9 +399,7 @@ fn mark_conflicts<N: Borrow<NodeView>>(nodes: &[N], slots: &mut [Slot]) -> Vec<C
                 .collect();
             names.sort_unstable();
             names.dedup();
-            for k in group {
-                slots[k.4 as usize].state = SlotState::Conflict;
-            }
+            mark_contested(group, slots);
             conflicts.push(Conflict {
                 cidr: slots[group[0].4 as usize].cidr,
                 nodes: names,
@@ -409,6 +408,82 @@ fn mark_conflicts<N: Borrow<NodeView>>(nodes: &[N], slots: &mut [Slot]) -> Vec<C
         g = e;
     }
     conflicts
+}
+
+/// Which nodes claim a set of slots, as far as conflicts care.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Owners {
+    Nobody,
+    One(u32),
+    Many,
+}
+
+impl Owners {
+    fn add(self, node: u32) -> Self {
+        match self {
+            Owners::Nobody => Owners::One(node),
+            Owners::One(n) if n == node => self,
+            _ => Owners::Many,
+        }
+    }
+
+    fn merge(self, other: Owners) -> Self {
+        match other {
+            Owners::Nobody => self,
+            Owners::One(n) => self.add(n),
+            Owners::Many => Owners::Many,
+        }
+    }
+
+    fn other_than(self, node: u32) -> bool {
+        match self {
+            Owners::Nobody => false,
+            Owners::One(n) => n != node,
+            Owners::Many => true,
+        }
+    }
+}
+
+/// Within one sorted overlap group, marks the slots that share an address
+/// with a slot of another node: those with an enclosing or an enclosed block
+/// of another node. A node's own nested blocks do not conflict with each
+/// other, so a node may keep a route that no other node's claim touches.
+///
+/// One pass with a stack of open (enclosing) blocks: linear in the group.
+fn mark_contested(group: &[(u8, u128, u8, u128, u32)], slots: &mut [Slot]) {
+    struct Open {
+        slot: u32,
+        end: u128,
+        above: Owners,
+        below: Owners,
+    }
+    fn close(o: &Open, slots: &mut [Slot], stack: &mut [Open]) {
+        let node = slots[o.slot as usize].node;
+        if o.above.other_than(node) || o.below.other_than(node) {
+            slots[o.slot as usize].state = SlotState::Conflict;
+        }
+        if let Some(parent) = stack.last_mut() {
+            parent.below = parent.below.merge(o.below).add(node);
+        }
+    }
+    let mut stack: Vec<Open> = Vec::new();
+    for &(_, start, _, end, slot) in group {
+        while let Some(top) = stack.pop_if(|top| top.end < start) {
+            close(&top, slots, &mut stack);
+        }
+        let above = stack
+            .last()
+            .map_or(Owners::Nobody, |p| p.above.add(slots[p.slot as usize].node));
+        stack.push(Open {
+            slot,
+            end,
+            above,
+            below: Owners::Nobody,
+        });
+    }
+    while let Some(top) = stack.pop() {
+        close(&top, slots, &mut stack);
+    }
 }
 
 #[cfg(test)]
@@ -514,6 +589,59 @@ mod tests {
             .map(|cr| format!("{}:{}", cr.route.target_node, cr.route.destination))
             .collect();
         assert_eq!(created, ["d:10.1.0.0/24", "e:10.1.1.0/24", "e:10.1.1.0/25"]);
+    }
+
+    #[test]
+    fn only_blocks_touching_another_nodes_claim_are_contested() {
+        let nodes = vec![
+            NodeView::new("a", "ua", &["10.0.0.0/16", "10.0.5.0/24"]),
+            NodeView::new("b", "ub", &["10.0.1.0/24"]),
+            NodeView::new("c", "uc", &["10.0.1.0/25"]),
+            NodeView::new("d", "ud", &["10.1.9.0/24", "10.1.9.0/25"]),
+            NodeView::new("e", "ue", &["10.1.9.128/25"]),
+        ];
+        let config = PlanConfig {
+            cluster_cidrs: vec![c("10.0.0.0/8")],
+        };
+        let p = plan(&nodes, &[], &config);
+        let groups: Vec<(String, Vec<String>)> = p
+            .conflicts
+            .iter()
+            .map(|k| (k.cidr.to_string(), k.nodes.clone()))
+            .collect();
+        assert_eq!(
+            groups,
+            [
+                (
+                    "10.0.0.0/16".into(),
+                    vec!["a".into(), "b".into(), "c".into()]
+                ),
+                ("10.1.9.0/24".into(), vec!["d".into(), "e".into()]),
+            ]
+        );
+        // a's /24 and d's lower /25 overlap no other node's claim.
+        let created: Vec<String> = p
+            .creations
+            .iter()
+            .map(|cr| format!("{}:{}", cr.route.target_node, cr.route.destination))
+            .collect();
+        assert_eq!(created, ["a:10.0.5.0/24", "d:10.1.9.0/25"]);
+        let unroutable: Vec<bool> = p.nodes.iter().map(|o| o.unroutable).collect();
+        assert_eq!(unroutable, [true, true, true, true, true]);
+    }
+
+    #[test]
+    fn owners_summary() {
+        let o = Owners::Nobody.add(1);
+        assert_eq!(o, Owners::One(1));
+        assert!(!o.other_than(1) && o.other_than(2));
+        assert_eq!(o.add(1), Owners::One(1));
+        assert_eq!(o.add(2), Owners::Many);
+        assert!(Owners::Many.other_than(1));
+        assert!(!Owners::Nobody.other_than(1));
+        assert_eq!(Owners::One(3).merge(Owners::Nobody), Owners::One(3));
+        assert_eq!(Owners::Nobody.merge(Owners::One(3)), Owners::One(3));
+        assert_eq!(Owners::One(3).merge(Owners::One(4)), Owners::Many);
     }
 
     #[test]

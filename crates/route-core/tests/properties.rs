@@ -1,0 +1,328 @@
+//! Property tests of the planner on random clusters and route tables.
+//!
+//! Clusters are drawn from small pools of CIDRs, names and addresses so that
+//! duplicates, conflicts (equal and nested claims), foreign and outside CIDRs,
+//! stale and blackhole routes occur often. Expected results are computed by
+//! naive oracles here, not by the planner's own helpers.
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use common::apply;
+use proptest::prelude::*;
+use route_core::{
+    Cidr, DeletionReason, NodeAddress, NodeView, PlanConfig, PodCidr, Route,
+    is_responsible_for_route, plan,
+};
+
+/// Pod CIDR texts: inside the v4 cluster CIDR (with one wider block that
+/// nests over two others), outside it, IPv6 inside/outside, and garbage.
+const POD_CIDRS: [&str; 14] = [
+    "10.0.0.0/24",
+    "10.0.1.0/24",
+    "10.0.2.0/24",
+    "10.0.3.0/24",
+    "10.0.4.0/24",
+    "10.0.005.0/24", // another spelling of a distinct block
+    "10.0.2.0/23",   // covers 10.0.2.0/24 and 10.0.3.0/24
+    "10.1.0.0/24",   // outside 10.0.0.0/16
+    "10.0.0.0/15",   // wider than the cluster CIDR
+    "fd00:0:0:1::/64",
+    "fd00:0:0:2::/64",
+    "fd01::/64", // outside fd00::/48
+    "nonsense",
+    "10.0.6.0/24",
+];
+
+/// Route destinations: every pod CIDR plus foreign and unparsable ones.
+const ROUTE_DESTS: [&str; 6] = [
+    "172.16.0.0/24",
+    "10.0.0.0/8",
+    "not-a-cidr",
+    "10.0.9.0/24",
+    "fd00:0:0:9::/64",
+    "10.00.1.0/24",
+];
+
+const ADDRS: [&str; 3] = ["192.168.0.1", "192.168.0.2", "192.168.0.3"];
+
+#[derive(Debug, Clone)]
+struct World {
+    nodes: Vec<NodeView>,
+    routes: Vec<Route>,
+    config: PlanConfig,
+}
+
+fn addresses(bits: u8) -> Vec<NodeAddress> {
+    // 0-2 addresses from a pool of 3, repeats allowed.
+    let n = usize::from(bits % 3);
+    (0..n)
+        .map(|i| NodeAddress::internal_ip(ADDRS[usize::from(bits / 3 >> (2 * i)) % ADDRS.len()]))
+        .collect()
+}
+
+type RawNode = (Vec<u8>, u8);
+type RawRoute = (u8, u8, u8, u8, bool, bool);
+
+fn world() -> impl Strategy<Value = World> {
+    let raw_nodes = prop::collection::vec(
+        (prop::collection::vec(any::<u8>(), 0..=2), any::<u8>()),
+        0..8,
+    );
+    let raw_routes = prop::collection::vec(
+        (
+            any::<u8>(),
+            any::<u8>(),
+            any::<u8>(),
+            any::<u8>(),
+            any::<bool>(),
+            any::<bool>(),
+        ),
+        0..12,
+    );
+    (raw_nodes, raw_routes, any::<bool>()).prop_map(
+        |(raw_nodes, raw_routes, dual): (Vec<RawNode>, Vec<RawRoute>, bool)| {
+            let nodes: Vec<NodeView> = raw_nodes
+                .iter()
+                .enumerate()
+                .map(|(i, (cidrs, addr_bits))| {
+                    let texts: Vec<&str> = cidrs
+                        .iter()
+                        .map(|c| POD_CIDRS[usize::from(*c) % POD_CIDRS.len()])
+                        .collect();
+                    NodeView::new(format!("node-{i}"), format!("uid-{i}"), &texts)
+                        .with_addresses(addresses(*addr_bits))
+                })
+                .collect();
+            let routes = raw_routes
+                .iter()
+                .map(|&(target, dest, addr_bits, kind, enable, follow_node)| {
+                    // Target: one of the nodes, a gone node, or nobody.
+                    let t = usize::from(target) % (nodes.len() + 3);
+                    let target_name = match t.checked_sub(nodes.len()) {
+                        None => nodes[t].name.clone(),
+                        Some(0) => String::new(),
+                        Some(k) => format!("gone-{k}"),
+                    };
+                    // Destination: often the target's own pod CIDR, so that kept,
+                    // stale, duplicate and blackhole routes of live pairs are common.
+                    let own = nodes.get(t).filter(|_| follow_node).and_then(|n| {
+                        (!n.pod_cidrs.is_empty())
+                            .then(|| n.pod_cidrs[usize::from(dest) % n.pod_cidrs.len()].clone())
+                    });
+                    let dest_text = match own {
+                        Some(PodCidr::Valid(c)) => c.to_string(),
+                        Some(PodCidr::Invalid(s)) => s,
+                        None => {
+                            let d = usize::from(dest) % (POD_CIDRS.len() + ROUTE_DESTS.len());
+                            POD_CIDRS
+                                .get(d)
+                                .copied()
+                                .unwrap_or_else(|| ROUTE_DESTS[d - POD_CIDRS.len()])
+                                .to_string()
+                        }
+                    };
+                    // Addresses: the node's own (a kept route), a near miss
+                    // (the same multiset reordered, or one entry repeated in
+                    // place of another), or random.
+                    let addrs = match (nodes.get(t), kind % 3) {
+                        (Some(n), 0) => n.addresses.clone(),
+                        (Some(n), 1) => {
+                            let mut a = n.addresses.clone();
+                            a.reverse();
+                            if addr_bits % 2 == 0 && a.len() >= 2 {
+                                a[1] = a[0].clone();
+                            }
+                            a
+                        }
+                        _ => addresses(addr_bits),
+                    };
+                    let mut r =
+                        Route::from_text(target_name, &dest_text).with_addresses(addrs, enable);
+                    r.blackhole = kind % 7 == 1;
+                    r
+                })
+                .collect();
+            let mut cluster_cidrs = vec![Cidr::parse("10.0.0.0/16").unwrap()];
+            if dual {
+                cluster_cidrs.push(Cidr::parse("fd00::/48").unwrap());
+            }
+            World {
+                nodes,
+                routes,
+                config: PlanConfig { cluster_cidrs },
+            }
+        },
+    )
+}
+
+fn multiset_eq(a: &[NodeAddress], b: &[NodeAddress]) -> bool {
+    let mut a = a.to_vec();
+    let mut b = b.to_vec();
+    a.sort();
+    b.sort();
+    a == b
+}
+
+fn valid_cidrs(n: &NodeView) -> Vec<Cidr> {
+    let mut out: Vec<Cidr> = n
+        .pod_cidrs
+        .iter()
+        .filter_map(|p| match p {
+            PodCidr::Valid(c) => Some(*c),
+            PodCidr::Invalid(_) => None,
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+fn inside(w: &World, c: &Cidr) -> bool {
+    w.config.cluster_cidrs.iter().any(|cc| cc.covers(c))
+}
+
+/// Oracle: a (node, CIDR) pair is contested when another node claims an
+/// overlapping CIDR that is also inside the cluster.
+fn contested(w: &World, node: &str, c: &Cidr) -> bool {
+    w.nodes
+        .iter()
+        .filter(|n| n.name != node)
+        .any(|n| valid_cidrs(n).iter().any(|o| inside(w, o) && o.overlaps(c)))
+}
+
+/// Oracle: a listed route that serves (node, CIDR) as it is.
+fn usable(w: &World, r: &Route, n: &NodeView, c: &Cidr) -> bool {
+    r.target_node == n.name
+        && r.destination.cidr() == Some(*c)
+        && !r.blackhole
+        && (!r.enable_node_addresses || multiset_eq(&r.target_node_addresses, &n.addresses))
+        && is_responsible_for_route(&w.config.cluster_cidrs, &r.destination)
+}
+
+fn owns(w: &World, r: &Route) -> Option<(usize, Cidr)> {
+    let c = r.destination.cidr()?;
+    let i = w.nodes.iter().position(|n| n.name == r.target_node)?;
+    valid_cidrs(&w.nodes[i]).contains(&c).then_some((i, c))
+}
+
+fn cases() -> ProptestConfig {
+    ProptestConfig::with_cases(1000)
+}
+
+proptest! {
+    #![proptest_config(cases())]
+
+    /// (a) Applying a plan and planning again gives a no-op plan.
+    #[test]
+    fn applying_the_plan_then_planning_again_is_a_noop(w in world()) {
+        let p = plan(&w.nodes, &w.routes, &w.config);
+        let after = apply(&p, &w.routes);
+        let again = plan(&w.nodes, &after, &w.config);
+        prop_assert!(again.is_noop(), "first {:#?}\nsecond {:#?}", p, again);
+        prop_assert_eq!(&again.conflicts, &p.conflicts);
+        prop_assert_eq!(&again.outside_cluster, &p.outside_cluster);
+        // Once the routes exist, no node is waiting for a creation.
+        for o in &again.nodes {
+            prop_assert!(o.creations.is_empty());
+        }
+    }
+
+    /// (b) No plan deletes a route outside the cluster CIDRs or with an
+    /// unparsable destination.
+    #[test]
+    fn no_plan_deletes_a_route_it_is_not_responsible_for(w in world()) {
+        let p = plan(&w.nodes, &w.routes, &w.config);
+        for d in &p.deletions {
+            let c = d.route.destination.cidr();
+            prop_assert!(c.is_some(), "deleted unparsable {:?}", d.route);
+            let c = c.unwrap();
+            let ours = w.config.cluster_cidrs.iter().any(|cc| cc.contains(c.network()) || cc.contains(c.last()));
+            prop_assert!(ours, "deleted foreign route {:?}", d.route);
+        }
+        let unparsable = w.routes.iter().filter(|r| r.destination.cidr().is_none()).count();
+        prop_assert_eq!(p.unparsable_routes.len(), unparsable);
+    }
+
+    /// (c) A live node's route for a CIDR it still owns is deleted only when
+    /// its addresses changed, it is a blackhole, or another route for the
+    /// same pair is kept; and the pair keeps exactly one route when it is
+    /// routable, at least one when it had a working one.
+    #[test]
+    fn owned_routes_are_deleted_only_when_replaced_or_duplicated(w in world()) {
+        let p = plan(&w.nodes, &w.routes, &w.config);
+        let after = apply(&p, &w.routes);
+        for d in &p.deletions {
+            let Some((i, c)) = owns(&w, &d.route) else {
+                prop_assert!(matches!(
+                    d.reason,
+                    DeletionReason::NodeGone | DeletionReason::NoTargetNode | DeletionReason::CidrNotAssigned | DeletionReason::Blackhole
+                ), "{:?}", d);
+                continue;
+            };
+            let n = &w.nodes[i];
+            match d.reason {
+                DeletionReason::Blackhole => prop_assert!(d.route.blackhole),
+                DeletionReason::AddressesChanged => {
+                    prop_assert!(d.route.enable_node_addresses && !multiset_eq(&d.route.target_node_addresses, &n.addresses));
+                    prop_assert!(inside(&w, &c) && !contested(&w, &n.name, &c), "update only where a route can be created");
+                }
+                DeletionReason::Duplicate => {
+                    let kept = after.iter().filter(|r| r.target_node == n.name && r.destination.cidr() == Some(c) && !r.blackhole).count();
+                    prop_assert!(kept >= 1, "duplicate deleted but nothing kept: {:?}", d);
+                }
+                other => prop_assert!(false, "owned route deleted as {:?}: {:?}", other, d),
+            }
+        }
+        for (i, n) in w.nodes.iter().enumerate() {
+            for c in valid_cidrs(n) {
+                let before = w.routes.iter().filter(|r| owns(&w, r) == Some((i, c)) && !r.blackhole).count();
+                let now = after.iter().filter(|r| owns(&w, r) == Some((i, c))).count();
+                if inside(&w, &c) && !contested(&w, &n.name, &c) {
+                    prop_assert_eq!(now, 1, "{} {} must end with one route", n.name, c);
+                } else if before > 0 {
+                    prop_assert!(now >= 1, "{} {} lost its route", n.name, c);
+                }
+            }
+        }
+    }
+
+    /// (d) Creations are exactly the missing (node, CIDR) pairs, conflicts and
+    /// CIDRs outside the cluster excluded; each waits for every deletion of
+    /// its destination and nothing else.
+    #[test]
+    fn creations_are_exactly_the_missing_pairs(w in world()) {
+        let p = plan(&w.nodes, &w.routes, &w.config);
+        let mut expected = BTreeSet::new();
+        for n in &w.nodes {
+            for c in valid_cidrs(n) {
+                if inside(&w, &c) && !contested(&w, &n.name, &c) && !w.routes.iter().any(|r| usable(&w, r, n, &c)) {
+                    expected.insert((n.name.clone(), c));
+                }
+            }
+        }
+        let got: Vec<(String, Cidr)> = p
+            .creations
+            .iter()
+            .map(|c| (c.route.target_node.clone(), c.route.destination.cidr().unwrap()))
+            .collect();
+        let got_set: BTreeSet<_> = got.iter().cloned().collect();
+        prop_assert_eq!(got.len(), got_set.len(), "a pair is created twice");
+        prop_assert_eq!(got_set, expected);
+        for c in &p.creations {
+            let want: Vec<usize> = p
+                .deletions
+                .iter()
+                .enumerate()
+                .filter(|(_, d)| d.route.destination == c.route.destination)
+                .map(|(i, _)| i)
+                .collect();
+            prop_assert_eq!(&c.after, &want);
+        }
+        // Every creation belongs to exactly one node outcome.
+        let mut listed: Vec<usize> = p.nodes.iter().flat_map(|o| o.creations.iter().copied()).collect();
+        listed.sort_unstable();
+        prop_assert_eq!(listed, (0..p.creations.len()).collect::<Vec<_>>());
+    }
+}
