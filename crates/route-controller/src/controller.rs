@@ -1,0 +1,611 @@
+//! The reconcile loop: trigger → snapshot → plan → execute → status.
+//!
+//! One task owns all reconcile state: the [`Scheduler`], the [`RetryBook`],
+//! the cached route table (incremental mode) and the set of warnings already
+//! emitted. Node events reach it only through the [`NodeStore`]'s notification,
+//! so passes never overlap and a trigger during a pass becomes exactly one
+//! follow-up pass. Planning is the pure [`route_core::plan`]; the loop only
+//! decides when, with which route table, and what to do with the outcome.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use futures::StreamExt;
+use rand::Rng;
+use route_cloud::{CloudError, CloudRoutes, ErrorKind};
+use route_core::{NetworkCondition, NodeView, Plan, PlanConfig, Route};
+use tokio::sync::{Notify, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, warn};
+
+use crate::execute::{Executor, Fence, OpResult, Outcome};
+use crate::metrics::{EventLabels, Metrics, PassLabels, ReasonLabels, SyncLabels};
+use crate::nodes::{NodeCache, NodeEvent, Trigger};
+use crate::retry::{BackoffConfig, OpKey, RetryBook};
+use crate::schedule::{Decision, Mode, PassKind, Scheduler, SyncTrigger, Timing};
+use crate::status::{NodeRef, StatusWriter, reasons};
+
+/// Everything the loop needs to know, from flags.
+#[derive(Debug, Clone)]
+pub struct ControllerConfig {
+    /// `--cluster-name`.
+    pub cluster_name: String,
+    /// Cluster CIDRs.
+    pub plan: PlanConfig,
+    /// `--reconcile-mode`.
+    pub mode: Mode,
+    /// Periods.
+    pub timing: Timing,
+    /// Retry backoff of failed operations.
+    pub backoff: BackoffConfig,
+    /// Concurrent NetworkUnavailable patches.
+    pub status_concurrency: usize,
+}
+
+/// The Node side: the cache plus the notification the loop waits on.
+/// Written by one feeder (the watcher or a simulator), read by the loop.
+pub struct NodeStore {
+    cache: Mutex<NodeCache>,
+    changed: Notify,
+    synced: watch::Sender<bool>,
+    metrics: Option<Arc<Metrics>>,
+}
+
+impl NodeStore {
+    /// An empty store.
+    pub fn new(metrics: Option<Arc<Metrics>>) -> Arc<Self> {
+        Arc::new(Self {
+            cache: Mutex::new(NodeCache::new()),
+            changed: Notify::new(),
+            synced: watch::channel(false).0,
+            metrics,
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, NodeCache> {
+        self.cache.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Applies a watch event; wakes the loop if it may change routes.
+    pub fn apply(&self, event: NodeEvent) {
+        let trigger = self.lock().apply(event);
+        if let Some(m) = &self.metrics {
+            let synced = *self.synced.borrow();
+            if trigger.is_some() || synced {
+                let result = if trigger.is_some() { "trigger" } else { "absorbed" };
+                m.node_events.get_or_create(&EventLabels { result }).inc();
+            }
+        }
+        match trigger {
+            Some(Trigger::Synced) => {
+                self.synced.send_replace(true);
+                self.changed.notify_one();
+            }
+            Some(Trigger::NodeChanged) => self.changed.notify_one(),
+            None => {}
+        }
+    }
+
+    /// The first full list has been applied.
+    pub fn is_synced(&self) -> bool {
+        *self.synced.borrow()
+    }
+
+    /// Resolves once the first full list has been applied.
+    pub async fn wait_synced(&self) {
+        let mut rx = self.synced.subscribe();
+        let _ = rx.wait_for(|s| *s).await;
+    }
+
+    /// All Nodes now.
+    pub fn snapshot(&self) -> Vec<Arc<NodeView>> {
+        self.lock().snapshot()
+    }
+
+    /// Number of Nodes.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// No Nodes.
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+
+    /// Trigger/absorb counters.
+    pub fn stats(&self) -> crate::nodes::CacheStats {
+        self.lock().stats()
+    }
+}
+
+/// What one pass did; returned for tests, the simulator and logs.
+#[derive(Debug, Clone)]
+pub struct PassReport {
+    /// Full or cached.
+    pub kind: PassKind,
+    /// Metric trigger label.
+    pub trigger: SyncTrigger,
+    /// The plan (empty when listing failed).
+    pub plan: Plan,
+    /// Results of its operations.
+    pub outcome: Outcome,
+    /// Listing failed with this error.
+    pub list_error: Option<CloudError>,
+    /// Conditions written.
+    pub conditions: Vec<(String, NetworkCondition)>,
+}
+
+/// The route controller. Build with [`Controller::new`], run with [`Controller::run`].
+pub struct Controller {
+    cfg: ControllerConfig,
+    nodes: Arc<NodeStore>,
+    status: Arc<dyn StatusWriter>,
+    executor: Executor,
+    metrics: Option<Arc<Metrics>>,
+    scheduler: Scheduler,
+    book: RetryBook,
+    route_cache: Option<Vec<Route>>,
+    warned: HashSet<(String, &'static str, String)>,
+    reports: Option<tokio::sync::mpsc::UnboundedSender<PassReport>>,
+}
+
+impl Controller {
+    /// A controller over `nodes` that changes `cloud` and writes through `status`.
+    pub fn new(
+        cfg: ControllerConfig,
+        nodes: Arc<NodeStore>,
+        cloud: Arc<dyn CloudRoutes>,
+        status: Arc<dyn StatusWriter>,
+        fence: Fence,
+        metrics: Option<Arc<Metrics>>,
+    ) -> Self {
+        let scheduler = Scheduler::new(cfg.mode, cfg.timing, Instant::now());
+        let book = RetryBook::new(cfg.backoff);
+        let executor = Executor::new(cloud, cfg.cluster_name.clone(), fence);
+        Self {
+            cfg,
+            nodes,
+            status,
+            executor,
+            metrics,
+            scheduler,
+            book,
+            route_cache: None,
+            warned: HashSet::new(),
+            reports: None,
+        }
+    }
+
+    /// Sends a copy of every pass report to `tx` (tests, simulator).
+    pub fn with_reports(mut self, tx: tokio::sync::mpsc::UnboundedSender<PassReport>) -> Self {
+        self.reports = Some(tx);
+        self
+    }
+
+    /// Runs until `shutdown` is cancelled. Passes run only while `leader` is
+    /// true; on becoming leader the controller starts over with a full pass.
+    pub async fn run(mut self, mut leader: watch::Receiver<bool>, shutdown: CancellationToken) {
+        tokio::select! {
+            _ = self.nodes.wait_synced() => {}
+            _ = shutdown.cancelled() => return,
+        }
+        info!(mode = self.cfg.mode.as_str(), nodes = self.nodes.len(), "node cache synced; starting route reconciliation");
+        let mut was_leader = false;
+        loop {
+            let is_leader = *leader.borrow_and_update();
+            self.executor.fence().set_leader(is_leader);
+            if let Some(m) = &self.metrics {
+                m.leader.set(i64::from(is_leader));
+            }
+            if !is_leader {
+                was_leader = false;
+                tokio::select! {
+                    r = leader.changed() => if r.is_err() { return },
+                    _ = shutdown.cancelled() => return,
+                }
+                continue;
+            }
+            if !was_leader {
+                was_leader = true;
+                self.scheduler.became_leader();
+                self.route_cache = None;
+            }
+            match self.scheduler.decide(Instant::now()) {
+                Decision::Run(kind, trigger) => {
+                    self.scheduler.started(kind, Instant::now());
+                    let report = self.pass(kind, trigger).await;
+                    if let Some(tx) = &self.reports {
+                        let _ = tx.send(report);
+                    }
+                    if shutdown.is_cancelled() {
+                        return;
+                    }
+                }
+                Decision::Sleep(until) => {
+                    let sleep = async {
+                        match until {
+                            Some(t) => tokio::time::sleep_until(t).await,
+                            None => std::future::pending().await,
+                        }
+                    };
+                    tokio::select! {
+                        _ = self.nodes.changed.notified() => self.scheduler.node_changed(),
+                        _ = sleep => {}
+                        r = leader.changed() => if r.is_err() { return },
+                        _ = shutdown.cancelled() => return,
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs one pass now (also used by tests and tools).
+    pub async fn pass(&mut self, kind: PassKind, trigger: SyncTrigger) -> PassReport {
+        let started = Instant::now();
+        let nodes = self.nodes.snapshot();
+        let mut report = PassReport {
+            kind,
+            trigger,
+            plan: Plan::default(),
+            outcome: Outcome::default(),
+            list_error: None,
+            conditions: Vec::new(),
+        };
+        let routes = match (kind, &self.route_cache) {
+            (PassKind::Cached, Some(cached)) if self.cfg.mode == Mode::Incremental => cached.clone(),
+            _ => match self.executor.list().await {
+                Ok(listed) => {
+                    if self.cfg.mode == Mode::Incremental {
+                        if let Some(old) = &self.route_cache {
+                            let drift = drift(old, &listed);
+                            if drift > 0 {
+                                info!(drift, "full sync found routes that differ from the cached table");
+                            }
+                        }
+                        self.route_cache = Some(listed.clone());
+                    }
+                    listed
+                }
+                Err(e) => {
+                    error!(error = %e, "could not list routes; will retry");
+                    self.scheduler.full_pass_failed();
+                    self.record_sync(trigger, "error", kind, started);
+                    report.list_error = Some(e);
+                    return report;
+                }
+            },
+        };
+        let plan = route_core::plan(&nodes, &routes, &self.cfg.plan);
+        self.warn_about(&plan).await;
+        let wanted: HashSet<OpKey> = plan
+            .deletions
+            .iter()
+            .map(OpKey::delete)
+            .chain(plan.creations.iter().map(OpKey::create))
+            .collect();
+        self.book.retain(&wanted);
+        if let Some(m) = &self.metrics {
+            m.pending_operations.set(wanted.len() as i64);
+        }
+        if !plan.is_noop() {
+            debug!(
+                deletions = plan.deletions.len(),
+                creations = plan.creations.len(),
+                "executing plan"
+            );
+        }
+        let outcome = self.executor.execute(&plan, &self.book).await;
+        self.absorb(&plan, &outcome).await;
+        report.conditions = self.write_conditions(&plan, &outcome).await;
+
+        let outcome_label = if outcome.any_failed() {
+            "error"
+        } else if outcome.changed() > 0 {
+            "changed"
+        } else {
+            "noop"
+        };
+        if let Some(m) = &self.metrics {
+            if trigger == SyncTrigger::Periodic && kind == PassKind::Full {
+                m.route_corrections.inc_by(outcome.changed() as u64);
+            }
+            m.retrying_operations.set(self.book.len() as i64);
+            let remaining = outcome
+                .deletions
+                .iter()
+                .chain(&outcome.creations)
+                .filter(|r| !r.is_done())
+                .count();
+            m.pending_operations.set(remaining as i64);
+            let waited = *self
+                .executor
+                .throttle_wait
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            let already = m.throttle_wait_micros.get();
+            let now = waited.as_micros() as u64;
+            if now > already {
+                m.throttle_wait_micros.inc_by(now - already);
+            }
+        }
+        self.record_sync(trigger, outcome_label, kind, started);
+        self.scheduler.retry_at(self.book.next_due());
+        report.plan = plan;
+        report.outcome = outcome;
+        report
+    }
+
+    fn record_sync(&self, trigger: SyncTrigger, outcome: &'static str, kind: PassKind, started: Instant) {
+        if let Some(m) = &self.metrics {
+            m.route_sync
+                .get_or_create(&SyncLabels {
+                    trigger: trigger.as_str(),
+                    outcome,
+                })
+                .inc();
+            m.reconcile_duration
+                .get_or_create(&PassLabels { kind: kind.as_str() })
+                .observe(started.elapsed().as_secs_f64());
+        }
+    }
+
+    /// Folds an outcome into the retry book, the route cache and the scheduler.
+    async fn absorb(&mut self, plan: &Plan, outcome: &Outcome) {
+        let now = Instant::now();
+        let mut uncertain = false;
+        for (d, r) in plan.deletions.iter().zip(&outcome.deletions) {
+            let key = OpKey::delete(d);
+            match r {
+                OpResult::Done(_) => {
+                    self.book.succeeded(&key);
+                    self.cache_remove(&d.route);
+                }
+                OpResult::Failed(e) => {
+                    uncertain |= e.makes_cache_uncertain();
+                    if e.kind == ErrorKind::NotFound {
+                        // Gone already: the goal is reached; the resync that
+                        // follows checks the rest of the table.
+                        self.book.succeeded(&key);
+                        self.cache_remove(&d.route);
+                        continue;
+                    }
+                    let unit = rand::rng().random::<f64>();
+                    let at = self.book.failed(key.clone(), e, now, unit);
+                    let failures = self.book.failures(&key);
+                    if let Some(node) = node_ref_for_route(&self.nodes, &d.route) {
+                        self.emit(
+                            &node,
+                            reasons::FAILED_TO_DELETE_ROUTE,
+                            format!(
+                                "Could not delete route {} {} for node {} (attempt {failures}, next in {:?}): {e}",
+                                d.route.name,
+                                d.route.destination,
+                                d.route.target_node,
+                                at - now
+                            ),
+                        )
+                        .await;
+                    }
+                }
+                _ => {}
+            }
+        }
+        for (c, r) in plan.creations.iter().zip(&outcome.creations) {
+            let key = OpKey::create(c);
+            match r {
+                OpResult::Done(created) => {
+                    self.book.succeeded(&key);
+                    if let Some(cache) = &mut self.route_cache {
+                        cache.push(created.clone().unwrap_or_else(|| c.route.clone()));
+                    }
+                }
+                OpResult::Failed(e) => {
+                    uncertain |= e.makes_cache_uncertain();
+                    let unit = rand::rng().random::<f64>();
+                    let at = self.book.failed(key.clone(), e, now, unit);
+                    let node = NodeRef {
+                        name: c.route.target_node.clone(),
+                        uid: c.name_hint.clone(),
+                    };
+                    // Upstream's wording, plus when the next attempt is.
+                    self.emit(
+                        &node,
+                        reasons::FAILED_TO_CREATE_ROUTE,
+                        format!(
+                            "Could not create route {} {} for node {}: {e} (attempt {}, retrying in {:?})",
+                            c.name_hint,
+                            c.route.destination,
+                            c.route.target_node,
+                            self.book.failures(&key),
+                            at - now
+                        ),
+                    )
+                    .await;
+                }
+                _ => {}
+            }
+        }
+        if uncertain {
+            info!("a cloud answer made the cached route table uncertain; a full sync follows");
+            self.scheduler.cache_uncertain();
+            // Planning from a table known to be stale would repeat the
+            // failing call; the next pass lists instead.
+            self.route_cache = None;
+        }
+    }
+
+    fn cache_remove(&mut self, route: &Route) {
+        if let Some(cache) = &mut self.route_cache
+            && let Some(i) = cache.iter().position(|r| r == route)
+        {
+            cache.swap_remove(i);
+        }
+    }
+
+    async fn write_conditions(
+        &mut self,
+        plan: &Plan,
+        outcome: &Outcome,
+    ) -> Vec<(String, NetworkCondition)> {
+        if !self.executor.fence().is_open() {
+            return Vec::new();
+        }
+        let wanted: Vec<(NodeRef, NetworkCondition, Vec<String>)> = plan
+            .nodes
+            .iter()
+            .filter_map(|n| {
+                let cond = n.condition_after(|i| !outcome.creations[i].is_done())?;
+                let node = self.nodes_get(&n.node).filter(|v| v.uid == n.uid)?;
+                Some((
+                    NodeRef {
+                        name: n.node.clone(),
+                        uid: n.uid.clone(),
+                    },
+                    cond,
+                    node.valid_pod_cidrs().iter().map(|c| c.to_string()).collect(),
+                ))
+            })
+            .collect();
+        // Latency: every node whose routes are all in place now is confirmed.
+        for n in &plan.nodes {
+            if n.condition_after(|i| !outcome.creations[i].is_done())
+                .unwrap_or(if n.unroutable {
+                    NetworkCondition::NoRouteCreated
+                } else {
+                    NetworkCondition::RouteCreated
+                })
+                == NetworkCondition::RouteCreated
+                && let Some(v) = self.nodes_get(&n.node)
+            {
+                let mut cache = self.nodes.lock();
+                for c in v.valid_pod_cidrs() {
+                    if let Some(d) = cache.confirm_route(&v.uid, &c.to_string())
+                        && let Some(m) = &self.metrics
+                    {
+                        m.route_latency.observe(d.as_secs_f64());
+                    }
+                }
+            }
+        }
+        let status = self.status.clone();
+        let results: Vec<(NodeRef, NetworkCondition, bool)> =
+            futures::stream::iter(wanted.into_iter().map(|(node, cond, _)| {
+                let status = status.clone();
+                async move {
+                    let ok = match status.set_condition(&node, cond).await {
+                        Ok(()) => true,
+                        Err(e) => {
+                            warn!(node = %node.name, error = %e, "failed to update networking condition");
+                            false
+                        }
+                    };
+                    (node, cond, ok)
+                }
+            }))
+            .buffer_unordered(self.cfg.status_concurrency.max(1))
+            .collect()
+            .await;
+        let mut written = Vec::new();
+        let mut cache = self.nodes.lock();
+        for (node, cond, ok) in results {
+            if ok {
+                cache.record_condition(&node.name, &node.uid, cond);
+                written.push((node.name, cond));
+            }
+        }
+        written
+    }
+
+    fn nodes_get(&self, name: &str) -> Option<Arc<NodeView>> {
+        self.nodes.lock().get(name)
+    }
+
+    /// Warns once per node, reason and detail about what the planner refused.
+    async fn warn_about(&mut self, plan: &Plan) {
+        let mut current: HashSet<(String, &'static str, String)> = HashSet::new();
+        let mut todo: Vec<(NodeRef, &'static str, String)> = Vec::new();
+        let uid_of = |name: &str| self.nodes_get(name).map(|v| v.uid.clone());
+        for c in &plan.conflicts {
+            for n in &c.nodes {
+                let Some(uid) = uid_of(n) else { continue };
+                let others: Vec<&str> = c.nodes.iter().filter(|o| *o != n).map(String::as_str).collect();
+                let detail = format!(
+                    "pod CIDR {} is also claimed by node(s) {}; no route is created for it until the conflict is resolved",
+                    c.cidr,
+                    others.join(", ")
+                );
+                todo.push((NodeRef { name: n.clone(), uid }, reasons::POD_CIDR_CONFLICT, detail));
+            }
+        }
+        for o in &plan.outside_cluster {
+            let Some(uid) = uid_of(&o.node) else { continue };
+            let detail = format!(
+                "pod CIDR {} is outside every cluster CIDR ({}); no route is created for it",
+                o.cidr,
+                self.cfg
+                    .plan
+                    .cluster_cidrs
+                    .iter()
+                    .map(|c| c.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            todo.push((NodeRef { name: o.node.clone(), uid }, reasons::POD_CIDR_OUTSIDE_CLUSTER, detail));
+        }
+        for i in &plan.invalid_pod_cidrs {
+            let Some(uid) = uid_of(&i.node) else { continue };
+            let detail = format!("pod CIDR {:?} is not a valid CIDR; no route is created for it", i.text);
+            todo.push((NodeRef { name: i.node.clone(), uid }, reasons::INVALID_POD_CIDR, detail));
+        }
+        for r in &plan.unparsable_routes {
+            let key = (r.name.clone(), "UnparsableRoute", r.destination.to_string());
+            if !self.warned.contains(&key) {
+                warn!(route = %r.name, destination = %r.destination, "ignoring cloud route with an unparsable destination; it is never deleted");
+            }
+            current.insert(key);
+        }
+        for (node, reason, detail) in todo {
+            let key = (node.uid.clone(), reason, detail.clone());
+            if !self.warned.contains(&key) {
+                self.emit(&node, reason, detail).await;
+            }
+            current.insert(key);
+        }
+        // Forget warnings whose cause is gone, so a recurrence warns again.
+        self.warned = current;
+    }
+
+    async fn emit(&self, node: &NodeRef, reason: &'static str, message: String) {
+        if !self.executor.fence().is_open() {
+            return;
+        }
+        warn!(node = %node.name, reason, "{message}");
+        if let Some(m) = &self.metrics {
+            m.warnings.get_or_create(&ReasonLabels { reason }).inc();
+        }
+        if let Err(e) = self.status.warn(node, reason, &message).await {
+            warn!(node = %node.name, error = %e, "could not record event");
+        }
+    }
+}
+
+fn node_ref_for_route(nodes: &NodeStore, route: &Route) -> Option<NodeRef> {
+    let v = nodes.lock().get(&route.target_node)?;
+    Some(NodeRef {
+        name: v.name.clone(),
+        uid: v.uid.clone(),
+    })
+}
+
+/// Routes present in one table and not the other (by node, destination, blackhole).
+fn drift(cached: &[Route], listed: &[Route]) -> usize {
+    let key = |r: &Route| (r.target_node.clone(), r.destination.clone(), r.blackhole);
+    let mut counts: HashMap<_, i64> = HashMap::new();
+    for r in cached {
+        *counts.entry(key(r)).or_default() += 1;
+    }
+    for r in listed {
+        *counts.entry(key(r)).or_default() -= 1;
+    }
+    counts.values().map(|v| v.unsigned_abs() as usize).sum()
+}

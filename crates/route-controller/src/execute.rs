@@ -1,0 +1,441 @@
+//! Executing a plan against the cloud.
+//!
+//! The executor owns no state between passes: the retry book and the route
+//! cache belong to the reconcile loop, which hands them in. It runs the plan's
+//! deletions and the creations that depend on nothing concurrently, bounded by
+//! the provider's `max_concurrent_operations`; a creation that must follow a
+//! deletion (address change, blackhole replacement) starts only after that
+//! deletion succeeded. Providers that take batches get the whole plan in one
+//! call. A throttled answer closes a shared gate until its retry-after, so the
+//! rest of the pass waits instead of piling more requests on the cloud.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use futures::future::join_all;
+use route_cloud::{Batch, CloudError, CloudRoutes, ErrorKind};
+use route_core::{Plan, Route};
+use tokio::sync::{Mutex, Semaphore};
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use crate::retry::{OpKey, RetryBook};
+
+/// The result of one planned operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OpResult {
+    /// Done; for creations, the route as the cloud now lists it.
+    Done(Option<Route>),
+    /// The cloud refused or failed.
+    Failed(CloudError),
+    /// Waiting for its backoff; not attempted.
+    Deferred,
+    /// A deletion it depends on did not succeed in this pass.
+    Blocked,
+    /// Not attempted: leadership lost or shutting down.
+    Cancelled,
+}
+
+impl OpResult {
+    /// The operation succeeded.
+    pub fn is_done(&self) -> bool {
+        matches!(self, OpResult::Done(_))
+    }
+}
+
+/// What a pass did.
+#[derive(Debug, Default, Clone)]
+pub struct Outcome {
+    /// One result per `plan.deletions`.
+    pub deletions: Vec<OpResult>,
+    /// One result per `plan.creations`.
+    pub creations: Vec<OpResult>,
+}
+
+impl Outcome {
+    /// Number of successful mutations.
+    pub fn changed(&self) -> usize {
+        self.deletions
+            .iter()
+            .chain(&self.creations)
+            .filter(|r| r.is_done())
+            .count()
+    }
+
+    /// Any operation failed.
+    pub fn any_failed(&self) -> bool {
+        self.deletions
+            .iter()
+            .chain(&self.creations)
+            .any(|r| matches!(r, OpResult::Failed(_)))
+    }
+}
+
+/// Whether this process may change the cloud right now. Checked before every
+/// call, so a replica that loses its Lease or is shutting down stops at once.
+#[derive(Debug, Clone)]
+pub struct Fence {
+    leader: Arc<AtomicBool>,
+    stopping: Arc<AtomicBool>,
+}
+
+impl Default for Fence {
+    fn default() -> Self {
+        Self::new(true)
+    }
+}
+
+impl Fence {
+    /// A fence that starts open (`leader`) or closed.
+    pub fn new(leader: bool) -> Self {
+        Self {
+            leader: Arc::new(AtomicBool::new(leader)),
+            stopping: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// Mutations are allowed.
+    pub fn is_open(&self) -> bool {
+        self.leader.load(Ordering::SeqCst) && !self.stopping.load(Ordering::SeqCst)
+    }
+
+    /// Sets leadership.
+    pub fn set_leader(&self, leader: bool) {
+        self.leader.store(leader, Ordering::SeqCst);
+    }
+
+    /// This replica holds leadership.
+    pub fn is_leader(&self) -> bool {
+        self.leader.load(Ordering::SeqCst)
+    }
+
+    /// Shutting down: no new mutation may start.
+    pub fn stop(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A gate closed by throttled answers until their retry-after.
+#[derive(Debug, Default)]
+pub struct ThrottleGate {
+    until: Mutex<Option<Instant>>,
+}
+
+impl ThrottleGate {
+    /// Waits while the gate is closed; returns the time waited.
+    pub async fn pass(&self) -> Duration {
+        let start = Instant::now();
+        loop {
+            let until = *self.until.lock().await;
+            match until {
+                Some(t) if Instant::now() < t => tokio::time::sleep_until(t).await,
+                _ => return start.elapsed(),
+            }
+        }
+    }
+
+    /// Closes the gate for `d` (extends, never shortens).
+    pub async fn close_for(&self, d: Duration) {
+        let t = Instant::now() + d;
+        let mut u = self.until.lock().await;
+        if u.is_none_or(|x| x < t) {
+            *u = Some(t);
+        }
+    }
+}
+
+/// Runs plans against one cloud.
+pub struct Executor {
+    cloud: Arc<dyn CloudRoutes>,
+    cluster: String,
+    gate: Arc<ThrottleGate>,
+    fence: Fence,
+    /// Time spent at the throttle gate, for metrics.
+    pub throttle_wait: Arc<std::sync::Mutex<Duration>>,
+}
+
+impl Executor {
+    /// An executor for `cluster` on `cloud`.
+    pub fn new(cloud: Arc<dyn CloudRoutes>, cluster: impl Into<String>, fence: Fence) -> Self {
+        Self {
+            cloud,
+            cluster: cluster.into(),
+            gate: Arc::new(ThrottleGate::default()),
+            fence,
+            throttle_wait: Arc::default(),
+        }
+    }
+
+    /// The fence this executor checks.
+    pub fn fence(&self) -> &Fence {
+        &self.fence
+    }
+
+    /// Lists the cloud's routes (through the throttle gate).
+    pub async fn list(&self) -> Result<Vec<Route>, CloudError> {
+        self.wait_gate().await;
+        let r = self.cloud.list_routes(&self.cluster).await;
+        if let Err(e) = &r {
+            self.note_throttle(e).await;
+        }
+        r
+    }
+
+    async fn wait_gate(&self) {
+        let w = self.gate.pass().await;
+        if !w.is_zero() {
+            *self.throttle_wait.lock().unwrap_or_else(|e| e.into_inner()) += w;
+        }
+    }
+
+    async fn note_throttle(&self, e: &CloudError) {
+        if e.kind == ErrorKind::Throttled {
+            self.gate
+                .close_for(e.retry_after.unwrap_or(Duration::from_secs(1)))
+                .await;
+        }
+    }
+
+    /// Executes `plan`, skipping operations whose backoff is not due in `book`.
+    pub async fn execute(&self, plan: &Plan, book: &RetryBook) -> Outcome {
+        let now = Instant::now();
+        let del_due: Vec<bool> = plan
+            .deletions
+            .iter()
+            .map(|d| book.is_due(&OpKey::delete(d), now))
+            .collect();
+        let cre_due: Vec<bool> = plan
+            .creations
+            .iter()
+            .map(|c| book.is_due(&OpKey::create(c), now))
+            .collect();
+        if self.cloud.capabilities().supports_batch {
+            self.execute_batch(plan, &del_due, &cre_due).await
+        } else {
+            self.execute_each(plan, &del_due, &cre_due).await
+        }
+    }
+
+    async fn execute_each(&self, plan: &Plan, del_due: &[bool], cre_due: &[bool]) -> Outcome {
+        let permits = Arc::new(Semaphore::new(
+            self.cloud.capabilities().max_concurrent_operations.max(1),
+        ));
+        let deletions = plan.deletions.iter().enumerate().map(|(i, d)| {
+            let permits = permits.clone();
+            async move {
+                if !del_due[i] {
+                    return OpResult::Deferred;
+                }
+                let _p = permits.acquire().await;
+                self.delete(&d.route).await
+            }
+        });
+        let independent = plan.creations.iter().enumerate().map(|(i, c)| {
+            let permits = permits.clone();
+            async move {
+                if !c.after.is_empty() {
+                    return None;
+                }
+                if !cre_due[i] {
+                    return Some(OpResult::Deferred);
+                }
+                let _p = permits.acquire().await;
+                Some(self.create(&c.name_hint, &c.route).await)
+            }
+        });
+        let (deletions, first) = futures::join!(join_all(deletions), join_all(independent));
+        let dependent = plan.creations.iter().enumerate().map(|(i, c)| {
+            let permits = permits.clone();
+            let deletions = &deletions;
+            let already = first[i].clone();
+            async move {
+                if let Some(r) = already {
+                    return r;
+                }
+                if !c.after.iter().all(|&d| deletions[d].is_done()) {
+                    return OpResult::Blocked;
+                }
+                if !cre_due[i] {
+                    return OpResult::Deferred;
+                }
+                let _p = permits.acquire().await;
+                self.create(&c.name_hint, &c.route).await
+            }
+        });
+        let creations = join_all(dependent).await;
+        Outcome {
+            deletions,
+            creations,
+        }
+    }
+
+    async fn execute_batch(&self, plan: &Plan, del_due: &[bool], cre_due: &[bool]) -> Outcome {
+        let mut out = Outcome {
+            deletions: vec![OpResult::Deferred; plan.deletions.len()],
+            creations: vec![OpResult::Deferred; plan.creations.len()],
+        };
+        let del_idx: Vec<usize> = (0..plan.deletions.len()).filter(|&i| del_due[i]).collect();
+        let mut cre_idx = Vec::new();
+        for (i, c) in plan.creations.iter().enumerate() {
+            if !cre_due[i] {
+                continue;
+            }
+            // A batch applies deletions first, so a dependent creation may
+            // ride along only if its deletions are in the same batch.
+            if c.after.iter().all(|d| del_due[*d]) {
+                cre_idx.push(i);
+            } else {
+                out.creations[i] = OpResult::Blocked;
+            }
+        }
+        if del_idx.is_empty() && cre_idx.is_empty() {
+            return out;
+        }
+        if !self.fence.is_open() {
+            for &i in &del_idx {
+                out.deletions[i] = OpResult::Cancelled;
+            }
+            for &i in &cre_idx {
+                out.creations[i] = OpResult::Cancelled;
+            }
+            return out;
+        }
+        let batch = Batch {
+            delete: del_idx
+                .iter()
+                .map(|&i| plan.deletions[i].route.clone())
+                .collect(),
+            create: cre_idx
+                .iter()
+                .map(|&i| {
+                    (
+                        plan.creations[i].name_hint.clone(),
+                        plan.creations[i].route.clone(),
+                    )
+                })
+                .collect(),
+        };
+        self.wait_gate().await;
+        let started = Instant::now();
+        match self.cloud.apply_batch(&self.cluster, &batch).await {
+            Ok(results) if results.len() == del_idx.len() + cre_idx.len() => {
+                let (d, c) = results.split_at(del_idx.len());
+                for (&i, r) in del_idx.iter().zip(d) {
+                    out.deletions[i] = to_result(r.clone());
+                    log_op("delete", &plan.deletions[i].route, &out.deletions[i], started);
+                }
+                for (&i, r) in cre_idx.iter().zip(c) {
+                    let r = to_result(r.clone());
+                    out.creations[i] = match (r, &plan.creations[i]) {
+                        (OpResult::Done(None), cr) => OpResult::Done(Some(cr.route.clone())),
+                        (r, _) => r,
+                    };
+                    log_op("create", &plan.creations[i].route, &out.creations[i], started);
+                }
+                // A creation whose deletion failed inside the batch is blocked.
+                for &i in &cre_idx {
+                    if !plan.creations[i]
+                        .after
+                        .iter()
+                        .all(|&d| out.deletions[d].is_done())
+                        && !out.creations[i].is_done()
+                    {
+                        out.creations[i] = OpResult::Blocked;
+                    }
+                }
+            }
+            Ok(results) => {
+                let e = CloudError::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "batch answer has {} results for {} changes; treating the outcome as unknown",
+                        results.len(),
+                        del_idx.len() + cre_idx.len()
+                    ),
+                );
+                fail_all(&mut out, &del_idx, &cre_idx, &e);
+            }
+            Err(e) => {
+                self.note_throttle(&e).await;
+                warn!(error = %e, deletions = del_idx.len(), creations = cre_idx.len(), "batch route update failed");
+                fail_all(&mut out, &del_idx, &cre_idx, &e);
+            }
+        }
+        out
+    }
+
+    async fn delete(&self, route: &Route) -> OpResult {
+        self.wait_gate().await;
+        if !self.fence.is_open() {
+            return OpResult::Cancelled;
+        }
+        let started = Instant::now();
+        let r = match self.cloud.delete_route(&self.cluster, route).await {
+            Ok(()) => OpResult::Done(None),
+            Err(e) => {
+                self.note_throttle(&e).await;
+                OpResult::Failed(e)
+            }
+        };
+        log_op("delete", route, &r, started);
+        r
+    }
+
+    async fn create(&self, hint: &str, route: &Route) -> OpResult {
+        self.wait_gate().await;
+        if !self.fence.is_open() {
+            return OpResult::Cancelled;
+        }
+        let started = Instant::now();
+        let r = match self.cloud.create_route(&self.cluster, hint, route).await {
+            Ok(created) => OpResult::Done(Some(created)),
+            Err(e) => {
+                self.note_throttle(&e).await;
+                OpResult::Failed(e)
+            }
+        };
+        log_op("create", route, &r, started);
+        r
+    }
+}
+
+fn to_result(r: Result<Option<Route>, CloudError>) -> OpResult {
+    match r {
+        Ok(route) => OpResult::Done(route),
+        Err(e) => OpResult::Failed(e),
+    }
+}
+
+fn fail_all(out: &mut Outcome, del: &[usize], cre: &[usize], e: &CloudError) {
+    for &i in del {
+        out.deletions[i] = OpResult::Failed(e.clone());
+    }
+    for &i in cre {
+        out.creations[i] = OpResult::Failed(e.clone());
+    }
+}
+
+fn log_op(op: &str, route: &Route, r: &OpResult, started: Instant) {
+    let elapsed_ms = started.elapsed().as_millis() as u64;
+    match r {
+        OpResult::Done(_) => info!(
+            operation = op,
+            node = %route.target_node,
+            destination = %route.destination,
+            elapsed_ms,
+            result = "ok",
+            "{op}d route"
+        ),
+        OpResult::Failed(e) => warn!(
+            operation = op,
+            node = %route.target_node,
+            destination = %route.destination,
+            elapsed_ms,
+            result = e.kind.as_str(),
+            error = %e.message,
+            "could not {op} route"
+        ),
+        _ => {}
+    }
+}

@@ -1,0 +1,358 @@
+//! The Node cache: what the controller knows about the cluster's Nodes.
+//!
+//! Owned by the controller and fed by exactly one writer (the watcher task in
+//! [`crate::watch`], or a simulator). It keeps one small [`NodeView`] per Node
+//! — pod CIDRs, addresses, provider id, the NetworkUnavailable condition —
+//! instead of whole Node objects, which is what keeps memory flat at thousands
+//! of Nodes. Every change is classified here: only changes that can alter
+//! routes (a Node added or deleted, `spec.podCIDRs` changed, `status.addresses`
+//! changed as a set) are reported as triggers; heartbeats, conditions, labels
+//! and taints are absorbed silently.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Node;
+use route_core::{ConditionState, NetworkCondition, NodeAddress, NodeView, PodCidr};
+use tokio::time::Instant;
+
+/// Converts a Node into the view routing needs.
+pub fn node_view(node: &Node) -> NodeView {
+    let spec = node.spec.as_ref();
+    let status = node.status.as_ref();
+    NodeView {
+        name: node.metadata.name.clone().unwrap_or_default(),
+        uid: node.metadata.uid.clone().unwrap_or_default(),
+        pod_cidrs: spec
+            .and_then(|s| s.pod_cidrs.as_ref())
+            .map(|v| v.iter().map(|c| PodCidr::parse(c)).collect())
+            .unwrap_or_default(),
+        addresses: status
+            .and_then(|s| s.addresses.as_ref())
+            .map(|v| {
+                v.iter()
+                    .map(|a| NodeAddress {
+                        kind: a.type_.clone(),
+                        address: a.address.clone(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+        provider_id: spec.and_then(|s| s.provider_id.clone()),
+        deleting: node.metadata.deletion_timestamp.is_some(),
+        network_unavailable: status
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "NetworkUnavailable"))
+            .map(|c| ConditionState {
+                status: c.status.clone(),
+                reason: c.reason.clone().unwrap_or_default(),
+            }),
+    }
+}
+
+/// The part of a Node that decides its routes. Two views with the same
+/// fingerprint need the same routes; addresses compare as a set (kubelets
+/// may reorder them), pod CIDRs in order (the API keeps them ordered).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Fingerprint {
+    uid: String,
+    pod_cidrs: Vec<PodCidr>,
+    addresses: Vec<NodeAddress>,
+}
+
+impl Fingerprint {
+    fn of(v: &NodeView) -> Self {
+        let mut addresses = v.addresses.clone();
+        addresses.sort();
+        addresses.dedup();
+        Self {
+            uid: v.uid.clone(),
+            pod_cidrs: v.pod_cidrs.clone(),
+            addresses,
+        }
+    }
+}
+
+/// Why the cache asks for a reconcile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trigger {
+    /// The initial list (or a relist after a watch gap) completed.
+    Synced,
+    /// A Node was added or deleted, or its pod CIDRs or addresses changed.
+    NodeChanged,
+}
+
+/// A watch event, already reduced to views. Mirrors kube-runtime's
+/// `watcher::Event` so the real watcher and a simulator feed the cache the
+/// same way.
+#[derive(Debug, Clone)]
+pub enum NodeEvent {
+    /// A (re)list starts.
+    Init,
+    /// One Node of the (re)list.
+    InitApply(NodeView),
+    /// The (re)list is complete; Nodes not seen in it are gone.
+    InitDone,
+    /// A Node was added or modified.
+    Apply(NodeView),
+    /// A Node was deleted.
+    Delete(NodeView),
+}
+
+/// Counters the cache keeps about what it absorbed (for tests and metrics).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Events that changed routing-relevant fields (reported as triggers).
+    pub triggers: u64,
+    /// Events that changed nothing routing-relevant (heartbeats, conditions, labels).
+    pub absorbed: u64,
+}
+
+/// The Node cache. Not thread-safe by itself; the controller wraps it in a mutex.
+#[derive(Debug, Default)]
+pub struct NodeCache {
+    nodes: BTreeMap<String, Arc<NodeView>>,
+    relist: Option<BTreeMap<String, Arc<NodeView>>>,
+    synced: bool,
+    /// When each (node uid, pod CIDR) was first seen without a confirmed
+    /// route; drained by [`NodeCache::confirm_route`] for the latency metric.
+    first_seen: HashMap<(String, String), Instant>,
+    stats: CacheStats,
+}
+
+impl NodeCache {
+    /// An empty, unsynced cache.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Applies one event; returns the trigger it causes, if any.
+    pub fn apply(&mut self, event: NodeEvent) -> Option<Trigger> {
+        let trigger = match event {
+            NodeEvent::Init => {
+                self.relist = Some(BTreeMap::new());
+                None
+            }
+            NodeEvent::InitApply(v) => {
+                let name = v.name.clone();
+                let v = Arc::new(v);
+                self.note_cidrs(&v);
+                match &mut self.relist {
+                    Some(buf) => {
+                        buf.insert(name, v);
+                    }
+                    // An InitApply without Init: treat it as a plain apply.
+                    None => {
+                        self.nodes.insert(name, v);
+                    }
+                }
+                None
+            }
+            NodeEvent::InitDone => {
+                if let Some(buf) = self.relist.take() {
+                    let live: std::collections::HashSet<&str> =
+                        buf.values().map(|v| v.uid.as_str()).collect();
+                    self.first_seen.retain(|(uid, _), _| live.contains(uid.as_str()));
+                    self.nodes = buf;
+                }
+                self.synced = true;
+                // Always reconcile after a (re)list: Nodes deleted while the
+                // watch was down produce no Delete event, only their absence.
+                Some(Trigger::Synced)
+            }
+            NodeEvent::Apply(v) => {
+                self.note_cidrs(&v);
+                let changed = match self.nodes.get(&v.name) {
+                    Some(old) => Fingerprint::of(old) != Fingerprint::of(&v),
+                    None => true,
+                };
+                self.nodes.insert(v.name.clone(), Arc::new(v));
+                changed.then_some(Trigger::NodeChanged)
+            }
+            NodeEvent::Delete(v) => {
+                self.first_seen.retain(|(uid, _), _| *uid != v.uid);
+                self.nodes.remove(&v.name);
+                Some(Trigger::NodeChanged)
+            }
+        };
+        match trigger {
+            Some(Trigger::NodeChanged) => self.stats.triggers += 1,
+            None if self.synced => self.stats.absorbed += 1,
+            _ => {}
+        }
+        trigger
+    }
+
+    fn note_cidrs(&mut self, v: &NodeView) {
+        let now = Instant::now();
+        for c in v.valid_pod_cidrs() {
+            self.first_seen
+                .entry((v.uid.clone(), c.to_string()))
+                .or_insert(now);
+        }
+    }
+
+    /// A route for this node and CIDR is confirmed; returns how long ago the
+    /// CIDR was first seen, once per (node, CIDR).
+    pub fn confirm_route(&mut self, uid: &str, cidr: &str) -> Option<std::time::Duration> {
+        self.first_seen
+            .remove(&(uid.to_string(), cidr.to_string()))
+            .map(|t| t.elapsed())
+    }
+
+    /// The first full list has been seen.
+    pub fn is_synced(&self) -> bool {
+        self.synced
+    }
+
+    /// Number of Nodes.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// No Nodes.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// A consistent copy of all Nodes (cheap: shared views).
+    pub fn snapshot(&self) -> Vec<Arc<NodeView>> {
+        self.nodes.values().cloned().collect()
+    }
+
+    /// One Node by name.
+    pub fn get(&self, name: &str) -> Option<Arc<NodeView>> {
+        self.nodes.get(name).cloned()
+    }
+
+    /// Records a condition this controller just wrote, so the next pass does
+    /// not patch it again before the watch delivers the change.
+    pub fn record_condition(&mut self, name: &str, uid: &str, cond: NetworkCondition) {
+        if let Some(v) = self.nodes.get_mut(name)
+            && v.uid == uid
+        {
+            Arc::make_mut(v).network_unavailable = Some(ConditionState {
+                status: cond.status().into(),
+                reason: cond.reason().into(),
+            });
+        }
+    }
+
+    /// What the cache has absorbed and reported so far.
+    pub fn stats(&self) -> CacheStats {
+        self.stats
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(name: &str, cidrs: &[&str], addrs: &[&str]) -> NodeView {
+        NodeView::new(name, format!("uid-{name}"), cidrs).with_addresses(
+            addrs.iter().map(|a| NodeAddress::internal_ip(*a)).collect(),
+        )
+    }
+
+    fn synced(nodes: &[NodeView]) -> NodeCache {
+        let mut c = NodeCache::new();
+        c.apply(NodeEvent::Init);
+        for n in nodes {
+            c.apply(NodeEvent::InitApply(n.clone()));
+        }
+        assert_eq!(c.apply(NodeEvent::InitDone), Some(Trigger::Synced));
+        c
+    }
+
+    #[test]
+    fn init_apply_seeds_without_triggering() {
+        let mut c = NodeCache::new();
+        assert_eq!(c.apply(NodeEvent::Init), None);
+        assert_eq!(c.apply(NodeEvent::InitApply(view("a", &["10.0.0.0/24"], &[]))), None);
+        assert!(!c.is_synced());
+        assert_eq!(c.apply(NodeEvent::InitDone), Some(Trigger::Synced));
+        // The first Apply after the list must compare against the seeded view.
+        assert_eq!(c.apply(NodeEvent::Apply(view("a", &["10.0.0.0/24"], &[]))), None);
+    }
+
+    #[test]
+    fn heartbeat_condition_and_label_changes_are_absorbed() {
+        let mut c = synced(&[view("a", &["10.0.0.0/24"], &["10.1.0.1"])]);
+        let mut hb = view("a", &["10.0.0.0/24"], &["10.1.0.1"]);
+        hb.network_unavailable = Some(ConditionState {
+            status: "False".into(),
+            reason: "RouteCreated".into(),
+        });
+        assert_eq!(c.apply(NodeEvent::Apply(hb)), None);
+        assert_eq!(
+            c.get("a").unwrap().network_unavailable.as_ref().unwrap().reason,
+            "RouteCreated",
+            "the cache still keeps the latest condition"
+        );
+        assert_eq!(c.stats().absorbed, 1);
+        assert_eq!(c.stats().triggers, 0);
+    }
+
+    #[test]
+    fn address_reorder_is_not_a_change_but_a_new_address_is() {
+        let mut c = synced(&[view("a", &["10.0.0.0/24"], &["10.1.0.1", "10.1.0.2"])]);
+        assert_eq!(
+            c.apply(NodeEvent::Apply(view("a", &["10.0.0.0/24"], &["10.1.0.2", "10.1.0.1"]))),
+            None
+        );
+        assert_eq!(
+            c.apply(NodeEvent::Apply(view("a", &["10.0.0.0/24"], &["10.1.0.3"]))),
+            Some(Trigger::NodeChanged)
+        );
+    }
+
+    #[test]
+    fn pod_cidr_change_add_and_delete_trigger() {
+        let mut c = synced(&[view("a", &[], &[])]);
+        assert_eq!(
+            c.apply(NodeEvent::Apply(view("a", &["10.0.0.0/24"], &[]))),
+            Some(Trigger::NodeChanged)
+        );
+        assert_eq!(
+            c.apply(NodeEvent::Apply(view("b", &["10.0.1.0/24"], &[]))),
+            Some(Trigger::NodeChanged)
+        );
+        assert_eq!(
+            c.apply(NodeEvent::Delete(view("b", &["10.0.1.0/24"], &[]))),
+            Some(Trigger::NodeChanged)
+        );
+        assert_eq!(c.len(), 1);
+    }
+
+    #[test]
+    fn recreated_node_with_same_name_triggers() {
+        let mut c = synced(&[view("a", &["10.0.0.0/24"], &[])]);
+        let mut again = view("a", &["10.0.0.0/24"], &[]);
+        again.uid = "uid-a-2".into();
+        assert_eq!(c.apply(NodeEvent::Apply(again)), Some(Trigger::NodeChanged));
+    }
+
+    #[test]
+    fn relist_drops_nodes_deleted_during_a_watch_gap() {
+        let mut c = synced(&[view("a", &[], &[]), view("b", &[], &[])]);
+        c.apply(NodeEvent::Init);
+        c.apply(NodeEvent::InitApply(view("a", &[], &[])));
+        // During the relist the old state stays visible.
+        assert_eq!(c.len(), 2);
+        assert_eq!(c.apply(NodeEvent::InitDone), Some(Trigger::Synced));
+        assert_eq!(c.len(), 1);
+        assert!(c.get("b").is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn route_latency_is_measured_once_from_first_sight() {
+        let mut c = synced(&[]);
+        c.apply(NodeEvent::Apply(view("a", &["10.0.0.0/24"], &[])));
+        tokio::time::advance(std::time::Duration::from_millis(1500)).await;
+        assert_eq!(
+            c.confirm_route("uid-a", "10.0.0.0/24"),
+            Some(std::time::Duration::from_millis(1500))
+        );
+        assert_eq!(c.confirm_route("uid-a", "10.0.0.0/24"), None);
+    }
+}

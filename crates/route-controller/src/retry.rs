@@ -1,0 +1,217 @@
+//! Per-operation retry bookkeeping.
+//!
+//! Owned by the reconcile loop. Every failed creation or deletion gets its own
+//! exponential backoff (1 s doubling to 5 min by default, with jitter), and the
+//! loop wakes itself when the earliest one is due — so a failed route is
+//! retried without waiting for another Node event or the next resync, which is
+//! what upstream's watch mode does. A throttled answer's retry-after is a floor.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use route_cloud::CloudError;
+use route_core::{Creation, Deletion};
+use tokio::time::Instant;
+
+/// Identifies one cloud operation across passes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum OpKey {
+    /// Create a route for this node (by UID) and destination.
+    Create {
+        /// Node UID.
+        uid: String,
+        /// Destination CIDR.
+        destination: String,
+    },
+    /// Delete this listed route.
+    Delete {
+        /// Provider's route name.
+        name: String,
+        /// Destination as listed.
+        destination: String,
+        /// Target node.
+        target: String,
+    },
+}
+
+impl OpKey {
+    /// The key of a planned creation.
+    pub fn create(c: &Creation) -> Self {
+        OpKey::Create {
+            uid: c.name_hint.clone(),
+            destination: c.route.destination.to_string(),
+        }
+    }
+
+    /// The key of a planned deletion.
+    pub fn delete(d: &Deletion) -> Self {
+        OpKey::Delete {
+            name: d.route.name.clone(),
+            destination: d.route.destination.to_string(),
+            target: d.route.target_node.clone(),
+        }
+    }
+}
+
+/// Backoff settings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BackoffConfig {
+    /// Delay after the first failure.
+    pub initial: Duration,
+    /// Upper bound.
+    pub max: Duration,
+    /// Relative jitter added on top (0.2 = up to +20 %).
+    pub jitter: f64,
+}
+
+impl Default for BackoffConfig {
+    fn default() -> Self {
+        Self {
+            initial: Duration::from_secs(1),
+            max: Duration::from_secs(300),
+            jitter: 0.2,
+        }
+    }
+}
+
+impl BackoffConfig {
+    /// The delay after `failures` consecutive failures, before jitter.
+    pub fn delay(&self, failures: u32) -> Duration {
+        let exp = failures.saturating_sub(1).min(30);
+        self.initial.saturating_mul(1u32 << exp).min(self.max)
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    failures: u32,
+    next_at: Instant,
+}
+
+/// The retry book. See the module docs.
+#[derive(Debug, Default)]
+pub struct RetryBook {
+    cfg: BackoffConfig,
+    entries: HashMap<OpKey, Entry>,
+}
+
+impl RetryBook {
+    /// An empty book.
+    pub fn new(cfg: BackoffConfig) -> Self {
+        Self {
+            cfg,
+            entries: HashMap::new(),
+        }
+    }
+
+    /// May this operation be attempted at `now`?
+    pub fn is_due(&self, key: &OpKey, now: Instant) -> bool {
+        self.entries.get(key).is_none_or(|e| now >= e.next_at)
+    }
+
+    /// Records a failure; returns when the operation may be retried.
+    /// `unit` is a random number in `[0, 1)` for the jitter.
+    pub fn failed(&mut self, key: OpKey, err: &CloudError, now: Instant, unit: f64) -> Instant {
+        let e = self.entries.entry(key).or_insert(Entry {
+            failures: 0,
+            next_at: now,
+        });
+        e.failures = e.failures.saturating_add(1);
+        let base = self.cfg.delay(e.failures);
+        let jittered = base
+            .mul_f64(1.0 + self.cfg.jitter * unit.clamp(0.0, 1.0))
+            .min(self.cfg.max.mul_f64(1.0 + self.cfg.jitter));
+        let wait = jittered.max(err.retry_after.unwrap_or_default());
+        e.next_at = now + wait;
+        e.next_at
+    }
+
+    /// Consecutive failures of an operation so far.
+    pub fn failures(&self, key: &OpKey) -> u32 {
+        self.entries.get(key).map_or(0, |e| e.failures)
+    }
+
+    /// Forgets an operation that succeeded.
+    pub fn succeeded(&mut self, key: &OpKey) {
+        self.entries.remove(key);
+    }
+
+    /// Forgets operations the latest plan no longer wants.
+    pub fn retain(&mut self, wanted: &HashSet<OpKey>) {
+        self.entries.retain(|k, _| wanted.contains(k));
+    }
+
+    /// When the earliest pending retry is due.
+    pub fn next_due(&self) -> Option<Instant> {
+        self.entries.values().map(|e| e.next_at).min()
+    }
+
+    /// Operations waiting for a retry.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// No operation is waiting.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use route_cloud::ErrorKind;
+
+    fn key() -> OpKey {
+        OpKey::Create {
+            uid: "u".into(),
+            destination: "10.0.0.0/24".into(),
+        }
+    }
+
+    #[test]
+    fn doubles_from_one_second_to_five_minutes() {
+        let c = BackoffConfig::default();
+        let ds: Vec<u64> = (1..=12).map(|n| c.delay(n).as_secs()).collect();
+        assert_eq!(ds, vec![1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300, 300]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failure_defers_until_due_and_success_forgets() {
+        let mut b = RetryBook::new(BackoffConfig {
+            jitter: 0.0,
+            ..Default::default()
+        });
+        let now = Instant::now();
+        let err = CloudError::new(ErrorKind::Transient, "boom");
+        let at = b.failed(key(), &err, now, 0.5);
+        assert_eq!(at, now + Duration::from_secs(1));
+        assert!(!b.is_due(&key(), now));
+        assert!(b.is_due(&key(), at));
+        let at2 = b.failed(key(), &err, at, 0.5);
+        assert_eq!(at2, at + Duration::from_secs(2));
+        assert_eq!(b.next_due(), Some(at2));
+        b.succeeded(&key());
+        assert!(b.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retry_after_is_a_floor() {
+        let mut b = RetryBook::new(BackoffConfig::default());
+        let now = Instant::now();
+        let err = CloudError::throttled("slow down", Some(Duration::from_secs(42)));
+        assert_eq!(b.failed(key(), &err, now, 0.0), now + Duration::from_secs(42));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn jitter_stays_within_bounds() {
+        let mut b = RetryBook::new(BackoffConfig::default());
+        let now = Instant::now();
+        let err = CloudError::new(ErrorKind::Transient, "x");
+        for _ in 0..20 {
+            b.failed(key(), &err, now, 0.999);
+        }
+        let at = b.next_due().unwrap();
+        assert!(at - now <= Duration::from_secs(360), "{:?}", at - now);
+    }
+}

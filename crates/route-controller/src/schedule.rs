@@ -1,0 +1,344 @@
+//! When to reconcile: the three modes as one small state machine.
+//!
+//! The [`Scheduler`] is owned by the reconcile loop and never does I/O. It is
+//! told about triggers, retries, uncertain cloud answers and leadership, and
+//! answers one question: run a pass now (full or against the cached route
+//! table), or sleep until when. The mode only changes the answer:
+//!
+//! * `periodic` — a full pass every `period`, measured from the start of the
+//!   previous one; node events are ignored (upstream with the gate off).
+//! * `watch` — a full pass when something is pending, at least
+//!   `min_interval` after the previous pass started; a trigger after a quiet
+//!   period runs at once, with no token debt (upstream KEP-5237, minus the debt).
+//! * `incremental` — a pass against the cached route table as soon as
+//!   something is pending; a full pass (list first) at start, after gaining
+//!   leadership, after an answer that makes the cache uncertain (spaced by
+//!   `min_interval`) and on the resync timer.
+//!
+//! In `watch` and `incremental` a full pass also runs every `resync`, a
+//! random interval in `[min_resync, 2 × min_resync)` chosen once at start.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// The reconcile mode (`--reconcile-mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// Upstream, feature gate off.
+    Periodic,
+    /// Upstream KEP-5237, feature gate on.
+    Watch,
+    /// Plan node events against the cached route table; list only to resync.
+    Incremental,
+}
+
+impl Mode {
+    /// The flag value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Periodic => "periodic",
+            Mode::Watch => "watch",
+            Mode::Incremental => "incremental",
+        }
+    }
+}
+
+impl std::str::FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "periodic" => Ok(Mode::Periodic),
+            "watch" => Ok(Mode::Watch),
+            "incremental" => Ok(Mode::Incremental),
+            other => Err(format!(
+                "unknown reconcile mode {other:?}: use periodic, watch or incremental"
+            )),
+        }
+    }
+}
+
+/// Whether a pass lists the cloud first or plans against the cached table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PassKind {
+    /// List routes, then plan.
+    Full,
+    /// Plan against the cached route table (incremental mode only).
+    Cached,
+}
+
+impl PassKind {
+    /// Metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PassKind::Full => "full",
+            PassKind::Cached => "cached",
+        }
+    }
+}
+
+/// What started a pass; the `trigger` label of `route_controller_route_sync_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SyncTrigger {
+    /// Node events (and retries of failed operations).
+    NodeChange,
+    /// The period (periodic mode) or the resync timer.
+    Periodic,
+}
+
+impl SyncTrigger {
+    /// Metric label, as upstream.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SyncTrigger::NodeChange => "node_change",
+            SyncTrigger::Periodic => "periodic",
+        }
+    }
+}
+
+/// The scheduler's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Start a pass now.
+    Run(PassKind, SyncTrigger),
+    /// Nothing to do before this instant (or before the next event).
+    Sleep(Option<Instant>),
+}
+
+/// Timing settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    /// `--route-reconciliation-period` (periodic mode).
+    pub period: Duration,
+    /// The least time between two pass starts in `watch` mode, and between
+    /// two uncertainty-driven full passes in `incremental` mode (10 s, KEP-5237).
+    pub min_interval: Duration,
+    /// The resync interval, already randomised.
+    pub resync: Duration,
+}
+
+/// The mode state machine. See the module docs.
+#[derive(Debug)]
+pub struct Scheduler {
+    mode: Mode,
+    timing: Timing,
+    last_start: Option<Instant>,
+    last_full_start: Option<Instant>,
+    next_resync: Instant,
+    pending: bool,
+    full_needed: bool,
+    retry_at: Option<Instant>,
+    resync_due: bool,
+}
+
+impl Scheduler {
+    /// A scheduler that runs a full pass as soon as it is asked (start-up).
+    pub fn new(mode: Mode, timing: Timing, now: Instant) -> Self {
+        Self {
+            mode,
+            timing,
+            last_start: None,
+            last_full_start: None,
+            next_resync: now + timing.resync,
+            pending: true,
+            full_needed: true,
+            retry_at: None,
+            resync_due: false,
+        }
+    }
+
+    /// The mode.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// A Node change (or the end of a relist) was observed.
+    pub fn node_changed(&mut self) {
+        if self.mode != Mode::Periodic {
+            self.pending = true;
+        }
+    }
+
+    /// The cached route table can no longer be trusted.
+    pub fn cache_uncertain(&mut self) {
+        self.full_needed = true;
+        self.pending = true;
+    }
+
+    /// This replica became leader: start over with a full pass.
+    pub fn became_leader(&mut self) {
+        self.full_needed = true;
+        self.pending = true;
+        self.last_start = None;
+    }
+
+    /// A failed operation may be retried at `at`.
+    pub fn retry_at(&mut self, at: Option<Instant>) {
+        self.retry_at = at;
+    }
+
+    /// What to do at `now`.
+    pub fn decide(&mut self, now: Instant) -> Decision {
+        if now >= self.next_resync && self.mode != Mode::Periodic {
+            self.resync_due = true;
+        }
+        let retry_due = self.retry_at.is_some_and(|t| now >= t);
+        match self.mode {
+            Mode::Periodic => match self.last_start {
+                None => Decision::Run(PassKind::Full, SyncTrigger::Periodic),
+                Some(t) if now >= t + self.timing.period => {
+                    Decision::Run(PassKind::Full, SyncTrigger::Periodic)
+                }
+                Some(t) => Decision::Sleep(Some(t + self.timing.period)),
+            },
+            Mode::Watch => {
+                let wanted = self.pending || self.resync_due || retry_due;
+                let earliest = self.last_start.map(|t| t + self.timing.min_interval);
+                if wanted {
+                    match earliest {
+                        Some(e) if now < e => Decision::Sleep(Some(e)),
+                        _ => Decision::Run(PassKind::Full, self.label()),
+                    }
+                } else {
+                    Decision::Sleep(Some(self.wake_after(earliest)))
+                }
+            }
+            Mode::Incremental => {
+                if self.full_needed || self.resync_due {
+                    let earliest = self.last_full_start.map(|t| t + self.timing.min_interval);
+                    // A resync or first pass runs at once; only uncertainty
+                    // storms are spaced, so that faults cannot cause list storms.
+                    match earliest {
+                        Some(e) if now < e && !self.resync_due => Decision::Sleep(Some(e)),
+                        _ => Decision::Run(PassKind::Full, self.label()),
+                    }
+                } else if self.pending || retry_due {
+                    Decision::Run(PassKind::Cached, SyncTrigger::NodeChange)
+                } else {
+                    Decision::Sleep(Some(self.wake_after(None)))
+                }
+            }
+        }
+    }
+
+    fn label(&self) -> SyncTrigger {
+        if self.resync_due && !self.pending {
+            SyncTrigger::Periodic
+        } else {
+            SyncTrigger::NodeChange
+        }
+    }
+
+    fn wake_after(&self, floor: Option<Instant>) -> Instant {
+        let mut t = self.next_resync;
+        if let Some(r) = self.retry_at {
+            t = t.min(r);
+        }
+        match floor {
+            Some(f) => t.max(f),
+            None => t,
+        }
+    }
+
+    /// A pass of `kind` starts at `now`; clears what it covers.
+    pub fn started(&mut self, kind: PassKind, now: Instant) {
+        self.last_start = Some(now);
+        self.pending = false;
+        if self.retry_at.is_some_and(|t| now >= t) {
+            self.retry_at = None;
+        }
+        if kind == PassKind::Full {
+            self.last_full_start = Some(now);
+            self.full_needed = false;
+            if self.resync_due {
+                self.resync_due = false;
+                self.next_resync = now + self.timing.resync;
+            }
+        }
+    }
+
+    /// A full pass could not list the cloud: try again (spaced like uncertainty).
+    pub fn full_pass_failed(&mut self) {
+        self.full_needed = true;
+        self.pending = true;
+    }
+}
+
+/// Picks the resync interval once: uniform in `[min, 2 × min)`, like the
+/// cloud-controller-manager's informer resync.
+pub fn pick_resync(min: Duration, unit: f64) -> Duration {
+    min.mul_f64(1.0 + unit.clamp(0.0, 0.999_999_999))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timing() -> Timing {
+        Timing {
+            period: Duration::from_secs(10),
+            min_interval: Duration::from_secs(10),
+            resync: Duration::from_secs(12 * 3600),
+        }
+    }
+
+    #[test]
+    fn periodic_ignores_node_changes_and_ticks_from_pass_start() {
+        let t0 = Instant::now();
+        let mut s = Scheduler::new(Mode::Periodic, timing(), t0);
+        assert_eq!(s.decide(t0), Decision::Run(PassKind::Full, SyncTrigger::Periodic));
+        s.started(PassKind::Full, t0);
+        s.node_changed();
+        assert_eq!(s.decide(t0 + Duration::from_secs(3)), Decision::Sleep(Some(t0 + Duration::from_secs(10))));
+    }
+
+    #[test]
+    fn watch_runs_a_trigger_after_quiet_at_once_and_spaces_bursts() {
+        let t0 = Instant::now();
+        let mut s = Scheduler::new(Mode::Watch, timing(), t0);
+        assert!(matches!(s.decide(t0), Decision::Run(PassKind::Full, _)));
+        s.started(PassKind::Full, t0);
+        s.node_changed();
+        assert_eq!(s.decide(t0 + Duration::from_secs(1)), Decision::Sleep(Some(t0 + Duration::from_secs(10))));
+        let t1 = t0 + Duration::from_secs(10);
+        assert_eq!(s.decide(t1), Decision::Run(PassKind::Full, SyncTrigger::NodeChange));
+        s.started(PassKind::Full, t1);
+        // A long quiet period: the next trigger runs immediately (no debt).
+        let t2 = t1 + Duration::from_secs(600);
+        s.node_changed();
+        assert_eq!(s.decide(t2), Decision::Run(PassKind::Full, SyncTrigger::NodeChange));
+    }
+
+    #[test]
+    fn incremental_plans_against_cache_and_spaces_uncertainty_lists() {
+        let t0 = Instant::now();
+        let mut s = Scheduler::new(Mode::Incremental, timing(), t0);
+        assert!(matches!(s.decide(t0), Decision::Run(PassKind::Full, _)));
+        s.started(PassKind::Full, t0);
+        s.node_changed();
+        assert_eq!(s.decide(t0), Decision::Run(PassKind::Cached, SyncTrigger::NodeChange));
+        s.started(PassKind::Cached, t0);
+        s.cache_uncertain();
+        assert_eq!(s.decide(t0 + Duration::from_secs(2)), Decision::Sleep(Some(t0 + Duration::from_secs(10))));
+        assert!(matches!(s.decide(t0 + Duration::from_secs(10)), Decision::Run(PassKind::Full, _)));
+    }
+
+    #[test]
+    fn resync_is_labelled_periodic() {
+        let t0 = Instant::now();
+        let mut s = Scheduler::new(Mode::Incremental, timing(), t0);
+        s.started(PassKind::Full, t0);
+        let later = t0 + Duration::from_secs(12 * 3600);
+        assert_eq!(s.decide(later), Decision::Run(PassKind::Full, SyncTrigger::Periodic));
+        s.started(PassKind::Full, later);
+        assert_eq!(s.decide(later), Decision::Sleep(Some(later + Duration::from_secs(12 * 3600))));
+    }
+
+    #[test]
+    fn resync_interval_lies_in_its_range() {
+        let min = Duration::from_secs(12 * 3600);
+        assert_eq!(pick_resync(min, 0.0), min);
+        assert!(pick_resync(min, 0.999_999_999_999) < min * 2);
+        assert!(pick_resync(min, 5.0) < min * 2);
+    }
+}
