@@ -1,0 +1,667 @@
+//! The HTTP layer: Keystone tokens and the catalog, the client-side request
+//! budget, request counters and the classification of every Neutron answer
+//! into a [`CloudError`].
+//!
+//! Everything that leaves the process goes through [`Http::call`], so the
+//! token bucket and [`RequestStats`] see every request, Keystone's included.
+//! Tokens and secrets are kept in [`Secret`]s and never appear in errors or logs.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use route_cloud::ratelimit::TokenBucket;
+use route_cloud::{CloudError, ErrorKind, RequestStats};
+use serde_json::{Value, json};
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+
+use crate::config::{AuthType, OpenStackConfig, Secret};
+
+/// A token and the Neutron endpoint it is good for.
+#[derive(Clone)]
+struct Session {
+    token: Option<Secret>,
+    /// Ends in `/v2.0`, no trailing slash.
+    endpoint: String,
+    /// Re-authenticate after this instant.
+    renew_at: Option<Instant>,
+}
+
+/// A JSON answer.
+#[derive(Debug)]
+pub(crate) struct Answer {
+    pub body: Value,
+}
+
+/// The HTTP client of one provider.
+pub(crate) struct Http {
+    client: reqwest::Client,
+    config: std::sync::Arc<OpenStackConfig>,
+    bucket: TokenBucket,
+    pub(crate) stats: RequestStats,
+    session: Mutex<Option<Session>>,
+}
+
+impl Http {
+    pub(crate) fn new(config: std::sync::Arc<OpenStackConfig>) -> Result<Self, CloudError> {
+        let mut b = reqwest::Client::builder()
+            .timeout(config.request_timeout())
+            .connect_timeout(config.request_timeout().min(Duration::from_secs(10)))
+            .user_agent(concat!(
+                "cloud-route-controller/",
+                env!("CARGO_PKG_VERSION")
+            ));
+        if let Some(path) = &config.cacert {
+            let pem = std::fs::read(path).map_err(|e| {
+                CloudError::new(
+                    ErrorKind::Permanent,
+                    format!("reading cacert {}: {e}", path.display()),
+                )
+            })?;
+            let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| {
+                CloudError::new(
+                    ErrorKind::Permanent,
+                    format!("cacert {}: {e}", path.display()),
+                )
+            })?;
+            for c in certs {
+                b = b.add_root_certificate(c);
+            }
+        }
+        if config.insecure {
+            b = b.danger_accept_invalid_certs(true);
+        }
+        let client = b.build().map_err(|e| {
+            CloudError::new(
+                ErrorKind::Permanent,
+                format!("building the HTTP client: {e}"),
+            )
+        })?;
+        let bucket = TokenBucket::new(
+            config.rate_limit.requests_per_second,
+            config.rate_limit.burst,
+        );
+        Ok(Self {
+            client,
+            config,
+            bucket,
+            stats: RequestStats::default(),
+            session: Mutex::new(None),
+        })
+    }
+
+    /// Sends one Neutron request (`path` is relative to `/v2.0`) and returns
+    /// its JSON answer or a classified error. A 401 from Neutron re-authenticates
+    /// once (an expired or revoked token); nothing else is retried here.
+    pub(crate) async fn call(
+        &self,
+        op: &'static str,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        if_match: Option<u64>,
+    ) -> Result<Answer, CloudError> {
+        let mut reauthenticated = false;
+        loop {
+            let session = self.session().await?;
+            let url = format!("{}{}", session.endpoint, path);
+            let mut req = self.client.request(method.clone(), &url);
+            if let Some(t) = &session.token {
+                req = req.header("X-Auth-Token", t.expose());
+            }
+            if self.config.auth_type == AuthType::Noauth
+                && let Some(p) = &self.config.project_id
+            {
+                req = req.header("X-Project-Id", p);
+            }
+            if let Some(rev) = if_match {
+                req = req.header("If-Match", format!("revision_number={rev}"));
+            }
+            if let Some(b) = body {
+                req = req.json(b);
+            }
+            match self.send(op, req).await {
+                Err((Some(401), _)) if session.token.is_some() && !reauthenticated => {
+                    tracing::info!(op, "Neutron refused the token; authenticating again");
+                    *self.session.lock().await = None;
+                    reauthenticated = true;
+                }
+                Ok(a) => return Ok(a),
+                Err((_, mut e)) => {
+                    e.message = format!("{op} {method} {path}: {}", e.message);
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// One request through the budget and the counters. An error carries the
+    /// HTTP status when there was one.
+    async fn send(
+        &self,
+        op: &'static str,
+        req: reqwest::RequestBuilder,
+    ) -> Result<Answer, (Option<u16>, CloudError)> {
+        let waited = self.bucket.acquire().await;
+        if !waited.is_zero() {
+            self.stats.add_rate_limit_wait(waited);
+        }
+        let result = match req.send().await {
+            Err(e) => Err((None, transport_error(&e))),
+            Ok(resp) => {
+                let status = resp.status();
+                let retry_after = retry_after(resp.headers());
+                match resp.bytes().await {
+                    Err(e) => Err((Some(status.as_u16()), transport_error(&e))),
+                    Ok(bytes) if status.is_success() => {
+                        if bytes.is_empty() {
+                            Ok(Answer { body: Value::Null })
+                        } else {
+                            serde_json::from_slice(&bytes)
+                                .map(|body| Answer { body })
+                                .map_err(|e| {
+                                    let e = CloudError::new(
+                                        ErrorKind::Transient,
+                                        format!("{status}: the answer is not JSON: {e}"),
+                                    );
+                                    (Some(status.as_u16()), e)
+                                })
+                        }
+                    }
+                    Ok(bytes) => {
+                        Err((Some(status.as_u16()), classify(status, retry_after, &bytes)))
+                    }
+                }
+            }
+        };
+        match &result {
+            Ok(_) => self.stats.record(op, "ok"),
+            Err((_, e)) => {
+                self.stats.record(op, e.kind.as_str());
+                if e.kind == ErrorKind::Throttled {
+                    let wait = e.retry_after.unwrap_or(Duration::from_secs(1));
+                    self.bucket.pause_until(Instant::now() + wait).await;
+                }
+            }
+        }
+        result
+    }
+
+    /// The current session, authenticating first when there is none or it is
+    /// about to expire.
+    async fn session(&self) -> Result<Session, CloudError> {
+        let mut guard = self.session.lock().await;
+        if let Some(s) = guard.as_ref()
+            && s.renew_at.is_none_or(|t| Instant::now() < t)
+        {
+            return Ok(s.clone());
+        }
+        let s = match self.config.auth_type {
+            AuthType::Noauth => Session {
+                token: None,
+                endpoint: neutron_base(self.config.endpoint.as_deref().unwrap_or_default()),
+                renew_at: None,
+            },
+            AuthType::Password | AuthType::V3ApplicationCredential => self.authenticate().await?,
+        };
+        *guard = Some(s.clone());
+        Ok(s)
+    }
+
+    /// `POST /v3/auth/tokens`: a token from `X-Subject-Token`, the network
+    /// endpoint from the catalog (or the configured override).
+    async fn authenticate(&self) -> Result<Session, CloudError> {
+        let url = format!("{}/auth/tokens", keystone_base(&self.config.auth.auth_url));
+        let body = token_request(&self.config);
+        let started = Instant::now();
+        let waited = self.bucket.acquire().await;
+        if !waited.is_zero() {
+            self.stats.add_rate_limit_wait(waited);
+        }
+        let resp = match self.client.post(&url).json(&body).send().await {
+            Ok(r) => r,
+            Err(e) => {
+                let e = transport_error(&e);
+                self.stats.record("auth", e.kind.as_str());
+                return Err(CloudError {
+                    message: format!("Keystone {url}: {}", e.message),
+                    ..e
+                });
+            }
+        };
+        let status = resp.status();
+        let token = resp
+            .headers()
+            .get("X-Subject-Token")
+            .and_then(|v| v.to_str().ok())
+            .map(Secret::new);
+        let retry = retry_after(resp.headers());
+        let bytes = resp.bytes().await.unwrap_or_default();
+        if !status.is_success() {
+            let e = classify(status, retry, &bytes);
+            self.stats.record("auth", e.kind.as_str());
+            return Err(CloudError {
+                message: format!("Keystone authentication at {url}: {}", e.message),
+                ..e
+            });
+        }
+        let fail = |m: String| {
+            self.stats.record("auth", ErrorKind::Permanent.as_str());
+            CloudError::new(ErrorKind::Permanent, format!("Keystone {url}: {m}"))
+        };
+        let Some(token) = token else {
+            return Err(fail("the answer has no X-Subject-Token header".into()));
+        };
+        let doc: Value = serde_json::from_slice(&bytes)
+            .map_err(|e| fail(format!("the token answer is not JSON: {e}")))?;
+        let endpoint = match &self.config.endpoint {
+            Some(e) => neutron_base(e),
+            None => catalog_endpoint(
+                &doc,
+                self.config.interface.as_str(),
+                &self.config.region_name,
+            )
+            .map(|e| neutron_base(&e))
+            .map_err(fail)?,
+        };
+        self.stats.record("auth", "ok");
+        let lifetime = token_lifetime(&doc).unwrap_or(Duration::from_secs(3600));
+        // Renew well before expiry: a tenth of the lifetime, at most five minutes.
+        let margin = (lifetime / 10).min(Duration::from_secs(300));
+        tracing::info!(
+            endpoint = %endpoint,
+            lifetime_s = lifetime.as_secs(),
+            "authenticated with Keystone"
+        );
+        Ok(Session {
+            token: Some(token),
+            endpoint,
+            renew_at: Some(started + lifetime.saturating_sub(margin)),
+        })
+    }
+}
+
+/// The JSON body of a Keystone v3 token request (contains the secret).
+pub(crate) fn token_request(c: &OpenStackConfig) -> Value {
+    let a = &c.auth;
+    let domain = |id: &str, name: &str| {
+        if !id.is_empty() {
+            json!({ "id": id })
+        } else if !name.is_empty() {
+            json!({ "name": name })
+        } else {
+            json!({ "name": "Default" })
+        }
+    };
+    let user = || {
+        if !a.user_id.is_empty() {
+            json!({ "id": a.user_id })
+        } else {
+            json!({ "name": a.username, "domain": domain(&a.user_domain_id, &a.user_domain_name) })
+        }
+    };
+    match c.auth_type {
+        AuthType::V3ApplicationCredential => {
+            let mut cred = if !a.application_credential_id.is_empty() {
+                json!({ "id": a.application_credential_id })
+            } else {
+                json!({ "name": a.application_credential_name, "user": user() })
+            };
+            cred["secret"] = json!(a.application_credential_secret.expose());
+            json!({ "auth": { "identity": {
+                "methods": ["application_credential"],
+                "application_credential": cred,
+            }}})
+        }
+        _ => {
+            let mut u = user();
+            u["password"] = json!(a.password.expose());
+            let project = if !a.project_id.is_empty() {
+                json!({ "id": a.project_id })
+            } else {
+                json!({
+                    "name": a.project_name,
+                    "domain": domain(&a.project_domain_id, &a.project_domain_name),
+                })
+            };
+            json!({ "auth": {
+                "identity": { "methods": ["password"], "password": { "user": u } },
+                "scope": { "project": project },
+            }})
+        }
+    }
+}
+
+/// The network endpoint of a token's catalog for `interface` (and `region`
+/// when given).
+pub(crate) fn catalog_endpoint(
+    doc: &Value,
+    interface: &str,
+    region: &str,
+) -> Result<String, String> {
+    let catalog = doc["token"]["catalog"]
+        .as_array()
+        .ok_or("the token has no catalog (is it scoped to a project?)")?;
+    let network = catalog
+        .iter()
+        .find(|s| s["type"] == "network")
+        .ok_or("the catalog has no network service")?;
+    let endpoints = network["endpoints"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    endpoints
+        .iter()
+        .find(|e| {
+            e["interface"] == interface
+                && (region.is_empty() || e["region_id"] == region || e["region"] == region)
+        })
+        .and_then(|e| e["url"].as_str())
+        .map(str::to_string)
+        .ok_or_else(|| {
+            format!(
+                "the catalog has no {interface} network endpoint{}",
+                if region.is_empty() {
+                    String::new()
+                } else {
+                    format!(" in region {region}")
+                }
+            )
+        })
+}
+
+/// `https://x/v3/` and `https://x` both become `https://x/v3`.
+fn keystone_base(url: &str) -> String {
+    let u = url.trim().trim_end_matches('/');
+    if u.ends_with("/v3") {
+        u.to_string()
+    } else {
+        format!("{u}/v3")
+    }
+}
+
+/// `http://x:9696/` and `http://x:9696/v2.0/` both become `http://x:9696/v2.0`.
+pub(crate) fn neutron_base(url: &str) -> String {
+    let u = url.trim().trim_end_matches('/');
+    if u.ends_with("/v2.0") {
+        u.to_string()
+    } else {
+        format!("{u}/v2.0")
+    }
+}
+
+/// `expires_at - issued_at` of a token answer.
+fn token_lifetime(doc: &Value) -> Option<Duration> {
+    let expires = unix_seconds(doc["token"]["expires_at"].as_str()?)?;
+    let issued = unix_seconds(doc["token"]["issued_at"].as_str()?)?;
+    u64::try_from(expires - issued)
+        .ok()
+        .map(Duration::from_secs)
+}
+
+/// Seconds since the epoch of an ISO 8601 UTC time such as
+/// `2026-11-29T16:20:46.000000Z` (fractions and offsets other than Z ignored).
+fn unix_seconds(s: &str) -> Option<i64> {
+    let (date, time) = s.split_once('T')?;
+    let mut d = date.split('-').map(|p| p.parse::<i64>().ok());
+    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
+    let time = time.trim_end_matches('Z');
+    let time = time.split(['.', '+']).next()?;
+    let mut t = time.split(':').map(|p| p.parse::<i64>().ok());
+    let (hh, mm, ss) = (t.next()??, t.next()??, t.next().flatten().unwrap_or(0));
+    if !(1..=12).contains(&m) || !(1..=31).contains(&day) {
+        return None;
+    }
+    // Days from civil (Howard Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(days * 86_400 + hh * 3600 + mm * 60 + ss)
+}
+
+fn retry_after(h: &reqwest::header::HeaderMap) -> Option<Duration> {
+    h.get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .map(Duration::from_secs)
+}
+
+fn transport_error(e: &reqwest::Error) -> CloudError {
+    if e.is_timeout() {
+        CloudError::new(ErrorKind::Timeout, format!("no answer in time: {e}"))
+    } else if e.is_builder() {
+        CloudError::new(ErrorKind::Permanent, format!("bad request URL: {e}"))
+    } else {
+        CloudError::new(ErrorKind::Transient, format!("network error: {e}"))
+    }
+}
+
+/// The `NeutronError` of an answer: (type, message).
+fn neutron_error(body: &[u8]) -> (String, String) {
+    let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    let e = &v["NeutronError"];
+    if e.is_object() {
+        return (
+            e["type"].as_str().unwrap_or_default().to_string(),
+            e["message"].as_str().unwrap_or_default().to_string(),
+        );
+    }
+    // Keystone and proxies answer {"error": {"message": ...}} or plain text.
+    if let Some(m) = v["error"]["message"].as_str() {
+        return (String::new(), m.to_string());
+    }
+    let text = String::from_utf8_lossy(body);
+    (String::new(), text.chars().take(300).collect())
+}
+
+/// Classifies a non-2xx answer. The message starts with the status code.
+pub(crate) fn classify(
+    status: StatusCode,
+    retry_after: Option<Duration>,
+    body: &[u8],
+) -> CloudError {
+    let (kind_name, msg) = neutron_error(body);
+    let what = if kind_name.is_empty() {
+        msg.clone()
+    } else {
+        format!("{kind_name}: {msg}")
+    };
+    let message = format!("{} {what}", status.as_u16());
+    let kind = match status.as_u16() {
+        // OverQuota is the route quota (quota_router_route, Neutron >= 2026.2);
+        // RoutesExhausted the older per-router max_routes.
+        _ if kind_name == "OverQuota" || kind_name == "RoutesExhausted" => ErrorKind::QuotaExceeded,
+        429 => ErrorKind::Throttled,
+        413 if retry_after.is_some() => ErrorKind::Throttled,
+        401 | 403 => ErrorKind::Permanent,
+        404 => ErrorKind::NotFound,
+        409 | 412 => ErrorKind::Conflict,
+        408 => ErrorKind::Timeout,
+        500..=599 => ErrorKind::Transient,
+        _ => ErrorKind::InvalidRequest,
+    };
+    CloudError {
+        kind,
+        message,
+        retry_after,
+    }
+}
+
+/// Whether `ip` is inside any of `subnets`.
+pub(crate) fn in_subnets(ip: IpAddr, subnets: &[route_core::Cidr]) -> bool {
+    subnets.iter().any(|s| s.contains(ip))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{AuthConfig, OpenStackConfig};
+
+    #[test]
+    fn classifies_neutron_answers() {
+        let c = |code: u16, body: &str, ra: Option<u64>| {
+            classify(
+                StatusCode::from_u16(code).unwrap(),
+                ra.map(Duration::from_secs),
+                body.as_bytes(),
+            )
+        };
+        let quota = c(
+            409,
+            r#"{"NeutronError": {"type": "OverQuota", "message": "Quota exceeded for resources: ['router_route'].", "detail": ""}}"#,
+            None,
+        );
+        assert_eq!(quota.kind, ErrorKind::QuotaExceeded);
+        assert!(quota.message.contains("router_route"), "{}", quota.message);
+        let old_quota = c(
+            400,
+            r#"{"NeutronError": {"type": "RoutesExhausted", "message": "The number of routes exceeds the maximum 30.", "detail": ""}}"#,
+            None,
+        );
+        assert_eq!(old_quota.kind, ErrorKind::QuotaExceeded);
+        let rev = c(
+            412,
+            r#"{"NeutronError": {"type": "RevisionNumberConstraintFailed", "message": "Constrained to 1, but current revision is 3", "detail": ""}}"#,
+            None,
+        );
+        assert_eq!(rev.kind, ErrorKind::Conflict);
+        assert!(
+            rev.message
+                .starts_with("412 RevisionNumberConstraintFailed")
+        );
+        assert_eq!(
+            c(
+                409,
+                r#"{"NeutronError": {"type": "RouterInUse", "message": "x"}}"#,
+                None
+            )
+            .kind,
+            ErrorKind::Conflict
+        );
+        let t = c(429, "slow down", Some(7));
+        assert_eq!(
+            (t.kind, t.retry_after),
+            (ErrorKind::Throttled, Some(Duration::from_secs(7)))
+        );
+        assert_eq!(c(413, "", Some(3)).kind, ErrorKind::Throttled);
+        assert_eq!(
+            c(
+                404,
+                r#"{"NeutronError": {"type": "RouterNotFound", "message": "gone"}}"#,
+                None
+            )
+            .kind,
+            ErrorKind::NotFound
+        );
+        assert_eq!(
+            c(
+                400,
+                r#"{"NeutronError": {"type": "InvalidRoutes", "message": "nexthop"}}"#,
+                None
+            )
+            .kind,
+            ErrorKind::InvalidRequest
+        );
+        assert_eq!(c(401, "", None).kind, ErrorKind::Permanent);
+        assert_eq!(
+            c(403, r#"{"error": {"message": "policy"}}"#, None).kind,
+            ErrorKind::Permanent
+        );
+        assert_eq!(
+            c(502, "<html>bad gateway</html>", None).kind,
+            ErrorKind::Transient
+        );
+        assert_eq!(c(503, "", None).kind, ErrorKind::Transient);
+    }
+
+    #[test]
+    fn token_requests_have_the_keystone_shape() {
+        let mut c = OpenStackConfig::noauth("http://x", "r");
+        c.auth_type = AuthType::Password;
+        c.auth = AuthConfig {
+            auth_url: "https://k/v3".into(),
+            username: "u".into(),
+            password: Secret::new("pw"),
+            project_name: "p".into(),
+            ..AuthConfig::default()
+        };
+        let b = token_request(&c);
+        assert_eq!(b["auth"]["identity"]["methods"][0], "password");
+        assert_eq!(b["auth"]["identity"]["password"]["user"]["name"], "u");
+        assert_eq!(b["auth"]["identity"]["password"]["user"]["password"], "pw");
+        assert_eq!(
+            b["auth"]["identity"]["password"]["user"]["domain"]["name"],
+            "Default"
+        );
+        assert_eq!(b["auth"]["scope"]["project"]["name"], "p");
+        assert_eq!(b["auth"]["scope"]["project"]["domain"]["name"], "Default");
+
+        c.auth_type = AuthType::V3ApplicationCredential;
+        c.auth.application_credential_id = "ac".into();
+        c.auth.application_credential_secret = Secret::new("sec");
+        let b = token_request(&c);
+        assert_eq!(
+            b["auth"]["identity"]["methods"][0],
+            "application_credential"
+        );
+        assert_eq!(b["auth"]["identity"]["application_credential"]["id"], "ac");
+        assert_eq!(
+            b["auth"]["identity"]["application_credential"]["secret"],
+            "sec"
+        );
+        assert!(
+            b["auth"]["scope"].is_null(),
+            "application credentials carry their scope"
+        );
+    }
+
+    #[test]
+    fn finds_the_network_endpoint_in_the_catalog() {
+        let doc = json!({"token": {"catalog": [
+            {"type": "identity", "endpoints": [{"interface": "public", "region_id": "R1", "url": "http://k"}]},
+            {"type": "network", "endpoints": [
+                {"interface": "public", "region_id": "R1", "url": "https://net-r1-public"},
+                {"interface": "internal", "region_id": "R1", "url": "http://net-r1-internal"},
+                {"interface": "public", "region_id": "R2", "url": "https://net-r2-public"}
+            ]}
+        ]}});
+        assert_eq!(
+            catalog_endpoint(&doc, "public", "R2").unwrap(),
+            "https://net-r2-public"
+        );
+        assert_eq!(
+            catalog_endpoint(&doc, "internal", "").unwrap(),
+            "http://net-r1-internal"
+        );
+        assert!(
+            catalog_endpoint(&doc, "admin", "")
+                .unwrap_err()
+                .contains("admin")
+        );
+        assert!(catalog_endpoint(&json!({"token": {}}), "public", "").is_err());
+    }
+
+    #[test]
+    fn normalises_urls_and_times() {
+        assert_eq!(neutron_base("http://h:9696/"), "http://h:9696/v2.0");
+        assert_eq!(neutron_base("http://h:9696/v2.0/"), "http://h:9696/v2.0");
+        assert_eq!(keystone_base("https://k:5000"), "https://k:5000/v3");
+        assert_eq!(keystone_base("https://k:5000/v3/"), "https://k:5000/v3");
+        assert_eq!(unix_seconds("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(
+            unix_seconds("2000-03-01T00:00:01.123456Z"),
+            Some(951_868_801)
+        );
+        assert_eq!(unix_seconds("garbage"), None);
+        let doc = json!({"token": {"issued_at": "2026-11-29T15:20:46.000000Z", "expires_at": "2026-11-29T16:20:46.000000Z"}});
+        assert_eq!(token_lifetime(&doc), Some(Duration::from_secs(3600)));
+    }
+}

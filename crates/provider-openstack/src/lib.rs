@@ -1,0 +1,893 @@
+//! The OpenStack provider: the `routes` of one Neutron router.
+//!
+//! A route is `destination` (a Node's pod CIDR) + `nexthop` (that Node's
+//! InternalIP of the same family). This crate owns the translation between
+//! [`route_core::Route`]s and the router's route list, Keystone
+//! authentication, and the choice between Neutron's two write paths:
+//!
+//! * `extraroute-atomic` (`PUT /v2.0/routers/{id}/add_extraroutes` and
+//!   `remove_extraroutes`): only the delta is sent, nothing can be lost to a
+//!   concurrent writer, and many routes go in one call;
+//! * the classic whole-list `PUT /v2.0/routers/{id}` with
+//!   `If-Match: revision_number=N`, retried after a fresh read on 412.
+//!
+//! **Ownership.** A router may be shared with other clusters and operators, so
+//! the provider lists only routes it can attribute to this cluster's Nodes.
+//! A next hop is attributed through, in order: the [`NodeAddressIndex`] (the
+//! Nodes' current InternalIPs, fed by the controller), the targets this
+//! provider created routes to (kept until their routes are gone), and
+//! `node_subnets` (a next hop there that matches no Node is a stale route of
+//! this cluster and is listed as a blackhole, but only once the index holds a
+//! complete snapshot, so an unfed index never makes routes look stale). Any
+//! other route is not listed and therefore never deleted. Routes that do not
+//! parse are always listed, as unparsable, and never deleted.
+//!
+//! **Addresses.** Listed routes carry `enable_node_addresses = true` and, as
+//! `target_node_addresses`, the Node's current addresses while the next hop is
+//! still one of its InternalIPs, or only the next hop when it is not. So any
+//! address comparison sees a change exactly when the next hop is stale and
+//! the controller re-creates the route with the new address.
+
+pub mod config;
+pub mod index;
+pub mod testing;
+
+mod client;
+
+use std::collections::{HashMap, HashSet};
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use reqwest::Method;
+use route_cloud::{
+    Batch, BatchResult, Capabilities, CloudError, CloudRoutes, ErrorKind, RequestStats,
+};
+use route_core::{Destination, IpFamily, NodeAddress, Route};
+use serde_json::{Value, json};
+use tokio::sync::OnceCell;
+
+pub use config::{AuthType, Interface, OpenStackConfig, Secret, UpdateMode};
+pub use index::NodeAddressIndex;
+
+use client::Http;
+use index::{Learned, internal_ips};
+
+/// One entry of a router's `routes`, verbatim.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct RawRoute {
+    destination: String,
+    nexthop: String,
+}
+
+impl RawRoute {
+    fn to_json(&self) -> Value {
+        json!({ "destination": self.destination, "nexthop": self.nexthop })
+    }
+}
+
+/// The router as last seen.
+#[derive(Debug, Clone, Default)]
+struct RouterState {
+    revision: Option<u64>,
+    routes: Vec<RawRoute>,
+    /// Entries that are not `{destination, nexthop}` strings.
+    malformed: Vec<Value>,
+}
+
+impl RouterState {
+    fn from_answer(body: &Value) -> Result<Self, CloudError> {
+        let r = &body["router"];
+        if !r.is_object() {
+            return Err(CloudError::new(
+                ErrorKind::Transient,
+                "the answer has no router object",
+            ));
+        }
+        let mut state = RouterState {
+            revision: r["revision_number"].as_u64(),
+            ..RouterState::default()
+        };
+        for entry in r["routes"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
+            match (entry["destination"].as_str(), entry["nexthop"].as_str()) {
+                (Some(d), Some(n)) => state.routes.push(RawRoute {
+                    destination: d.to_string(),
+                    nexthop: n.to_string(),
+                }),
+                _ => state.malformed.push(entry.clone()),
+            }
+        }
+        Ok(state)
+    }
+}
+
+/// Which write path a batch takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Path {
+    Atomic,
+    WholeList,
+}
+
+/// The OpenStack Neutron provider.
+pub struct OpenStackRoutes {
+    config: Arc<OpenStackConfig>,
+    http: Http,
+    index: Arc<NodeAddressIndex>,
+    learned: Mutex<HashMap<IpAddr, Learned>>,
+    router_id: OnceCell<String>,
+    path: OnceCell<Path>,
+    last_seen: Mutex<Option<RouterState>>,
+    /// Whole-list writes of this process go one at a time; a 412 then only
+    /// comes from another writer.
+    write_lock: tokio::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for OpenStackRoutes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenStackRoutes")
+            .field("config", &self.config)
+            .field("router_id", &self.router_id.get())
+            .field("path", &self.path.get())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Stats operation names, one per kind of request.
+pub mod ops {
+    /// `POST /v3/auth/tokens`.
+    pub const AUTH: &str = "auth";
+    /// `GET /v2.0/routers?name=` (once, when the router is configured by name).
+    pub const FIND_ROUTER: &str = "find_router";
+    /// `GET /v2.0/extensions/extraroute-atomic` (once).
+    pub const EXTENSIONS: &str = "extensions";
+    /// `GET /v2.0/routers/{id}` for a list.
+    pub const LIST: &str = "list";
+    /// `GET /v2.0/routers/{id}` to refresh the revision before a whole-list update.
+    pub const GET_ROUTER: &str = "get_router";
+    /// `PUT /v2.0/routers/{id}/add_extraroutes`.
+    pub const ADD_EXTRAROUTES: &str = "add_extraroutes";
+    /// `PUT /v2.0/routers/{id}/remove_extraroutes`.
+    pub const REMOVE_EXTRAROUTES: &str = "remove_extraroutes";
+    /// `PUT /v2.0/routers/{id}` with the whole route list.
+    pub const UPDATE_ROUTER: &str = "update_router";
+    /// Every operation that changes the router.
+    pub const WRITES: [&str; 3] = [ADD_EXTRAROUTES, REMOVE_EXTRAROUTES, UPDATE_ROUTER];
+}
+
+impl OpenStackRoutes {
+    /// A provider for `config` with its own, empty node index. No request is
+    /// made until the first call.
+    pub fn new(config: OpenStackConfig) -> Result<Self, CloudError> {
+        Self::with_node_index(config, Arc::new(NodeAddressIndex::new()))
+    }
+
+    /// A provider that resolves next hops through `index`, which the caller
+    /// keeps feeding from its Node watch.
+    pub fn with_node_index(
+        config: OpenStackConfig,
+        index: Arc<NodeAddressIndex>,
+    ) -> Result<Self, CloudError> {
+        config
+            .validate()
+            .map_err(|e| CloudError::new(ErrorKind::Permanent, e.to_string()))?;
+        let config = Arc::new(config);
+        Ok(Self {
+            http: Http::new(config.clone())?,
+            config,
+            index,
+            learned: Mutex::new(HashMap::new()),
+            router_id: OnceCell::new(),
+            path: OnceCell::new(),
+            last_seen: Mutex::new(None),
+            write_lock: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// The node index this provider reads; feed it with
+    /// [`NodeAddressIndex::replace_from_views`] and friends.
+    pub fn node_index(&self) -> Arc<NodeAddressIndex> {
+        self.index.clone()
+    }
+
+    /// The router's id, looked up by name on first use when configured so.
+    pub async fn router_id(&self) -> Result<String, CloudError> {
+        self.router_id
+            .get_or_try_init(|| async {
+                if let Some(id) = &self.config.router_id {
+                    return Ok(id.clone());
+                }
+                let name = self.config.router_name.clone().unwrap_or_default();
+                let mut path = format!("/routers?name={}&fields=id", query_escape(&name));
+                if let Some(p) = &self.config.project_id {
+                    path.push_str(&format!("&project_id={}", query_escape(p)));
+                }
+                let a = self
+                    .http
+                    .call(ops::FIND_ROUTER, Method::GET, &path, None, None)
+                    .await?;
+                let ids: Vec<&str> = a.body["routers"]
+                    .as_array()
+                    .map(Vec::as_slice)
+                    .unwrap_or(&[])
+                    .iter()
+                    .filter_map(|r| r["id"].as_str())
+                    .collect();
+                match ids.as_slice() {
+                    [id] => Ok((*id).to_string()),
+                    [] => Err(CloudError::new(
+                        ErrorKind::Permanent,
+                        format!("no Neutron router is named {name:?}"),
+                    )),
+                    many => Err(CloudError::new(
+                        ErrorKind::Permanent,
+                        format!(
+                            "{} Neutron routers are named {name:?}; set router_id",
+                            many.len()
+                        ),
+                    )),
+                }
+            })
+            .await
+            .cloned()
+    }
+
+    /// Whether writes use `extraroute-atomic` (asks the server once in `auto`).
+    pub async fn uses_atomic_updates(&self) -> Result<bool, CloudError> {
+        Ok(self.write_path().await? == Path::Atomic)
+    }
+
+    async fn write_path(&self) -> Result<Path, CloudError> {
+        self.path
+            .get_or_try_init(|| async {
+                match self.config.update_mode {
+                    UpdateMode::Atomic => Ok(Path::Atomic),
+                    UpdateMode::WholeList => Ok(Path::WholeList),
+                    UpdateMode::Auto => {
+                        let r = self
+                            .http
+                            .call(
+                                ops::EXTENSIONS,
+                                Method::GET,
+                                "/extensions/extraroute-atomic",
+                                None,
+                                None,
+                            )
+                            .await;
+                        match r {
+                            Ok(_) => Ok(Path::Atomic),
+                            Err(e) if e.kind == ErrorKind::NotFound => {
+                                tracing::info!(
+                                    "Neutron has no extraroute-atomic extension; using whole-list router updates"
+                                );
+                                Ok(Path::WholeList)
+                            }
+                            Err(e) => Err(e),
+                        }
+                    }
+                }
+            })
+            .await
+            .copied()
+    }
+
+    fn remember(&self, state: &RouterState) {
+        *self.last_seen.lock().unwrap_or_else(|e| e.into_inner()) = Some(state.clone());
+    }
+
+    fn remembered(&self) -> Option<RouterState> {
+        self.last_seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    async fn get_router(&self, op: &'static str) -> Result<RouterState, CloudError> {
+        let id = self.router_id().await?;
+        let a = self
+            .http
+            .call(op, Method::GET, &format!("/routers/{id}"), None, None)
+            .await?;
+        let state = RouterState::from_answer(&a.body)?;
+        self.remember(&state);
+        Ok(state)
+    }
+
+    /// The route as `list_routes` shows it, or `None` when it is not this
+    /// cluster's.
+    fn to_route(&self, raw: &RawRoute) -> Option<Route> {
+        let name = format!("{} via {}", raw.destination, raw.nexthop);
+        let hop = raw.nexthop.trim().parse::<IpAddr>().ok();
+        let destination = Destination::parse(&raw.destination);
+        let (cidr, hop) = match (destination.cidr(), hop) {
+            (Some(c), Some(h)) => (c, h),
+            (_, hop) => {
+                // Kept visible so an operator sees it; an unparsable
+                // destination is never deleted.
+                let destination = match destination {
+                    Destination::Cidr(_) => Destination::Unparsable(name.clone()),
+                    d => d,
+                };
+                let target_node = hop
+                    .and_then(|h| self.attribute(h))
+                    .map(|(n, _)| n)
+                    .unwrap_or_default();
+                return Some(Route {
+                    name,
+                    target_node,
+                    destination,
+                    blackhole: false,
+                    target_node_addresses: Vec::new(),
+                    enable_node_addresses: false,
+                    cloud_target: raw.nexthop.clone(),
+                    target_provider_id: None,
+                });
+            }
+        };
+        let mut route = Route::new("", cidr).named(name);
+        route.cloud_target = hop.to_string();
+        match self.attribute(hop) {
+            Some((node, addresses)) => {
+                route.target_node = node;
+                route.target_node_addresses = addresses;
+                route.enable_node_addresses = true;
+            }
+            None => {
+                if !(self.index.is_populated()
+                    && client::in_subnets(hop, &self.config.node_subnets))
+                {
+                    return None;
+                }
+                route.blackhole = true;
+                route.target_node_addresses = vec![NodeAddress::internal_ip(hop.to_string())];
+                route.enable_node_addresses = true;
+            }
+        }
+        Some(route)
+    }
+
+    /// The node a next hop belongs to, and the addresses to report for it.
+    fn attribute(&self, hop: IpAddr) -> Option<(String, Vec<NodeAddress>)> {
+        if let Some(found) = self.index.node_for(hop) {
+            return Some(found);
+        }
+        let learned = self
+            .learned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&hop)
+            .cloned()?;
+        let addresses = match self.index.addresses_of(&learned.node) {
+            // The node now has other InternalIPs: report only the stale hop.
+            Some(_) => vec![NodeAddress::internal_ip(hop.to_string())],
+            None if internal_ips(&learned.addresses).any(|ip| ip == hop) => learned.addresses,
+            None => vec![NodeAddress::internal_ip(hop.to_string())],
+        };
+        Some((learned.node, addresses))
+    }
+
+    /// The route to write for a creation: the node's InternalIP of the
+    /// destination's family as next hop.
+    fn raw_for_create(&self, route: &Route) -> Result<RawRoute, CloudError> {
+        let Some(cidr) = route.destination.cidr() else {
+            return Err(CloudError::new(
+                ErrorKind::InvalidRequest,
+                format!("cannot create a route to unparsable {}", route.destination),
+            ));
+        };
+        let family = cidr.family();
+        let hop = internal_ips(&route.target_node_addresses)
+            .find(|ip| match family {
+                IpFamily::V4 => ip.is_ipv4(),
+                IpFamily::V6 => ip.is_ipv6(),
+            })
+            .ok_or_else(|| {
+                CloudError::new(
+                    ErrorKind::InvalidRequest,
+                    format!(
+                        "node {:?} has no {family} InternalIP to route {cidr} to",
+                        route.target_node
+                    ),
+                )
+            })?;
+        Ok(RawRoute {
+            destination: cidr.to_string(),
+            nexthop: hop.to_string(),
+        })
+    }
+
+    /// The route to remove for a deletion: as listed.
+    fn raw_for_delete(route: &Route) -> Result<RawRoute, CloudError> {
+        let destination = match &route.destination {
+            Destination::Cidr(c) => c.to_string(),
+            Destination::Unparsable(s) => {
+                return Err(CloudError::new(
+                    ErrorKind::InvalidRequest,
+                    format!("refusing to delete unparsable route {s:?}"),
+                ));
+            }
+        };
+        let hop = route.cloud_target.trim();
+        if hop.parse::<IpAddr>().is_err() {
+            return Err(CloudError::new(
+                ErrorKind::InvalidRequest,
+                format!("route {destination} has no next hop to delete (cloud_target {hop:?})"),
+            ));
+        }
+        Ok(RawRoute {
+            destination,
+            nexthop: hop.to_string(),
+        })
+    }
+
+    /// Writes the changes and returns the router as the server answered.
+    async fn write(
+        &self,
+        remove: &[RawRoute],
+        add: &[RawRoute],
+    ) -> Result<(RouterState, Option<CloudError>), CloudError> {
+        let id = self.router_id().await?;
+        match self.write_path().await? {
+            Path::Atomic => self.write_atomic(&id, remove, add).await,
+            Path::WholeList => self
+                .write_whole_list(&id, remove, add)
+                .await
+                .map(|s| (s, None)),
+        }
+    }
+
+    /// Removes, then adds. A failed removal fails everything (nothing was
+    /// added); a failed addition after a successful removal is returned
+    /// beside the state.
+    async fn write_atomic(
+        &self,
+        id: &str,
+        remove: &[RawRoute],
+        add: &[RawRoute],
+    ) -> Result<(RouterState, Option<CloudError>), CloudError> {
+        let body = |routes: &[RawRoute]| json!({ "router": { "routes": routes.iter().map(RawRoute::to_json).collect::<Vec<_>>() } });
+        let mut state = None;
+        if !remove.is_empty() {
+            let a = self
+                .http
+                .call(
+                    ops::REMOVE_EXTRAROUTES,
+                    Method::PUT,
+                    &format!("/routers/{id}/remove_extraroutes"),
+                    Some(&body(remove)),
+                    None,
+                )
+                .await?;
+            state = Some(RouterState::from_answer(&a.body)?);
+        }
+        if !add.is_empty() {
+            let r = self
+                .http
+                .call(
+                    ops::ADD_EXTRAROUTES,
+                    Method::PUT,
+                    &format!("/routers/{id}/add_extraroutes"),
+                    Some(&body(add)),
+                    None,
+                )
+                .await;
+            match r {
+                Ok(a) => state = Some(RouterState::from_answer(&a.body)?),
+                Err(e) => {
+                    let e = self.explain_quota(e, add.len());
+                    match state {
+                        Some(s) => {
+                            self.remember(&s);
+                            return Ok((s, Some(e)));
+                        }
+                        None => return Err(e),
+                    }
+                }
+            }
+        }
+        let state = state.unwrap_or_default();
+        self.remember(&state);
+        Ok((state, None))
+    }
+
+    /// Whole-list update under `If-Match`; on 412 reads the router again and
+    /// retries up to `max_conflict_retries` times.
+    async fn write_whole_list(
+        &self,
+        id: &str,
+        remove: &[RawRoute],
+        add: &[RawRoute],
+    ) -> Result<RouterState, CloudError> {
+        let _serial = self.write_lock.lock().await;
+        // The revision from the last answer usually still holds, which saves
+        // a read; a 412 says it did not.
+        let mut current = match self.remembered() {
+            Some(s) if s.revision.is_some() => s,
+            _ => self.get_router(ops::GET_ROUTER).await?,
+        };
+        let mut attempt = 0;
+        loop {
+            if !current.malformed.is_empty() {
+                return Err(CloudError::new(
+                    ErrorKind::InvalidRequest,
+                    format!(
+                        "router {id} holds {} malformed routes; a whole-list update would have to resend them",
+                        current.malformed.len()
+                    ),
+                ));
+            }
+            let gone: HashSet<&RawRoute> = remove.iter().collect();
+            let mut routes: Vec<RawRoute> = Vec::with_capacity(current.routes.len() + add.len());
+            for r in current.routes.iter().chain(add) {
+                if !gone.contains(r) && !routes.contains(r) {
+                    routes.push(r.clone());
+                }
+            }
+            let body = json!({ "router": { "routes": routes.iter().map(RawRoute::to_json).collect::<Vec<_>>() } });
+            let r = self
+                .http
+                .call(
+                    ops::UPDATE_ROUTER,
+                    Method::PUT,
+                    &format!("/routers/{id}"),
+                    Some(&body),
+                    current.revision,
+                )
+                .await;
+            match r {
+                Ok(a) => {
+                    let state = RouterState::from_answer(&a.body)?;
+                    self.remember(&state);
+                    return Ok(state);
+                }
+                // 412: the revision moved; 409: a concurrent change collided
+                // inside Neutron. Either way a fresh read decides.
+                Err(e)
+                    if e.kind == ErrorKind::Conflict
+                        && attempt < self.config.max_conflict_retries =>
+                {
+                    attempt += 1;
+                    tracing::debug!(
+                        router = id,
+                        attempt,
+                        "revision conflict; reading the router again"
+                    );
+                    // A short, growing pause spreads competing writers apart.
+                    tokio::time::sleep(Duration::from_millis(20 * u64::from(attempt))).await;
+                    current = self.get_router(ops::GET_ROUTER).await?;
+                }
+                Err(e) => {
+                    if e.kind == ErrorKind::Conflict {
+                        // Whatever we remembered is stale.
+                        *self.last_seen.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                    }
+                    let added = routes.len().saturating_sub(current.routes.len());
+                    return Err(self.explain_quota(e, added));
+                }
+            }
+        }
+    }
+
+    fn explain_quota(&self, e: CloudError, adding: usize) -> CloudError {
+        if e.kind != ErrorKind::QuotaExceeded {
+            return e;
+        }
+        let id = self.router_id.get().map(String::as_str).unwrap_or("?");
+        let have = self.remembered().map(|s| s.routes.len());
+        CloudError {
+            message: format!(
+                "the route quota of Neutron router {id} is reached: it holds {} routes and {adding} more were asked for; \
+                 raise the project's router_route quota (quota_router_route, default 30 per router) or remove routes ({})",
+                have.map_or_else(|| "an unknown number of".to_string(), |n| n.to_string()),
+                e.message
+            ),
+            ..e
+        }
+    }
+
+    /// Applies deletions then creations; the shared core of every write.
+    async fn apply(&self, batch: &Batch) -> Result<BatchResult, CloudError> {
+        let mut results: BatchResult = Vec::with_capacity(batch.delete.len() + batch.create.len());
+        let mut remove = Vec::new();
+        for r in &batch.delete {
+            match Self::raw_for_delete(r) {
+                Ok(raw) => {
+                    remove.push(raw);
+                    results.push(Ok(None));
+                }
+                Err(e) => results.push(Err(e)),
+            }
+        }
+        let mut add = Vec::new();
+        let mut add_slot = Vec::new();
+        for (_hint, r) in &batch.create {
+            match self.raw_for_create(r) {
+                Ok(raw) => {
+                    if let Ok(hop) = raw.nexthop.parse::<IpAddr>() {
+                        self.learned
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .insert(
+                                hop,
+                                Learned {
+                                    node: r.target_node.clone(),
+                                    addresses: r.target_node_addresses.clone(),
+                                },
+                            );
+                    }
+                    add_slot.push(results.len());
+                    add.push(raw.clone());
+                    results.push(Ok(None));
+                }
+                Err(e) => results.push(Err(e)),
+            }
+        }
+        if remove.is_empty() && add.is_empty() {
+            return Ok(results);
+        }
+        let (state, add_error) = self.write(&remove, &add).await?;
+        let present: HashSet<&RawRoute> = state.routes.iter().collect();
+        for (slot, raw) in add_slot.iter().zip(&add) {
+            results[*slot] = match &add_error {
+                Some(e) => Err(e.clone()),
+                None if present.contains(raw) => self.to_route(raw).map(Some).ok_or_else(|| {
+                    CloudError::new(
+                        ErrorKind::Transient,
+                        format!(
+                            "created route {} via {} cannot be attributed",
+                            raw.destination, raw.nexthop
+                        ),
+                    )
+                }),
+                None => Err(CloudError::new(
+                    ErrorKind::Transient,
+                    format!(
+                        "route {} via {} is missing from the router's answer",
+                        raw.destination, raw.nexthop
+                    ),
+                )),
+            };
+        }
+        Ok(results)
+    }
+}
+
+fn query_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[async_trait]
+impl CloudRoutes for OpenStackRoutes {
+    fn name(&self) -> &'static str {
+        "openstack"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            // One router, one route list: changes go in batches, one at a time.
+            max_concurrent_operations: 1,
+            supports_batch: true,
+            reports_node_addresses: true,
+            supports_ipv6: true,
+            max_routes: self.config.max_routes,
+        }
+    }
+
+    fn stats(&self) -> &RequestStats {
+        &self.http.stats
+    }
+
+    async fn list_routes(&self, cluster: &str) -> Result<Vec<Route>, CloudError> {
+        let state = self.get_router(ops::LIST).await?;
+        // Forget created targets whose routes are all gone.
+        {
+            let hops: HashSet<IpAddr> = state
+                .routes
+                .iter()
+                .filter_map(|r| r.nexthop.trim().parse().ok())
+                .collect();
+            self.learned
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .retain(|ip, _| hops.contains(ip));
+        }
+        let mut out: Vec<Route> = state
+            .routes
+            .iter()
+            .filter_map(|r| self.to_route(r))
+            .collect();
+        for m in &state.malformed {
+            let text = m.to_string();
+            out.push(Route {
+                name: text.clone(),
+                ..Route::new("", Destination::Unparsable(text))
+            });
+        }
+        tracing::debug!(
+            cluster,
+            listed = out.len(),
+            on_router = state.routes.len() + state.malformed.len(),
+            "listed Neutron router routes"
+        );
+        Ok(out)
+    }
+
+    async fn create_route(
+        &self,
+        _cluster: &str,
+        name_hint: &str,
+        route: &Route,
+    ) -> Result<Route, CloudError> {
+        let batch = Batch {
+            delete: Vec::new(),
+            create: vec![(name_hint.to_string(), route.clone())],
+        };
+        let mut r = self.apply(&batch).await?;
+        match r.pop() {
+            Some(Ok(Some(route))) => Ok(route),
+            Some(Err(e)) => Err(e),
+            _ => Err(CloudError::new(
+                ErrorKind::Transient,
+                "no result for the creation",
+            )),
+        }
+    }
+
+    async fn delete_route(&self, _cluster: &str, route: &Route) -> Result<(), CloudError> {
+        let batch = Batch {
+            delete: vec![route.clone()],
+            create: Vec::new(),
+        };
+        match self.apply(&batch).await?.pop() {
+            Some(Ok(_)) => Ok(()),
+            Some(Err(e)) => Err(e),
+            None => Err(CloudError::new(
+                ErrorKind::Transient,
+                "no result for the deletion",
+            )),
+        }
+    }
+
+    async fn apply_batch(&self, _cluster: &str, batch: &Batch) -> Result<BatchResult, CloudError> {
+        self.apply(batch).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn provider(node_subnets: &[&str]) -> OpenStackRoutes {
+        let mut c = OpenStackConfig::noauth("http://127.0.0.1:1", "r1");
+        c.node_subnets = node_subnets
+            .iter()
+            .map(|s| route_core::Cidr::parse(s).unwrap())
+            .collect();
+        OpenStackRoutes::new(c).unwrap()
+    }
+
+    fn raw(d: &str, n: &str) -> RawRoute {
+        RawRoute {
+            destination: d.into(),
+            nexthop: n.into(),
+        }
+    }
+
+    #[test]
+    fn attributes_next_hops_to_nodes_or_leaves_them_alone() {
+        let p = provider(&["10.0.0.0/16"]);
+        let idx = p.node_index();
+        // Not fed yet: an unknown hop in the node subnet is not called stale.
+        assert!(p.to_route(&raw("10.244.9.0/24", "10.0.0.9")).is_none());
+        idx.replace_all([("n1", vec![NodeAddress::internal_ip("10.0.0.5")])]);
+
+        let r = p.to_route(&raw("10.244.1.0/24", "10.0.0.5")).unwrap();
+        assert_eq!(r.target_node, "n1");
+        assert!(r.enable_node_addresses && !r.blackhole);
+        assert_eq!(
+            r.target_node_addresses,
+            vec![NodeAddress::internal_ip("10.0.0.5")]
+        );
+        assert_eq!(r.cloud_target, "10.0.0.5");
+
+        let stale = p.to_route(&raw("10.244.9.0/24", "10.0.0.9")).unwrap();
+        assert!(stale.blackhole && stale.target_node.is_empty());
+
+        assert!(
+            p.to_route(&raw("10.244.9.0/24", "192.168.1.1")).is_none(),
+            "a hop outside the node subnets that no node has is someone else's"
+        );
+    }
+
+    #[test]
+    fn created_targets_stay_attributed_after_the_node_changes() {
+        let p = provider(&[]);
+        let idx = p.node_index();
+        let addrs = vec![NodeAddress::internal_ip("10.0.0.5")];
+        p.learned.lock().unwrap().insert(
+            "10.0.0.5".parse().unwrap(),
+            Learned {
+                node: "n1".into(),
+                addresses: addrs.clone(),
+            },
+        );
+        // Index unfed: the addresses given at creation are reported.
+        let r = p.to_route(&raw("10.244.1.0/24", "10.0.0.5")).unwrap();
+        assert_eq!(
+            (r.target_node.as_str(), &r.target_node_addresses),
+            ("n1", &addrs)
+        );
+
+        // The node moved to a new address: only the stale hop is reported,
+        // so an address comparison asks for a re-creation.
+        idx.replace_all([("n1", vec![NodeAddress::internal_ip("10.0.0.6")])]);
+        let r = p.to_route(&raw("10.244.1.0/24", "10.0.0.5")).unwrap();
+        assert_eq!(r.target_node, "n1");
+        assert_eq!(
+            r.target_node_addresses,
+            vec![NodeAddress::internal_ip("10.0.0.5")]
+        );
+    }
+
+    #[test]
+    fn unparsable_routes_are_listed_as_such() {
+        let p = provider(&[]);
+        let r = p.to_route(&raw("not-a-cidr", "10.0.0.9")).unwrap();
+        assert_eq!(r.destination, Destination::Unparsable("not-a-cidr".into()));
+        let r = p.to_route(&raw("10.99.0.0/24", "garbage")).unwrap();
+        assert!(matches!(r.destination, Destination::Unparsable(_)));
+        assert_eq!(r.cloud_target, "garbage");
+    }
+
+    #[test]
+    fn creations_pick_the_internal_ip_of_the_destination_family() {
+        let p = provider(&[]);
+        let addrs = vec![
+            NodeAddress {
+                kind: "ExternalIP".into(),
+                address: "203.0.113.1".into(),
+            },
+            NodeAddress::internal_ip("fd00::5"),
+            NodeAddress::internal_ip("10.0.0.5"),
+        ];
+        let v4 = Route::from_text("n1", "10.244.1.0/24").with_addresses(addrs.clone(), false);
+        assert_eq!(
+            p.raw_for_create(&v4).unwrap(),
+            raw("10.244.1.0/24", "10.0.0.5")
+        );
+        let v6 = Route::from_text("n1", "fd10:1::/64").with_addresses(addrs, false);
+        assert_eq!(
+            p.raw_for_create(&v6).unwrap(),
+            raw("fd10:1::/64", "fd00::5")
+        );
+        let none = Route::from_text("n1", "fd10:1::/64")
+            .with_addresses(vec![NodeAddress::internal_ip("10.0.0.5")], false);
+        let e = p.raw_for_create(&none).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidRequest);
+        assert!(e.message.contains("IPv6"), "{}", e.message);
+        assert!(OpenStackRoutes::raw_for_delete(&Route::from_text("n", "junk")).is_err());
+    }
+
+    #[test]
+    fn router_answers_parse_defensively() {
+        let s = RouterState::from_answer(&json!({"router": {"revision_number": 7, "routes": [
+            {"destination": "10.244.0.0/24", "nexthop": "10.0.0.5"},
+            {"destination": 5},
+            "junk"
+        ]}}))
+        .unwrap();
+        assert_eq!(s.revision, Some(7));
+        assert_eq!(s.routes, vec![raw("10.244.0.0/24", "10.0.0.5")]);
+        assert_eq!(s.malformed.len(), 2);
+        assert!(RouterState::from_answer(&json!({"nope": 1})).is_err());
+        assert_eq!(query_escape("k8s router/1"), "k8s%20router%2F1");
+    }
+}
