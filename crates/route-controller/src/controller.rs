@@ -7,12 +7,12 @@
 //! follow-up pass. Planning is the pure [`route_core::plan`]; the loop only
 //! decides when, with which route table, and what to do with the outcome.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
 use futures::StreamExt;
 use rand::Rng;
 use route_cloud::{CloudError, CloudRoutes, ErrorKind};
 use route_core::{NetworkCondition, NodeView, Plan, PlanConfig, Route};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -72,7 +72,11 @@ impl NodeStore {
         if let Some(m) = &self.metrics {
             let synced = *self.synced.borrow();
             if trigger.is_some() || synced {
-                let result = if trigger.is_some() { "trigger" } else { "absorbed" };
+                let result = if trigger.is_some() {
+                    "trigger"
+                } else {
+                    "absorbed"
+                };
                 m.node_events.get_or_create(&EventLabels { result }).inc();
             }
         }
@@ -189,7 +193,11 @@ impl Controller {
             _ = self.nodes.wait_synced() => {}
             _ = shutdown.cancelled() => return,
         }
-        info!(mode = self.cfg.mode.as_str(), nodes = self.nodes.len(), "node cache synced; starting route reconciliation");
+        info!(
+            mode = self.cfg.mode.as_str(),
+            nodes = self.nodes.len(),
+            "node cache synced; starting route reconciliation"
+        );
         let mut was_leader = false;
         loop {
             let is_leader = *leader.borrow_and_update();
@@ -242,6 +250,8 @@ impl Controller {
     /// Runs one pass now (also used by tests and tools).
     pub async fn pass(&mut self, kind: PassKind, trigger: SyncTrigger) -> PassReport {
         let started = Instant::now();
+        // Triggers that arrived before this snapshot are covered by it.
+        let _ = futures::FutureExt::now_or_never(self.nodes.changed.notified());
         let nodes = self.nodes.snapshot();
         let mut report = PassReport {
             kind,
@@ -252,14 +262,19 @@ impl Controller {
             conditions: Vec::new(),
         };
         let routes = match (kind, &self.route_cache) {
-            (PassKind::Cached, Some(cached)) if self.cfg.mode == Mode::Incremental => cached.clone(),
+            (PassKind::Cached, Some(cached)) if self.cfg.mode == Mode::Incremental => {
+                cached.clone()
+            }
             _ => match self.executor.list().await {
                 Ok(listed) => {
                     if self.cfg.mode == Mode::Incremental {
                         if let Some(old) = &self.route_cache {
                             let drift = drift(old, &listed);
                             if drift > 0 {
-                                info!(drift, "full sync found routes that differ from the cached table");
+                                info!(
+                                    drift,
+                                    "full sync found routes that differ from the cached table"
+                                );
                             }
                         }
                         self.route_cache = Some(listed.clone());
@@ -335,7 +350,13 @@ impl Controller {
         report
     }
 
-    fn record_sync(&self, trigger: SyncTrigger, outcome: &'static str, kind: PassKind, started: Instant) {
+    fn record_sync(
+        &self,
+        trigger: SyncTrigger,
+        outcome: &'static str,
+        kind: PassKind,
+        started: Instant,
+    ) {
         if let Some(m) = &self.metrics {
             m.route_sync
                 .get_or_create(&SyncLabels {
@@ -344,7 +365,9 @@ impl Controller {
                 })
                 .inc();
             m.reconcile_duration
-                .get_or_create(&PassLabels { kind: kind.as_str() })
+                .get_or_create(&PassLabels {
+                    kind: kind.as_str(),
+                })
                 .observe(started.elapsed().as_secs_f64());
         }
     }
@@ -462,7 +485,10 @@ impl Controller {
                         uid: n.uid.clone(),
                     },
                     cond,
-                    node.valid_pod_cidrs().iter().map(|c| c.to_string()).collect(),
+                    node.valid_pod_cidrs()
+                        .iter()
+                        .map(|c| c.to_string())
+                        .collect(),
                 ))
             })
             .collect();
@@ -528,13 +554,25 @@ impl Controller {
         for c in &plan.conflicts {
             for n in &c.nodes {
                 let Some(uid) = uid_of(n) else { continue };
-                let others: Vec<&str> = c.nodes.iter().filter(|o| *o != n).map(String::as_str).collect();
+                let others: Vec<&str> = c
+                    .nodes
+                    .iter()
+                    .filter(|o| *o != n)
+                    .map(String::as_str)
+                    .collect();
                 let detail = format!(
                     "pod CIDR {} is also claimed by node(s) {}; no route is created for it until the conflict is resolved",
                     c.cidr,
                     others.join(", ")
                 );
-                todo.push((NodeRef { name: n.clone(), uid }, reasons::POD_CIDR_CONFLICT, detail));
+                todo.push((
+                    NodeRef {
+                        name: n.clone(),
+                        uid,
+                    },
+                    reasons::POD_CIDR_CONFLICT,
+                    detail,
+                ));
             }
         }
         for o in &plan.outside_cluster {
@@ -550,12 +588,29 @@ impl Controller {
                     .collect::<Vec<_>>()
                     .join(", ")
             );
-            todo.push((NodeRef { name: o.node.clone(), uid }, reasons::POD_CIDR_OUTSIDE_CLUSTER, detail));
+            todo.push((
+                NodeRef {
+                    name: o.node.clone(),
+                    uid,
+                },
+                reasons::POD_CIDR_OUTSIDE_CLUSTER,
+                detail,
+            ));
         }
         for i in &plan.invalid_pod_cidrs {
             let Some(uid) = uid_of(&i.node) else { continue };
-            let detail = format!("pod CIDR {:?} is not a valid CIDR; no route is created for it", i.text);
-            todo.push((NodeRef { name: i.node.clone(), uid }, reasons::INVALID_POD_CIDR, detail));
+            let detail = format!(
+                "pod CIDR {:?} is not a valid CIDR; no route is created for it",
+                i.text
+            );
+            todo.push((
+                NodeRef {
+                    name: i.node.clone(),
+                    uid,
+                },
+                reasons::INVALID_POD_CIDR,
+                detail,
+            ));
         }
         for r in &plan.unparsable_routes {
             let key = (r.name.clone(), "UnparsableRoute", r.destination.to_string());

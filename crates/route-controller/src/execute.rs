@@ -116,31 +116,96 @@ impl Fence {
     }
 }
 
-/// A gate closed by throttled answers until their retry-after.
+/// Paces cloud calls after throttling.
+///
+/// A throttled answer closes the gate until its retry-after and switches to
+/// paced mode: calls then start one at a time, at least one retry-after apart,
+/// which is the rate the cloud just told us it can take. Each run of
+/// [`PACE_RELAX_AFTER`] successes halves the spacing until it is gone. Without
+/// this, every reopening of the gate would release the whole queue of calls at
+/// once and most of them would be throttled again.
 #[derive(Debug, Default)]
 pub struct ThrottleGate {
-    until: Mutex<Option<Instant>>,
+    state: Mutex<GateState>,
 }
 
+#[derive(Debug, Default)]
+struct GateState {
+    until: Option<Instant>,
+    pace: Option<Duration>,
+    next_slot: Option<Instant>,
+    successes: u32,
+    last_throttle: Option<Instant>,
+}
+
+/// Successes in a row after which the pacing interval halves.
+pub const PACE_RELAX_AFTER: u32 = 10;
+
 impl ThrottleGate {
-    /// Waits while the gate is closed; returns the time waited.
+    /// Waits until a call may start; returns the time waited.
     pub async fn pass(&self) -> Duration {
         let start = Instant::now();
         loop {
-            let until = *self.until.lock().await;
-            match until {
-                Some(t) if Instant::now() < t => tokio::time::sleep_until(t).await,
-                _ => return start.elapsed(),
+            let wait_until = {
+                let mut s = self.state.lock().await;
+                let now = Instant::now();
+                match (s.until, s.pace) {
+                    (Some(t), _) if now < t => Some(t),
+                    (_, Some(pace)) => {
+                        let slot = s.next_slot.unwrap_or(now).max(now);
+                        if slot > now {
+                            Some(slot)
+                        } else {
+                            s.next_slot = Some(now + pace);
+                            None
+                        }
+                    }
+                    _ => None,
+                }
+            };
+            match wait_until {
+                Some(t) => tokio::time::sleep_until(t).await,
+                None => return start.elapsed(),
             }
         }
     }
 
-    /// Closes the gate for `d` (extends, never shortens).
-    pub async fn close_for(&self, d: Duration) {
-        let t = Instant::now() + d;
-        let mut u = self.until.lock().await;
-        if u.is_none_or(|x| x < t) {
-            *u = Some(t);
+    /// A call that started at `started` was throttled: close for
+    /// `retry_after` and pace from now on.
+    pub async fn throttled(&self, retry_after: Duration, started: Instant) {
+        let mut s = self.state.lock().await;
+        let now = Instant::now();
+        // Calls that were already in flight together are one throttling
+        // event, not many: only a call started after the last throttled
+        // answer widens the spacing.
+        let fresh = s.last_throttle.is_none_or(|t| started > t);
+        s.last_throttle = Some(now);
+        let t = now + retry_after;
+        if s.until.is_none_or(|x| x < t) {
+            s.until = Some(t);
+        }
+        let floor = retry_after.max(Duration::from_millis(10));
+        s.pace = Some(match s.pace {
+            None => floor,
+            // The spacing that was just throttled was too short, whatever the
+            // retry-after says: back off multiplicatively.
+            Some(p) if fresh => (p * 2).max(floor),
+            Some(p) => p.max(floor),
+        });
+        s.next_slot = Some(t);
+        s.successes = 0;
+    }
+
+    /// A call went through.
+    pub async fn succeeded(&self) {
+        let mut s = self.state.lock().await;
+        if let Some(p) = s.pace {
+            s.successes += 1;
+            if s.successes >= PACE_RELAX_AFTER {
+                s.successes = 0;
+                let half = p / 2;
+                s.pace = (half >= Duration::from_millis(10)).then_some(half);
+            }
         }
     }
 }
@@ -175,10 +240,9 @@ impl Executor {
     /// Lists the cloud's routes (through the throttle gate).
     pub async fn list(&self) -> Result<Vec<Route>, CloudError> {
         self.wait_gate().await;
+        let started = Instant::now();
         let r = self.cloud.list_routes(&self.cluster).await;
-        if let Err(e) = &r {
-            self.note_throttle(e).await;
-        }
+        self.note(r.as_ref().map(|_| ()), started).await;
         r
     }
 
@@ -189,11 +253,15 @@ impl Executor {
         }
     }
 
-    async fn note_throttle(&self, e: &CloudError) {
-        if e.kind == ErrorKind::Throttled {
-            self.gate
-                .close_for(e.retry_after.unwrap_or(Duration::from_secs(1)))
-                .await;
+    async fn note(&self, r: Result<(), &CloudError>, started: Instant) {
+        match r {
+            Ok(()) => self.gate.succeeded().await,
+            Err(e) if e.kind == ErrorKind::Throttled => {
+                self.gate
+                    .throttled(e.retry_after.unwrap_or(Duration::from_secs(1)), started)
+                    .await;
+            }
+            Err(_) => {}
         }
     }
 
@@ -320,10 +388,16 @@ impl Executor {
         let started = Instant::now();
         match self.cloud.apply_batch(&self.cluster, &batch).await {
             Ok(results) if results.len() == del_idx.len() + cre_idx.len() => {
+                self.note(Ok(()), started).await;
                 let (d, c) = results.split_at(del_idx.len());
                 for (&i, r) in del_idx.iter().zip(d) {
                     out.deletions[i] = to_result(r.clone());
-                    log_op("delete", &plan.deletions[i].route, &out.deletions[i], started);
+                    log_op(
+                        "delete",
+                        &plan.deletions[i].route,
+                        &out.deletions[i],
+                        started,
+                    );
                 }
                 for (&i, r) in cre_idx.iter().zip(c) {
                     let r = to_result(r.clone());
@@ -331,7 +405,12 @@ impl Executor {
                         (OpResult::Done(None), cr) => OpResult::Done(Some(cr.route.clone())),
                         (r, _) => r,
                     };
-                    log_op("create", &plan.creations[i].route, &out.creations[i], started);
+                    log_op(
+                        "create",
+                        &plan.creations[i].route,
+                        &out.creations[i],
+                        started,
+                    );
                 }
                 // A creation whose deletion failed inside the batch is blocked.
                 for &i in &cre_idx {
@@ -357,7 +436,7 @@ impl Executor {
                 fail_all(&mut out, &del_idx, &cre_idx, &e);
             }
             Err(e) => {
-                self.note_throttle(&e).await;
+                self.note(Err(&e), started).await;
                 warn!(error = %e, deletions = del_idx.len(), creations = cre_idx.len(), "batch route update failed");
                 fail_all(&mut out, &del_idx, &cre_idx, &e);
             }
@@ -372,9 +451,12 @@ impl Executor {
         }
         let started = Instant::now();
         let r = match self.cloud.delete_route(&self.cluster, route).await {
-            Ok(()) => OpResult::Done(None),
+            Ok(()) => {
+                self.note(Ok(()), started).await;
+                OpResult::Done(None)
+            }
             Err(e) => {
-                self.note_throttle(&e).await;
+                self.note(Err(&e), started).await;
                 OpResult::Failed(e)
             }
         };
@@ -389,9 +471,12 @@ impl Executor {
         }
         let started = Instant::now();
         let r = match self.cloud.create_route(&self.cluster, hint, route).await {
-            Ok(created) => OpResult::Done(Some(created)),
+            Ok(created) => {
+                self.note(Ok(()), started).await;
+                OpResult::Done(Some(created))
+            }
             Err(e) => {
-                self.note_throttle(&e).await;
+                self.note(Err(&e), started).await;
                 OpResult::Failed(e)
             }
         };

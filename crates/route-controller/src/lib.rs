@@ -26,4 +26,4 @@ pub use metrics::Metrics;
 pub use nodes::{NodeEvent, node_view};
 pub use retry::BackoffConfig;
 pub use schedule::{Mode, PassKind, SyncTrigger, Timing, pick_resync};
-pub use status::{KubeStatusWriter, NodeRef, StatusError, StatusWriter};
+pub use status::{KubeStatusWriter, NodeRef, RecordingStatusWriter, StatusError, StatusWriter};

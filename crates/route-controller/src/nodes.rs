@@ -152,7 +152,8 @@ impl NodeCache {
                 if let Some(buf) = self.relist.take() {
                     let live: std::collections::HashSet<&str> =
                         buf.values().map(|v| v.uid.as_str()).collect();
-                    self.first_seen.retain(|(uid, _), _| live.contains(uid.as_str()));
+                    self.first_seen
+                        .retain(|(uid, _), _| live.contains(uid.as_str()));
                     self.nodes = buf;
                 }
                 self.synced = true;
@@ -249,9 +250,8 @@ mod tests {
     use super::*;
 
     fn view(name: &str, cidrs: &[&str], addrs: &[&str]) -> NodeView {
-        NodeView::new(name, format!("uid-{name}"), cidrs).with_addresses(
-            addrs.iter().map(|a| NodeAddress::internal_ip(*a)).collect(),
-        )
+        NodeView::new(name, format!("uid-{name}"), cidrs)
+            .with_addresses(addrs.iter().map(|a| NodeAddress::internal_ip(*a)).collect())
     }
 
     fn synced(nodes: &[NodeView]) -> NodeCache {
@@ -268,11 +268,17 @@ mod tests {
     fn init_apply_seeds_without_triggering() {
         let mut c = NodeCache::new();
         assert_eq!(c.apply(NodeEvent::Init), None);
-        assert_eq!(c.apply(NodeEvent::InitApply(view("a", &["10.0.0.0/24"], &[]))), None);
+        assert_eq!(
+            c.apply(NodeEvent::InitApply(view("a", &["10.0.0.0/24"], &[]))),
+            None
+        );
         assert!(!c.is_synced());
         assert_eq!(c.apply(NodeEvent::InitDone), Some(Trigger::Synced));
         // The first Apply after the list must compare against the seeded view.
-        assert_eq!(c.apply(NodeEvent::Apply(view("a", &["10.0.0.0/24"], &[]))), None);
+        assert_eq!(
+            c.apply(NodeEvent::Apply(view("a", &["10.0.0.0/24"], &[]))),
+            None
+        );
     }
 
     #[test]
@@ -285,7 +291,12 @@ mod tests {
         });
         assert_eq!(c.apply(NodeEvent::Apply(hb)), None);
         assert_eq!(
-            c.get("a").unwrap().network_unavailable.as_ref().unwrap().reason,
+            c.get("a")
+                .unwrap()
+                .network_unavailable
+                .as_ref()
+                .unwrap()
+                .reason,
             "RouteCreated",
             "the cache still keeps the latest condition"
         );
@@ -297,7 +308,11 @@ mod tests {
     fn address_reorder_is_not_a_change_but_a_new_address_is() {
         let mut c = synced(&[view("a", &["10.0.0.0/24"], &["10.1.0.1", "10.1.0.2"])]);
         assert_eq!(
-            c.apply(NodeEvent::Apply(view("a", &["10.0.0.0/24"], &["10.1.0.2", "10.1.0.1"]))),
+            c.apply(NodeEvent::Apply(view(
+                "a",
+                &["10.0.0.0/24"],
+                &["10.1.0.2", "10.1.0.1"]
+            ))),
             None
         );
         assert_eq!(

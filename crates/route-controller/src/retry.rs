@@ -200,7 +200,10 @@ mod tests {
         let mut b = RetryBook::new(BackoffConfig::default());
         let now = Instant::now();
         let err = CloudError::throttled("slow down", Some(Duration::from_secs(42)));
-        assert_eq!(b.failed(key(), &err, now, 0.0), now + Duration::from_secs(42));
+        assert_eq!(
+            b.failed(key(), &err, now, 0.0),
+            now + Duration::from_secs(42)
+        );
     }
 
     #[tokio::test(start_paused = true)]

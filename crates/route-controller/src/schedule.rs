@@ -286,10 +286,16 @@ mod tests {
     fn periodic_ignores_node_changes_and_ticks_from_pass_start() {
         let t0 = Instant::now();
         let mut s = Scheduler::new(Mode::Periodic, timing(), t0);
-        assert_eq!(s.decide(t0), Decision::Run(PassKind::Full, SyncTrigger::Periodic));
+        assert_eq!(
+            s.decide(t0),
+            Decision::Run(PassKind::Full, SyncTrigger::Periodic)
+        );
         s.started(PassKind::Full, t0);
         s.node_changed();
-        assert_eq!(s.decide(t0 + Duration::from_secs(3)), Decision::Sleep(Some(t0 + Duration::from_secs(10))));
+        assert_eq!(
+            s.decide(t0 + Duration::from_secs(3)),
+            Decision::Sleep(Some(t0 + Duration::from_secs(10)))
+        );
     }
 
     #[test]
@@ -299,14 +305,23 @@ mod tests {
         assert!(matches!(s.decide(t0), Decision::Run(PassKind::Full, _)));
         s.started(PassKind::Full, t0);
         s.node_changed();
-        assert_eq!(s.decide(t0 + Duration::from_secs(1)), Decision::Sleep(Some(t0 + Duration::from_secs(10))));
+        assert_eq!(
+            s.decide(t0 + Duration::from_secs(1)),
+            Decision::Sleep(Some(t0 + Duration::from_secs(10)))
+        );
         let t1 = t0 + Duration::from_secs(10);
-        assert_eq!(s.decide(t1), Decision::Run(PassKind::Full, SyncTrigger::NodeChange));
+        assert_eq!(
+            s.decide(t1),
+            Decision::Run(PassKind::Full, SyncTrigger::NodeChange)
+        );
         s.started(PassKind::Full, t1);
         // A long quiet period: the next trigger runs immediately (no debt).
         let t2 = t1 + Duration::from_secs(600);
         s.node_changed();
-        assert_eq!(s.decide(t2), Decision::Run(PassKind::Full, SyncTrigger::NodeChange));
+        assert_eq!(
+            s.decide(t2),
+            Decision::Run(PassKind::Full, SyncTrigger::NodeChange)
+        );
     }
 
     #[test]
@@ -316,11 +331,20 @@ mod tests {
         assert!(matches!(s.decide(t0), Decision::Run(PassKind::Full, _)));
         s.started(PassKind::Full, t0);
         s.node_changed();
-        assert_eq!(s.decide(t0), Decision::Run(PassKind::Cached, SyncTrigger::NodeChange));
+        assert_eq!(
+            s.decide(t0),
+            Decision::Run(PassKind::Cached, SyncTrigger::NodeChange)
+        );
         s.started(PassKind::Cached, t0);
         s.cache_uncertain();
-        assert_eq!(s.decide(t0 + Duration::from_secs(2)), Decision::Sleep(Some(t0 + Duration::from_secs(10))));
-        assert!(matches!(s.decide(t0 + Duration::from_secs(10)), Decision::Run(PassKind::Full, _)));
+        assert_eq!(
+            s.decide(t0 + Duration::from_secs(2)),
+            Decision::Sleep(Some(t0 + Duration::from_secs(10)))
+        );
+        assert!(matches!(
+            s.decide(t0 + Duration::from_secs(10)),
+            Decision::Run(PassKind::Full, _)
+        ));
     }
 
     #[test]
@@ -329,9 +353,15 @@ mod tests {
         let mut s = Scheduler::new(Mode::Incremental, timing(), t0);
         s.started(PassKind::Full, t0);
         let later = t0 + Duration::from_secs(12 * 3600);
-        assert_eq!(s.decide(later), Decision::Run(PassKind::Full, SyncTrigger::Periodic));
+        assert_eq!(
+            s.decide(later),
+            Decision::Run(PassKind::Full, SyncTrigger::Periodic)
+        );
         s.started(PassKind::Full, later);
-        assert_eq!(s.decide(later), Decision::Sleep(Some(later + Duration::from_secs(12 * 3600))));
+        assert_eq!(
+            s.decide(later),
+            Decision::Sleep(Some(later + Duration::from_secs(12 * 3600)))
+        );
     }
 
     #[test]

@@ -49,8 +49,11 @@ pub struct NodeRef {
 #[async_trait]
 pub trait StatusWriter: Send + Sync + 'static {
     /// Sets the NetworkUnavailable condition of a Node.
-    async fn set_condition(&self, node: &NodeRef, cond: NetworkCondition)
-    -> Result<(), StatusError>;
+    async fn set_condition(
+        &self,
+        node: &NodeRef,
+        cond: NetworkCondition,
+    ) -> Result<(), StatusError>;
 
     /// Emits a Warning Event on a Node.
     async fn warn(&self, node: &NodeRef, reason: &str, message: &str) -> Result<(), StatusError>;
@@ -103,7 +106,11 @@ impl StatusWriter for KubeStatusWriter {
     ) -> Result<(), StatusError> {
         let patch = condition_patch(cond, Timestamp::now());
         self.nodes
-            .patch_status(&node.name, &PatchParams::default(), &Patch::Strategic(&patch))
+            .patch_status(
+                &node.name,
+                &PatchParams::default(),
+                &Patch::Strategic(&patch),
+            )
             .await
             .map(|_| ())
             .map_err(|e| StatusError(format!("patching status of node {}: {e}", node.name)))
@@ -144,5 +151,65 @@ impl StatusWriter for KubeStatusWriter {
             .await
             .map(|_| ())
             .map_err(|e| StatusError(format!("creating event on node {}: {e}", node.name)))
+    }
+}
+
+/// An in-memory [`StatusWriter`] that records what it is asked to write; the
+/// API-server model of virtual-time tests and the simulator.
+#[derive(Debug, Default)]
+pub struct RecordingStatusWriter {
+    inner: std::sync::Mutex<Recorded>,
+}
+
+/// What a [`RecordingStatusWriter`] saw.
+#[derive(Debug, Default, Clone)]
+pub struct Recorded {
+    /// Every condition write, in order.
+    pub conditions: Vec<(NodeRef, NetworkCondition)>,
+    /// Every event: node, reason, message.
+    pub events: Vec<(NodeRef, String, String)>,
+}
+
+impl RecordingStatusWriter {
+    /// A copy of everything recorded.
+    pub fn recorded(&self) -> Recorded {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The last condition written for a node.
+    pub fn condition_of(&self, node: &str) -> Option<NetworkCondition> {
+        self.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .conditions
+            .iter()
+            .rev()
+            .find(|(n, _)| n.name == node)
+            .map(|(_, c)| *c)
+    }
+}
+
+#[async_trait]
+impl StatusWriter for RecordingStatusWriter {
+    async fn set_condition(
+        &self,
+        node: &NodeRef,
+        cond: NetworkCondition,
+    ) -> Result<(), StatusError> {
+        self.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .conditions
+            .push((node.clone(), cond));
+        Ok(())
+    }
+
+    async fn warn(&self, node: &NodeRef, reason: &str, message: &str) -> Result<(), StatusError> {
+        self.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .events
+            .push((node.clone(), reason.into(), message.into()));
+        Ok(())
     }
 }

@@ -1,0 +1,395 @@
+//! Timing semantics of the three modes, on tokio's paused clock.
+//!
+//! The controller runs its real loop, scheduler, planner and executor against
+//! the simulated cloud; Nodes are fed straight into the [`NodeStore`] the way
+//! the watcher feeds it, and status writes land in a recording writer.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use route_cloud::memory::{MemoryCloud, MemoryConfig, Operation};
+use route_cloud::{CloudRoutes, ErrorKind};
+use route_controller::{
+    BackoffConfig, Controller, ControllerConfig, Fence, Mode, NodeEvent, NodeStore, PassReport,
+    RecordingStatusWriter, Timing,
+};
+use route_core::{NetworkCondition, NodeAddress, NodeView, PlanConfig, parse_cluster_cidrs};
+use tokio::sync::{mpsc, watch};
+use tokio::time::{Instant, sleep};
+use tokio_util::sync::CancellationToken;
+
+const CLUSTER: &str = "kubernetes";
+
+struct Harness {
+    nodes: Arc<NodeStore>,
+    cloud: MemoryCloud,
+    status: Arc<RecordingStatusWriter>,
+    reports: mpsc::UnboundedReceiver<PassReport>,
+    shutdown: CancellationToken,
+    _leader: watch::Sender<bool>,
+}
+
+fn node(i: usize) -> NodeView {
+    NodeView::new(
+        format!("node-{i}"),
+        format!("uid-{i}"),
+        &[&format!("10.244.{}.{}/26", i / 4, (i % 4) * 64)],
+    )
+    .with_addresses(vec![NodeAddress::internal_ip(format!(
+        "10.0.{}.{}",
+        i / 250,
+        i % 250 + 1
+    ))])
+}
+
+fn start(mode: Mode, cloud: MemoryCloud, initial: &[NodeView]) -> Harness {
+    let nodes = NodeStore::new(None);
+    nodes.apply(NodeEvent::Init);
+    for n in initial {
+        nodes.apply(NodeEvent::InitApply(n.clone()));
+    }
+    nodes.apply(NodeEvent::InitDone);
+    let status = Arc::new(RecordingStatusWriter::default());
+    let cfg = ControllerConfig {
+        cluster_name: CLUSTER.into(),
+        plan: PlanConfig {
+            cluster_cidrs: parse_cluster_cidrs("10.244.0.0/16").unwrap(),
+        },
+        mode,
+        timing: Timing {
+            period: Duration::from_secs(10),
+            min_interval: Duration::from_secs(10),
+            resync: Duration::from_secs(12 * 3600),
+        },
+        backoff: BackoffConfig {
+            jitter: 0.0,
+            ..Default::default()
+        },
+        status_concurrency: 10,
+    };
+    let (tx, reports) = mpsc::unbounded_channel();
+    let (leader_tx, leader_rx) = watch::channel(true);
+    let shutdown = CancellationToken::new();
+    let ctrl = Controller::new(
+        cfg,
+        nodes.clone(),
+        Arc::new(cloud.clone()) as Arc<dyn CloudRoutes>,
+        status.clone(),
+        Fence::default(),
+        None,
+    )
+    .with_reports(tx);
+    tokio::spawn(ctrl.run(leader_rx, shutdown.clone()));
+    Harness {
+        nodes,
+        cloud,
+        status,
+        reports,
+        shutdown,
+        _leader: leader_tx,
+    }
+}
+
+impl Harness {
+    fn lists(&self) -> u64 {
+        self.cloud.stats().total("list")
+    }
+    fn mutations(&self) -> u64 {
+        self.cloud.stats().total("create") + self.cloud.stats().total("delete")
+    }
+    fn passes(&mut self) -> Vec<PassReport> {
+        let mut v = Vec::new();
+        while let Ok(r) = self.reports.try_recv() {
+            v.push(r);
+        }
+        v
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn periodic_lists_every_period_from_pass_start_and_ignores_events() {
+    let mut h = start(Mode::Periodic, MemoryCloud::default(), &[node(0)]);
+    sleep(Duration::from_millis(1)).await;
+    assert_eq!(h.lists(), 1, "first pass right after the cache synced");
+    h.nodes.apply(NodeEvent::Apply(node(1)));
+    sleep(Duration::from_secs(5)).await;
+    assert_eq!(h.lists(), 1, "node events do not trigger in periodic mode");
+    sleep(Duration::from_secs(60)).await;
+    // Passes at 0, 10, ..., 60 s.
+    assert_eq!(h.lists(), 7);
+    assert_eq!(h.cloud.routes(CLUSTER).len(), 2);
+    assert!(h.passes().iter().all(|p| p.trigger.as_str() == "periodic"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn watch_spaces_passes_ten_seconds_but_runs_at_once_after_quiet() {
+    let mut h = start(Mode::Watch, MemoryCloud::default(), &[node(0)]);
+    let t0 = Instant::now();
+    sleep(Duration::from_millis(1)).await;
+    assert_eq!(h.lists(), 1);
+    // A trigger 1 s after the first pass waits until 10 s after it started.
+    sleep(Duration::from_secs(1)).await;
+    h.nodes.apply(NodeEvent::Apply(node(1)));
+    sleep(Duration::from_millis(8_900)).await;
+    assert_eq!(h.lists(), 1, "no pass before the 10 s spacing");
+    sleep(Duration::from_millis(200)).await;
+    assert_eq!(h.lists(), 2);
+    let second = h.passes().pop().unwrap();
+    assert_eq!(second.trigger.as_str(), "node_change");
+    assert!(t0.elapsed() >= Duration::from_secs(10));
+    // Quiet for a minute: the next trigger runs immediately (no token debt).
+    sleep(Duration::from_secs(60)).await;
+    let before = Instant::now();
+    h.nodes.apply(NodeEvent::Apply(node(2)));
+    sleep(Duration::from_millis(1)).await;
+    assert_eq!(h.lists(), 3);
+    assert!(before.elapsed() < Duration::from_millis(10));
+    assert_eq!(h.cloud.routes(CLUSTER).len(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn watch_burst_of_1000_additions_gives_at_most_two_full_passes() {
+    let mut h = start(Mode::Watch, MemoryCloud::default(), &[]);
+    sleep(Duration::from_millis(1)).await;
+    for i in 0..1000 {
+        h.nodes.apply(NodeEvent::Apply(node(i)));
+    }
+    sleep(Duration::from_secs(30)).await;
+    let passes = h.passes();
+    // The start-up pass plus one for the whole burst.
+    assert_eq!(
+        passes.len(),
+        2,
+        "{:?}",
+        passes.iter().map(|p| p.trigger).collect::<Vec<_>>()
+    );
+    assert_eq!(h.lists(), 2);
+    assert_eq!(h.cloud.routes(CLUSTER).len(), 1000);
+}
+
+#[tokio::test(start_paused = true)]
+async fn incremental_burst_of_1000_additions_needs_no_list_beyond_startup() {
+    let h = start(Mode::Incremental, MemoryCloud::default(), &[]);
+    sleep(Duration::from_millis(1)).await;
+    assert_eq!(h.lists(), 1);
+    for i in 0..1000 {
+        h.nodes.apply(NodeEvent::Apply(node(i)));
+        if i % 100 == 0 {
+            tokio::task::yield_now().await;
+        }
+    }
+    sleep(Duration::from_secs(30)).await;
+    assert_eq!(
+        h.lists(),
+        1,
+        "node events are planned against the cached table"
+    );
+    assert_eq!(h.cloud.routes(CLUSTER).len(), 1000);
+    assert_eq!(
+        h.mutations(),
+        1000,
+        "exactly the minimum: one create per node"
+    );
+    assert_eq!(
+        h.status.condition_of("node-999"),
+        Some(NetworkCondition::RouteCreated)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn incremental_routes_a_new_node_without_waiting() {
+    let h = start(Mode::Incremental, MemoryCloud::default(), &[]);
+    sleep(Duration::from_millis(1)).await;
+    let t = Instant::now();
+    h.nodes.apply(NodeEvent::Apply(node(7)));
+    while h.cloud.routes(CLUSTER).is_empty() {
+        sleep(Duration::from_millis(1)).await;
+    }
+    assert!(t.elapsed() <= Duration::from_millis(2), "{:?}", t.elapsed());
+}
+
+#[tokio::test(start_paused = true)]
+async fn heartbeats_cause_no_pass_and_no_cloud_call() {
+    for mode in [Mode::Watch, Mode::Incremental] {
+        let mut h = start(mode, MemoryCloud::default(), &[node(0), node(1)]);
+        sleep(Duration::from_secs(1)).await;
+        let (lists, mutations, passes) = (h.lists(), h.mutations(), h.passes().len());
+        for i in 0..200 {
+            // A kubelet heartbeat changes conditions only.
+            let n = node(i % 2).with_condition("False", "RouteCreated");
+            h.nodes.apply(NodeEvent::Apply(n));
+            sleep(Duration::from_secs(1)).await;
+        }
+        assert_eq!(
+            h.passes().len(),
+            0,
+            "{mode:?}: no pass after {passes} start-up passes"
+        );
+        assert_eq!((h.lists(), h.mutations()), (lists, mutations), "{mode:?}");
+        assert_eq!(h.nodes.stats().absorbed, 200);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn failed_creation_is_retried_with_backoff_without_new_events() {
+    for mode in [Mode::Periodic, Mode::Watch, Mode::Incremental] {
+        let cloud = MemoryCloud::default();
+        cloud.fail_next(Operation::Create, 3, ErrorKind::Transient);
+        let h = start(mode, cloud, &[node(0)]);
+        sleep(Duration::from_millis(1)).await;
+        assert_eq!(
+            h.status.condition_of("node-0"),
+            Some(NetworkCondition::NoRouteCreated),
+            "{mode:?}"
+        );
+        sleep(Duration::from_secs(40)).await;
+        assert_eq!(
+            h.cloud.routes(CLUSTER).len(),
+            1,
+            "{mode:?}: retried until it succeeded"
+        );
+        assert_eq!(
+            h.cloud.stats().total("create"),
+            4,
+            "{mode:?}: 3 failures then success"
+        );
+        assert_eq!(
+            h.status.condition_of("node-0"),
+            Some(NetworkCondition::RouteCreated),
+            "{mode:?}"
+        );
+        let events = h.status.recorded().events;
+        assert_eq!(events.len(), 3, "{mode:?}: one event per failed attempt");
+        assert!(
+            events
+                .iter()
+                .all(|(n, r, _)| n.name == "node-0" && r == "FailedToCreateRoute")
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn backoff_doubles_between_attempts() {
+    let cloud = MemoryCloud::default();
+    cloud.fail_next(Operation::Create, 4, ErrorKind::Transient);
+    let h = start(Mode::Incremental, cloud, &[node(0)]);
+    sleep(Duration::from_secs(60)).await;
+    let t: Vec<Instant> = h
+        .cloud
+        .log()
+        .iter()
+        .filter(|c| c.op == Operation::Create)
+        .map(|c| c.at)
+        .collect();
+    assert_eq!(t.len(), 5);
+    let gaps: Vec<u64> = t.windows(2).map(|w| (w[1] - w[0]).as_secs()).collect();
+    assert_eq!(gaps, vec![1, 2, 4, 8]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn incremental_resyncs_once_per_resync_interval_and_repairs_drift() {
+    let h = start(
+        Mode::Incremental,
+        MemoryCloud::default(),
+        &[node(0), node(1)],
+    );
+    sleep(Duration::from_secs(1)).await;
+    assert_eq!(h.cloud.routes(CLUSTER).len(), 2);
+    // A route vanishes behind the controller's back.
+    let gone = h.cloud.routes(CLUSTER)[0].destination.clone();
+    h.cloud.remove_route(CLUSTER, &gone);
+    sleep(Duration::from_secs(11 * 3600)).await;
+    assert_eq!(h.lists(), 1, "no list before the resync");
+    assert_eq!(h.cloud.routes(CLUSTER).len(), 1);
+    sleep(Duration::from_secs(3600 + 10)).await;
+    assert_eq!(h.lists(), 2, "one resync at 12 h");
+    assert_eq!(
+        h.cloud.routes(CLUSTER).len(),
+        2,
+        "the resync repaired the drift"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn already_exists_makes_incremental_relist_spaced_by_ten_seconds() {
+    let h = start(Mode::Incremental, MemoryCloud::default(), &[node(0)]);
+    sleep(Duration::from_secs(1)).await;
+    // Someone else creates node-1's route before the controller does.
+    let mut pre = route_core::Route::new("node-1", node(1).valid_pod_cidrs()[0]);
+    pre.target_node_addresses = node(1).addresses.clone();
+    h.cloud.insert_route(CLUSTER, pre);
+    h.nodes.apply(NodeEvent::Apply(node(1)));
+    sleep(Duration::from_millis(1)).await;
+    assert_eq!(
+        h.cloud
+            .stats()
+            .snapshot()
+            .get(&("create", "already_exists")),
+        Some(&1)
+    );
+    assert_eq!(h.lists(), 1);
+    sleep(Duration::from_secs(10)).await;
+    assert_eq!(
+        h.lists(),
+        2,
+        "the uncertain answer forced one full list, 10 s after the last"
+    );
+    sleep(Duration::from_secs(60)).await;
+    assert_eq!(h.lists(), 2, "and the list settled it");
+    assert_eq!(
+        h.status.condition_of("node-1"),
+        Some(NetworkCondition::RouteCreated)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn throttled_answers_wait_for_retry_after() {
+    let cloud = MemoryCloud::new(MemoryConfig {
+        rate_limit: Some(route_cloud::memory::RateLimitConfig {
+            requests: 60,
+            period_secs: 60,
+            burst: 5,
+        }),
+        ..Default::default()
+    })
+    .unwrap();
+    let h = start(Mode::Incremental, cloud, &[]);
+    sleep(Duration::from_millis(1)).await;
+    for i in 0..40 {
+        h.nodes.apply(NodeEvent::Apply(node(i)));
+    }
+    let t0 = Instant::now();
+    sleep(Duration::from_secs(120)).await;
+    if h.cloud.routes(CLUSTER).len() != 40 {
+        for c in h.cloud.log() {
+            eprintln!(
+                "{:?} {:?} {:?} {:?}",
+                c.at - t0,
+                c.op,
+                c.target_node,
+                c.result
+            );
+        }
+    }
+    assert_eq!(
+        h.cloud.routes(CLUSTER).len(),
+        40,
+        "all routes despite throttling"
+    );
+    let throttled = h
+        .cloud
+        .stats()
+        .snapshot()
+        .get(&("create", "throttled"))
+        .copied()
+        .unwrap_or(0);
+    // Without honouring retry-after, 10 concurrent creators would be refused
+    // dozens of times; with the gate only the calls already in flight are.
+    assert!(throttled <= 10, "throttled {throttled} times");
+}
