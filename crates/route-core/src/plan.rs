@@ -2,9 +2,11 @@
 //!
 //! A [`Plan`] is computed by [`crate::planner::plan`] from a snapshot of Nodes
 //! and cloud routes. It is data only; the controller executes it. Operations
-//! refer to each other by index: a creation lists the deletions that must
-//! succeed before it may start (a route re-created after an address change,
-//! a blackhole replaced by a live route); everything else may run concurrently.
+//! refer to each other by index: a creation lists every deletion of a route
+//! with the same destination, which must succeed before it may start (a route
+//! re-created after an address change, a blackhole replaced by a live route,
+//! a CIDR moving from a stale route to its new node); everything else may run
+//! concurrently.
 
 use serde::{Deserialize, Serialize};
 
@@ -153,7 +155,8 @@ pub struct NodeOutcome {
     /// Indices into [`Plan::creations`] for this node.
     pub creations: Vec<usize>,
     /// Some pod CIDR of this node cannot get a route in this plan (no pod
-    /// CIDRs at all, a conflict, outside the cluster CIDRs, not a CIDR).
+    /// CIDRs at all, a conflict with no existing route to this node, outside
+    /// the cluster CIDRs, not a CIDR).
     pub unroutable: bool,
     /// The condition as last seen on the Node.
     pub current: Option<ConditionState>,

@@ -35,6 +35,7 @@
 
 use std::borrow::Borrow;
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::net::IpAddr;
 
 use crate::cidr::Cidr;
@@ -152,11 +153,11 @@ pub fn plan<N: Borrow<NodeView>>(nodes: &[N], routes: &[Route], config: &PlanCon
             end: start,
             ..NodeInfo::default()
         };
-        if !n.name.is_empty() {
-            if let std::collections::hash_map::Entry::Vacant(e) = by_name.entry(n.name.as_str()) {
-                e.insert(ni);
-                this.canonical = true;
-            }
+        if !n.name.is_empty()
+            && let Entry::Vacant(e) = by_name.entry(n.name.as_str())
+        {
+            e.insert(ni);
+            this.canonical = true;
         }
         if !this.canonical {
             info.push(this);
@@ -520,10 +521,13 @@ mod tests {
             &[a.clone(), a.clone()]
         ));
         assert!(
-            !same_addresses(&[a.clone()], &[h.clone()]),
+            !same_addresses(std::slice::from_ref(&a), std::slice::from_ref(&h)),
             "the type counts"
         );
-        assert!(!same_addresses(&[a.clone()], &[a.clone(), a.clone()]));
+        assert!(!same_addresses(
+            std::slice::from_ref(&a),
+            &[a.clone(), a.clone()]
+        ));
     }
 
     #[test]

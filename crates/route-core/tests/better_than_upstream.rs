@@ -82,7 +82,7 @@ fn equal_node_addrs_treats_a_repeated_address_as_equal_to_a_different_one() {
         .with_addresses(vec![a.clone(), b.clone()]);
     let stale = Route::from_text("node-1", "10.120.0.0/24")
         .with_addresses(vec![a.clone(), a.clone()], true);
-    let p = plan(&[n.clone()], &[stale.clone()], &cluster());
+    let p = plan(&[&n], std::slice::from_ref(&stale), &cluster());
     assert_eq!(p.deletions.len(), 1);
     assert_eq!(p.deletions[0].reason, DeletionReason::AddressesChanged);
     assert_eq!(p.creations.len(), 1);
@@ -97,7 +97,7 @@ fn equal_node_addrs_treats_a_repeated_address_as_equal_to_a_different_one() {
     // enable_node_addresses the addresses are not looked at.
     let reordered =
         Route::from_text("node-1", "10.120.0.0/24").with_addresses(vec![b, a.clone()], true);
-    assert!(plan(&[n.clone()], &[reordered], &cluster()).is_noop());
+    assert!(plan(&[&n], &[reordered], &cluster()).is_noop());
     let untracked =
         Route::from_text("node-1", "10.120.0.0/24").with_addresses(vec![a.clone(), a], false);
     assert!(plan(&[n], &[untracked], &cluster()).is_noop());
@@ -203,7 +203,7 @@ fn duplicate_cloud_routes_for_one_node_and_cidr_are_never_cleaned_up() {
 
     // Prefers a non-blackhole whose addresses match, then the first listed.
     let routes = [bh.clone(), stale.clone(), good1.clone(), good2.clone()];
-    let p = plan(&[n.clone()], &routes, &cluster());
+    let p = plan(&[&n], &routes, &cluster());
     let deleted: Vec<(&Route, DeletionReason)> =
         p.deletions.iter().map(|d| (&d.route, d.reason)).collect();
     assert_eq!(
@@ -219,7 +219,7 @@ fn duplicate_cloud_routes_for_one_node_and_cidr_are_never_cleaned_up() {
     // With no matching route the first non-blackhole is kept and updated.
     let stale2 = route("node-1", "10.120.0.0/24", &["10.0.8.8"], true);
     let routes = [stale.clone(), stale2.clone(), bh.clone()];
-    let p = plan(&[n.clone()], &routes, &cluster());
+    let p = plan(&[&n], &routes, &cluster());
     let deleted: Vec<(&Route, DeletionReason)> =
         p.deletions.iter().map(|d| (&d.route, d.reason)).collect();
     assert_eq!(
@@ -252,7 +252,7 @@ fn cidr_claimed_by_two_nodes_gets_competing_routes() {
         node("node-d", "0d", &["10.120.4.0/24"], "10.0.4.1"),
     ];
     let existing = route("node-a", "10.120.1.0/24", &["10.0.1.1"], false);
-    let p = plan(&nodes, &[existing.clone()], &cluster());
+    let p = plan(&nodes, std::slice::from_ref(&existing), &cluster());
     assert_eq!(
         p.conflicts,
         vec![Conflict {
@@ -448,7 +448,7 @@ fn nodes_being_deleted_keep_their_routes_like_live_nodes() {
     let mut n = node("node-1", "01", &["10.120.0.0/24"], "10.0.1.1");
     n.deleting = true;
     let routes = [route("node-1", "10.120.0.0/24", &["10.0.1.1"], false)];
-    assert!(plan(&[n.clone()], &routes, &cluster()).is_noop());
+    assert!(plan(&[&n], &routes, &cluster()).is_noop());
     assert_eq!(plan(&[n], &[], &cluster()).creations.len(), 1);
 }
 

@@ -58,7 +58,7 @@ fn addresses(bits: u8) -> Vec<NodeAddress> {
     // 0-2 addresses from a pool of 3, repeats allowed.
     let n = usize::from(bits % 3);
     (0..n)
-        .map(|i| NodeAddress::internal_ip(ADDRS[usize::from(bits / 3 >> (2 * i)) % ADDRS.len()]))
+        .map(|i| NodeAddress::internal_ip(ADDRS[usize::from((bits / 3) >> (2 * i)) % ADDRS.len()]))
         .collect()
 }
 
