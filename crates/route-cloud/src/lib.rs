@@ -13,7 +13,7 @@ pub mod ratelimit;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use route_core::Route;
+use route_core::{NodeView, Route};
 
 pub use error::{CloudError, ErrorKind};
 
@@ -97,6 +97,15 @@ pub trait CloudRoutes: Send + Sync + 'static {
             ErrorKind::InvalidRequest,
             format!("the {} provider does not support batches", self.name()),
         ))
+    }
+
+    /// Shows the provider the Nodes that exist now; the controller calls it
+    /// with the same snapshot it plans with, before each `list_routes`.
+    /// Providers whose routes name a cloud object rather than a node (AWS: an
+    /// instance id) map it back through the Nodes' `spec.providerID` instead
+    /// of asking the cloud on every list. The default ignores the nodes.
+    fn observe_nodes(&self, nodes: &[NodeView]) {
+        let _ = nodes;
     }
 }
 
