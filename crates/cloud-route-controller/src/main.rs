@@ -1,1 +1,68 @@
-fn main() {}
+//! `cloud-route-controller`: flags, wiring and process lifecycle. All routing
+//! decisions live in `route-core`; the reconcile engine in `route-controller`.
+
+mod cli;
+mod duration;
+mod health;
+mod http;
+mod kube_client;
+mod leader;
+mod logging;
+mod plan;
+mod providers;
+mod run;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    // One rustls crypto provider for the whole process (kube, reqwest and the
+    // AWS SDK all use rustls); installing it first avoids rustls' panic when
+    // more than one provider is linked.
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let cli = cli::Cli::parse();
+    let (command, cluster) = match cli.command {
+        Some(cli::Command::Run(r)) => (Cmd::Run(r.clone()), r.cluster),
+        Some(cli::Command::Plan(p)) => (Cmd::Plan(p.clone()), p.cluster),
+        None => (Cmd::Run(cli.run.clone()), cli.run.cluster),
+    };
+    logging::init(cluster.verbose, cluster.log_format);
+    let validation = match &command {
+        Cmd::Run(r) => r.validate(),
+        Cmd::Plan(p) => p.cluster.validate(),
+    };
+    if let Err(e) = validation {
+        eprintln!("error: {e}");
+        return ExitCode::from(2);
+    }
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = rt.block_on(async {
+        match command {
+            Cmd::Run(r) => run::run(r).await,
+            Cmd::Plan(p) => plan::plan(p).await,
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            // User-facing errors: the chain of causes on one line, no backtrace.
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+enum Cmd {
+    Run(cli::RunArgs),
+    Plan(cli::PlanArgs),
+}

@@ -109,13 +109,17 @@ mod tests {
         b.acquire().await;
         b.acquire().await;
         let e = t0.elapsed();
-        assert!(e >= Duration::from_secs(2) && e < Duration::from_millis(2100), "{e:?}");
+        assert!(
+            e >= Duration::from_secs(2) && e < Duration::from_millis(2100),
+            "{e:?}"
+        );
     }
 
     #[tokio::test(start_paused = true)]
     async fn pause_blocks_until_deadline() {
         let b = TokenBucket::new(100.0, 10);
-        b.pause_until(Instant::now() + Duration::from_secs(30)).await;
+        b.pause_until(Instant::now() + Duration::from_secs(30))
+            .await;
         let waited = b.acquire().await;
         assert!(waited >= Duration::from_secs(30), "{waited:?}");
     }

@@ -22,17 +22,26 @@ impl RequestStats {
 
     /// Adds time spent waiting for the client-side budget or a server's retry-after.
     pub fn add_rate_limit_wait(&self, d: Duration) {
-        *self.rate_limit_wait.lock().unwrap_or_else(|e| e.into_inner()) += d;
+        *self
+            .rate_limit_wait
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) += d;
     }
 
     /// A copy of the counters.
     pub fn snapshot(&self) -> BTreeMap<(&'static str, &'static str), u64> {
-        self.counts.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.counts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Total rate-limit wait so far.
     pub fn rate_limit_wait(&self) -> Duration {
-        *self.rate_limit_wait.lock().unwrap_or_else(|e| e.into_inner())
+        *self
+            .rate_limit_wait
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     /// Total requests of one operation, any result.

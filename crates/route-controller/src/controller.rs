@@ -151,6 +151,7 @@ pub struct Controller {
     route_cache: Option<Vec<Route>>,
     warned: HashSet<(String, &'static str, String)>,
     reports: Option<tokio::sync::mpsc::UnboundedSender<PassReport>>,
+    first_sync: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl Controller {
@@ -177,7 +178,15 @@ impl Controller {
             route_cache: None,
             warned: HashSet::new(),
             reports: None,
+            first_sync: None,
         }
+    }
+
+    /// Sets `flag` once the first full pass after gaining leadership listed
+    /// the cloud and ran its plan (for `/readyz`).
+    pub fn with_first_sync(mut self, flag: Arc<std::sync::atomic::AtomicBool>) -> Self {
+        self.first_sync = Some(flag);
+        self
     }
 
     /// Sends a copy of every pass report to `tx` (tests, simulator).
@@ -215,6 +224,9 @@ impl Controller {
             }
             if !was_leader {
                 was_leader = true;
+                if let Some(f) = &self.first_sync {
+                    f.store(false, std::sync::atomic::Ordering::SeqCst);
+                }
                 self.scheduler.became_leader();
                 self.route_cache = None;
             }
@@ -345,6 +357,11 @@ impl Controller {
         }
         self.record_sync(trigger, outcome_label, kind, started);
         self.scheduler.retry_at(self.book.next_due());
+        if kind == PassKind::Full
+            && let Some(f) = &self.first_sync
+        {
+            f.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
         report.plan = plan;
         report.outcome = outcome;
         report

@@ -1,0 +1,454 @@
+//! Command-line flags. Names and defaults follow the cloud-controller-manager
+//! wherever it has the same setting; everything is validated once, here,
+//! before anything starts, so a bad value is a one-line error and exit code 2.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
+use route_controller::Mode;
+use route_core::{Cidr, parse_cluster_cidrs};
+
+use crate::duration;
+
+/// The feature gate of KEP-5237, accepted for compatibility.
+pub const WATCH_GATE: &str = "CloudControllerManagerWatchBasedRoutesReconciliation";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "cloud-route-controller",
+    version,
+    about = "Keeps a cloud's route table in step with the cluster's Nodes: every Node's pod CIDRs are routed to that Node.",
+    long_about = "Keeps a cloud's route table in step with the cluster's Nodes: every Node's pod CIDRs are routed to that Node.\n\nRuns beside a cloud-controller-manager whose built-in route controller is turned off (--controllers=*,-route). Without a subcommand it runs the controller (`run`).",
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the route controller (the default).
+    Run(RunArgs),
+    /// Read the cluster and the cloud, print what the controller would change, change nothing.
+    Plan(PlanArgs),
+}
+
+/// Where the cluster and the cloud are.
+#[derive(Debug, Args, Clone)]
+pub struct ClusterArgs {
+    /// Path to a kubeconfig. Without it: in-cluster configuration, else $KUBECONFIG, else ~/.kube/config.
+    #[arg(long, env = "KUBECONFIG_PATH", value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// The cluster's name; providers use it to find and tag this cluster's routes.
+    #[arg(long, default_value = "kubernetes")]
+    pub cluster_name: String,
+
+    /// CIDR range of pods in the cluster: one CIDR, or one IPv4 and one IPv6 CIDR separated by a comma. Required.
+    #[arg(long, value_name = "CIDR[,CIDR]")]
+    pub cluster_cidr: Option<String>,
+
+    /// The cloud provider: memory (simulated), aws, openstack or hcloud.
+    #[arg(long, default_value = "memory")]
+    pub cloud_provider: String,
+
+    /// Path to the provider's configuration file (YAML, or TOML when it ends in .toml).
+    #[arg(long, value_name = "FILE")]
+    pub cloud_config: Option<PathBuf>,
+
+    /// Queries per second to the Kubernetes API server.
+    #[arg(long, default_value_t = 20.0)]
+    pub kube_api_qps: f32,
+
+    /// Burst of queries to the Kubernetes API server.
+    #[arg(long, default_value_t = 30)]
+    pub kube_api_burst: u32,
+
+    /// Verbosity: -v for debug, -vv for trace (RUST_LOG overrides).
+    #[arg(short = 'v', action = ArgAction::Count, global = true)]
+    pub verbose: u8,
+
+    /// Log format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line, for log pipelines.
+    Json,
+}
+
+/// Flags of `run`.
+#[derive(Debug, Args, Clone)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+
+    /// When to reconcile. periodic: list and reconcile every --route-reconciliation-period (upstream, gate off).
+    /// watch: reconcile on node changes, at most every 10 s, plus a resync (upstream KEP-5237, gate on).
+    /// incremental: plan node changes against the cached route table, list only to resync (default).
+    #[arg(long, value_name = "MODE", value_parser = ["periodic", "watch", "incremental"])]
+    pub reconcile_mode: Option<String>,
+
+    /// Feature gates, key=value pairs separated by commas. Only CloudControllerManagerWatchBasedRoutesReconciliation is known: true selects watch, false periodic.
+    #[arg(long, value_name = "GATES")]
+    pub feature_gates: Option<String>,
+
+    /// Whether to manage cloud routes at all; false makes the controller say so and exit 0.
+    #[arg(long, default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub configure_cloud_routes: bool,
+
+    /// The period of the periodic mode (Go duration).
+    #[arg(long, default_value = "10s", value_parser = duration::parse)]
+    pub route_reconciliation_period: Duration,
+
+    /// The resync of the watch and incremental modes runs every random interval in [this, 2 × this), chosen once at start (Go duration).
+    #[arg(long, default_value = "12h", value_parser = duration::parse)]
+    pub min_resync_period: Duration,
+
+    /// Concurrent NetworkUnavailable patches.
+    #[arg(long, default_value_t = 10)]
+    pub concurrent_status_updates: usize,
+
+    /// How long in-flight cloud calls may take to finish after SIGTERM.
+    #[arg(long, default_value = "30s", value_parser = duration::parse)]
+    pub shutdown_grace_period: Duration,
+
+    #[command(flatten)]
+    pub leader: LeaderArgs,
+
+    /// Address of the HTTP server for /metrics, /healthz and /readyz; empty or "0" disables it.
+    #[arg(long, default_value = "0.0.0.0:10260")]
+    pub metrics_bind_address: String,
+}
+
+/// Leader election, as the cloud-controller-manager's flags.
+#[derive(Debug, Args, Clone)]
+pub struct LeaderArgs {
+    /// Elect a leader through a Lease before mutating routes (run several replicas with it on).
+    #[arg(long, default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub leader_elect: bool,
+
+    /// How long a non-leader waits after the last renewal before taking over.
+    #[arg(long, default_value = "15s", value_parser = duration::parse)]
+    pub leader_elect_lease_duration: Duration,
+
+    /// How long the leader keeps trying to renew before it gives up leadership.
+    #[arg(long, default_value = "10s", value_parser = duration::parse)]
+    pub leader_elect_renew_deadline: Duration,
+
+    /// How often candidates and the leader try to acquire or renew.
+    #[arg(long, default_value = "2s", value_parser = duration::parse)]
+    pub leader_elect_retry_period: Duration,
+
+    /// Namespace of the Lease (default: the pod's namespace, else kube-system).
+    #[arg(long)]
+    pub leader_elect_resource_namespace: Option<String>,
+
+    /// Name of the Lease.
+    #[arg(long, default_value = "cloud-route-controller")]
+    pub leader_elect_resource_name: String,
+
+    /// Identity in the Lease (default: POD_NAME, else the hostname).
+    #[arg(long, env = "POD_NAME")]
+    pub leader_elect_identity: Option<String>,
+}
+
+/// Flags of `plan`.
+#[derive(Debug, Args, Clone)]
+pub struct PlanArgs {
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+
+    /// Output format.
+    #[arg(long, short = 'o', value_enum, default_value_t = Output::Table)]
+    pub output: Output,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    /// A table for people.
+    Table,
+    /// JSON for tools.
+    Json,
+}
+
+/// A flag value that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum FlagError {
+    #[error("{0}")]
+    ClusterCidr(#[from] route_core::model::ClusterCidrError),
+    #[error("--feature-gates: {0}")]
+    FeatureGates(String),
+    #[error(
+        "--reconcile-mode={mode} contradicts --feature-gates={WATCH_GATE}={gate}, which selects {implied}; give one of them"
+    )]
+    Contradiction {
+        mode: String,
+        gate: bool,
+        implied: &'static str,
+    },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl ClusterArgs {
+    /// The parsed cluster CIDRs.
+    pub fn cluster_cidrs(&self) -> Result<Vec<Cidr>, FlagError> {
+        Ok(parse_cluster_cidrs(
+            self.cluster_cidr.as_deref().unwrap_or(""),
+        )?)
+    }
+
+    pub fn validate(&self) -> Result<(), FlagError> {
+        self.cluster_cidrs()?;
+        if self.cluster_name.trim().is_empty() {
+            return Err(FlagError::Invalid(
+                "--cluster-name must not be empty".into(),
+            ));
+        }
+        if !(self.kube_api_qps.is_finite() && self.kube_api_qps > 0.0) {
+            return Err(FlagError::Invalid(format!(
+                "--kube-api-qps must be a positive number, got {}",
+                self.kube_api_qps
+            )));
+        }
+        if self.kube_api_burst == 0 {
+            return Err(FlagError::Invalid(
+                "--kube-api-burst must be at least 1".into(),
+            ));
+        }
+        if let Some(p) = &self.cloud_config
+            && !p.is_file()
+        {
+            return Err(FlagError::Invalid(format!(
+                "--cloud-config {}: no such file",
+                p.display()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Parses `--feature-gates`, returning the watch gate's value if given.
+pub fn parse_feature_gates(s: &str) -> Result<Option<bool>, FlagError> {
+    let mut watch = None;
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (k, v) = part
+            .split_once('=')
+            .ok_or_else(|| FlagError::FeatureGates(format!("{part:?} is not key=value")))?;
+        let v = match v.trim().to_ascii_lowercase().as_str() {
+            "true" => true,
+            "false" => false,
+            other => {
+                return Err(FlagError::FeatureGates(format!(
+                    "{k}={other:?}: the value must be true or false"
+                )));
+            }
+        };
+        if k.trim() == WATCH_GATE {
+            watch = Some(v);
+        } else {
+            return Err(FlagError::FeatureGates(format!(
+                "unrecognized feature gate {k:?}; this controller knows only {WATCH_GATE}"
+            )));
+        }
+    }
+    Ok(watch)
+}
+
+impl RunArgs {
+    /// The reconcile mode from --reconcile-mode and --feature-gates.
+    pub fn mode(&self) -> Result<Mode, FlagError> {
+        let gate = match &self.feature_gates {
+            Some(g) => parse_feature_gates(g)?,
+            None => None,
+        };
+        let explicit: Option<Mode> = self
+            .reconcile_mode
+            .as_deref()
+            .map(|m| m.parse().map_err(FlagError::Invalid))
+            .transpose()?;
+        match (explicit, gate) {
+            (Some(m), None) => Ok(m),
+            (None, Some(true)) => Ok(Mode::Watch),
+            (None, Some(false)) => Ok(Mode::Periodic),
+            (None, None) => Ok(Mode::Incremental),
+            (Some(m), Some(g)) => {
+                let implied = if g { Mode::Watch } else { Mode::Periodic };
+                if m == implied {
+                    Ok(m)
+                } else {
+                    Err(FlagError::Contradiction {
+                        mode: m.as_str().into(),
+                        gate: g,
+                        implied: implied.as_str(),
+                    })
+                }
+            }
+        }
+    }
+
+    /// Checks every flag.
+    pub fn validate(&self) -> Result<(), FlagError> {
+        self.cluster.validate()?;
+        self.mode()?;
+        if self.route_reconciliation_period.is_zero() {
+            return Err(FlagError::Invalid(
+                "--route-reconciliation-period must be above zero".into(),
+            ));
+        }
+        if self.min_resync_period.is_zero() {
+            return Err(FlagError::Invalid(
+                "--min-resync-period must be above zero".into(),
+            ));
+        }
+        if self.concurrent_status_updates == 0 {
+            return Err(FlagError::Invalid(
+                "--concurrent-status-updates must be at least 1".into(),
+            ));
+        }
+        let l = &self.leader;
+        if l.leader_elect {
+            if l.leader_elect_retry_period.is_zero() {
+                return Err(FlagError::Invalid(
+                    "--leader-elect-retry-period must be above zero".into(),
+                ));
+            }
+            if l.leader_elect_renew_deadline <= l.leader_elect_retry_period {
+                return Err(FlagError::Invalid(format!(
+                    "--leader-elect-renew-deadline ({:?}) must be greater than --leader-elect-retry-period ({:?})",
+                    l.leader_elect_renew_deadline, l.leader_elect_retry_period
+                )));
+            }
+            if l.leader_elect_lease_duration <= l.leader_elect_renew_deadline {
+                return Err(FlagError::Invalid(format!(
+                    "--leader-elect-lease-duration ({:?}) must be greater than --leader-elect-renew-deadline ({:?})",
+                    l.leader_elect_lease_duration, l.leader_elect_renew_deadline
+                )));
+            }
+            if l.leader_elect_resource_name.trim().is_empty() {
+                return Err(FlagError::Invalid(
+                    "--leader-elect-resource-name must not be empty".into(),
+                ));
+            }
+        }
+        if !matches!(self.metrics_bind_address.as_str(), "" | "0") {
+            self.metrics_bind_address
+                .parse::<std::net::SocketAddr>()
+                .map_err(|_| {
+                    FlagError::Invalid(format!(
+                        "--metrics-bind-address {:?}: expected HOST:PORT, e.g. 0.0.0.0:10260",
+                        self.metrics_bind_address
+                    ))
+                })?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(args: &[&str]) -> RunArgs {
+        let mut v = vec!["cloud-route-controller"];
+        v.extend_from_slice(args);
+        Cli::try_parse_from(v).unwrap().run
+    }
+
+    #[test]
+    fn defaults_match_the_cloud_controller_manager() {
+        let r = run(&["--cluster-cidr", "10.244.0.0/16"]);
+        assert_eq!(r.cluster.cluster_name, "kubernetes");
+        assert_eq!(r.route_reconciliation_period, Duration::from_secs(10));
+        assert_eq!(r.min_resync_period, Duration::from_secs(12 * 3600));
+        assert!(r.configure_cloud_routes);
+        assert_eq!(r.cluster.kube_api_qps, 20.0);
+        assert_eq!(r.cluster.kube_api_burst, 30);
+        assert!(r.leader.leader_elect);
+        assert_eq!(
+            r.leader.leader_elect_lease_duration,
+            Duration::from_secs(15)
+        );
+        assert_eq!(
+            r.leader.leader_elect_renew_deadline,
+            Duration::from_secs(10)
+        );
+        assert_eq!(r.leader.leader_elect_retry_period, Duration::from_secs(2));
+        assert_eq!(r.mode().unwrap(), Mode::Incremental);
+        r.validate().unwrap();
+    }
+
+    #[test]
+    fn go_style_bool_flags() {
+        assert!(!run(&["--configure-cloud-routes=false"]).configure_cloud_routes);
+        assert!(run(&["--configure-cloud-routes"]).configure_cloud_routes);
+        assert!(!run(&["--leader-elect=false"]).leader.leader_elect);
+    }
+
+    #[test]
+    fn feature_gate_selects_mode_and_contradictions_are_errors() {
+        let g = |v: &str| format!("--feature-gates={WATCH_GATE}={v}");
+        assert_eq!(run(&[&g("true")]).mode().unwrap(), Mode::Watch);
+        assert_eq!(run(&[&g("false")]).mode().unwrap(), Mode::Periodic);
+        assert_eq!(
+            run(&[&g("true"), "--reconcile-mode", "watch"])
+                .mode()
+                .unwrap(),
+            Mode::Watch
+        );
+        let e = run(&[&g("true"), "--reconcile-mode", "incremental"])
+            .mode()
+            .unwrap_err();
+        assert!(e.to_string().contains("contradicts"), "{e}");
+        assert!(run(&["--feature-gates=Foo=true"]).mode().is_err());
+        assert!(run(&[&g("maybe")]).mode().is_err());
+    }
+
+    #[test]
+    fn cluster_cidr_rules() {
+        for ok in ["10.244.0.0/16", "10.244.0.0/16,fd00::/48"] {
+            run(&["--cluster-cidr", ok]).validate().unwrap();
+        }
+        for bad in [
+            "",
+            "10.244.0.0/16,10.245.0.0/16",
+            "10.0.0.0/8,fd00::/48,fd01::/48",
+            "nope",
+        ] {
+            assert!(run(&["--cluster-cidr", bad]).validate().is_err(), "{bad:?}");
+        }
+        assert!(run(&[]).validate().is_err(), "--cluster-cidr is required");
+    }
+
+    #[test]
+    fn leader_timings_must_be_ordered() {
+        let r = run(&[
+            "--cluster-cidr",
+            "10.0.0.0/8",
+            "--leader-elect-renew-deadline",
+            "20s",
+        ]);
+        assert!(r.validate().is_err());
+    }
+
+    #[test]
+    fn bad_durations_are_refused_by_the_parser() {
+        let e = Cli::try_parse_from([
+            "cloud-route-controller",
+            "--route-reconciliation-period",
+            "ten",
+        ]);
+        assert!(e.is_err());
+    }
+}

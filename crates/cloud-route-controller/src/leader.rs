@@ -1,0 +1,190 @@
+//! Leader election on a `coordination.k8s.io/v1` Lease, with client-go's
+//! semantics.
+//!
+//! Every write is a `replace` carrying the resourceVersion that was read, so
+//! two candidates can never both win a round: the API server refuses the
+//! second write with 409 Conflict. Expiry is judged by *local* observation —
+//! a holder is considered gone only when its record has not changed for a
+//! whole lease duration as seen by this process's monotonic clock — so clock
+//! skew between machines does not matter. The leader that cannot renew within
+//! the renew deadline reports the loss at once; the binary then stops
+//! mutating and exits so it restarts clean.
+
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+use kube::Api;
+use kube::api::PostParams;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+/// Settings (the `--leader-elect-*` flags).
+#[derive(Debug, Clone)]
+pub struct LeaseConfig {
+    pub namespace: String,
+    pub name: String,
+    pub identity: String,
+    pub lease_duration: Duration,
+    pub renew_deadline: Duration,
+    pub retry_period: Duration,
+}
+
+/// Why leadership ended.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaderError {
+    #[error("lost leadership: could not renew the Lease {0} within the renew deadline")]
+    Lost(String),
+}
+
+/// Runs the election until `shutdown`; publishes leadership on `tx`. Returns
+/// `Err` if leadership, once held, was lost.
+pub async fn run(
+    client: kube::Client,
+    cfg: LeaseConfig,
+    tx: watch::Sender<bool>,
+    shutdown: CancellationToken,
+) -> Result<(), LeaderError> {
+    let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
+    let mut observed: Option<(String, Option<MicroTime>, Option<i32>)> = None;
+    let mut observed_at = Instant::now();
+    let mut last_renew: Option<Instant> = None;
+    let mut ticker = tokio::time::interval(cfg.retry_period);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = shutdown.cancelled() => {
+                if tx.borrow().to_owned() {
+                    tx.send_replace(false);
+                    release(&api, &cfg).await;
+                }
+                return Ok(());
+            }
+        }
+        let leading = *tx.borrow();
+        let attempt = tokio::time::timeout(
+            cfg.retry_period.max(Duration::from_secs(1)),
+            try_acquire_or_renew(&api, &cfg, &mut observed, &mut observed_at),
+        )
+        .await;
+        let won = matches!(attempt, Ok(Ok(true)));
+        if let Ok(Err(e)) = &attempt {
+            warn!(error = %e, lease = %cfg.name, "leader election request failed");
+        }
+        if won {
+            last_renew = Some(Instant::now());
+            if !leading {
+                info!(identity = %cfg.identity, lease = %format!("{}/{}", cfg.namespace, cfg.name), "became leader");
+                tx.send_replace(true);
+            }
+        } else if leading {
+            let since = last_renew.map(|t| t.elapsed()).unwrap_or(Duration::MAX);
+            if since >= cfg.renew_deadline || matches!(attempt, Ok(Ok(false))) {
+                // Stop mutating first, then tell the caller to exit.
+                tx.send_replace(false);
+                return Err(LeaderError::Lost(format!("{}/{}", cfg.namespace, cfg.name)));
+            }
+        }
+    }
+}
+
+type Observed = Option<(String, Option<MicroTime>, Option<i32>)>;
+
+/// One round: returns whether this process holds the Lease after it.
+async fn try_acquire_or_renew(
+    api: &Api<Lease>,
+    cfg: &LeaseConfig,
+    observed: &mut Observed,
+    observed_at: &mut Instant,
+) -> Result<bool, kube::Error> {
+    let now = MicroTime(Timestamp::now());
+    let secs = i32::try_from(cfg.lease_duration.as_secs()).unwrap_or(i32::MAX);
+    let current = match api.get_opt(&cfg.name).await? {
+        Some(l) => l,
+        None => {
+            let lease = Lease {
+                metadata: ObjectMeta {
+                    name: Some(cfg.name.clone()),
+                    namespace: Some(cfg.namespace.clone()),
+                    ..Default::default()
+                },
+                spec: Some(LeaseSpec {
+                    holder_identity: Some(cfg.identity.clone()),
+                    lease_duration_seconds: Some(secs),
+                    acquire_time: Some(now.clone()),
+                    renew_time: Some(now),
+                    lease_transitions: Some(0),
+                    ..Default::default()
+                }),
+            };
+            return match api.create(&PostParams::default(), &lease).await {
+                Ok(_) => Ok(true),
+                Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+                Err(e) => Err(e),
+            };
+        }
+    };
+    let spec = current.spec.clone().unwrap_or_default();
+    let holder = spec.holder_identity.clone().unwrap_or_default();
+    let record = (
+        holder.clone(),
+        spec.renew_time.clone(),
+        spec.lease_transitions,
+    );
+    if observed.as_ref() != Some(&record) {
+        *observed = Some(record);
+        *observed_at = Instant::now();
+    }
+    let held_by_me = holder == cfg.identity;
+    let expired = holder.is_empty() || observed_at.elapsed() >= cfg.lease_duration;
+    if !held_by_me && !expired {
+        return Ok(false);
+    }
+    let mut next = current.clone();
+    let mut s = spec;
+    if !held_by_me {
+        s.holder_identity = Some(cfg.identity.clone());
+        s.acquire_time = Some(now.clone());
+        s.lease_transitions = Some(s.lease_transitions.unwrap_or(0) + 1);
+    }
+    s.renew_time = Some(now);
+    s.lease_duration_seconds = Some(secs);
+    next.spec = Some(s);
+    // `replace` sends metadata.resourceVersion: a concurrent writer makes it fail.
+    match api.replace(&cfg.name, &PostParams::default(), &next).await {
+        Ok(l) => {
+            let sp = l.spec.unwrap_or_default();
+            *observed = Some((
+                sp.holder_identity.unwrap_or_default(),
+                sp.renew_time,
+                sp.lease_transitions,
+            ));
+            *observed_at = Instant::now();
+            Ok(true)
+        }
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Gives the Lease up on clean shutdown so another replica takes over at once.
+async fn release(api: &Api<Lease>, cfg: &LeaseConfig) {
+    let Ok(Some(mut l)) = api.get_opt(&cfg.name).await else {
+        return;
+    };
+    let Some(s) = l.spec.as_mut() else { return };
+    if s.holder_identity.as_deref() != Some(cfg.identity.as_str()) {
+        return;
+    }
+    s.holder_identity = None;
+    s.renew_time = Some(MicroTime(Timestamp::now()));
+    s.lease_duration_seconds = Some(1);
+    match api.replace(&cfg.name, &PostParams::default(), &l).await {
+        Ok(_) => info!(lease = %cfg.name, "released the Lease"),
+        Err(e) => warn!(error = %e, lease = %cfg.name, "could not release the Lease"),
+    }
+}

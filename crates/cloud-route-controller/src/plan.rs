@@ -1,0 +1,207 @@
+//! `plan`: what the controller would change right now, without changing it.
+//!
+//! Reads every Node and lists the cloud's routes once, runs the same planner
+//! the controller runs, and prints the result. Only read calls are made, so
+//! an operator can run it before switching from the built-in route controller.
+
+use std::fmt::Write as _;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
+use kube::api::ListParams;
+use route_controller::node_view;
+use route_core::{NetworkCondition, Plan, PlanConfig};
+use serde::Serialize;
+
+use crate::cli::{Output, PlanArgs};
+use crate::{kube_client, providers};
+
+#[derive(Serialize)]
+struct Report<'a> {
+    cluster_name: &'a str,
+    nodes: usize,
+    routes: usize,
+    plan: &'a Plan,
+    conditions: Vec<ConditionChange<'a>>,
+}
+
+#[derive(Serialize)]
+struct ConditionChange<'a> {
+    node: &'a str,
+    status: &'static str,
+    reason: &'static str,
+    current: Option<String>,
+}
+
+pub async fn plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
+    let cidrs = args.cluster.cluster_cidrs()?;
+    let client = kube_client::client(&args.cluster).await?;
+    let cloud = providers::build(
+        &args.cluster.cloud_provider,
+        args.cluster.cloud_config.as_deref(),
+        "plan",
+    )
+    .await?;
+    let nodes: Vec<_> = Api::<Node>::all(client)
+        .list(&ListParams::default())
+        .await
+        .context("listing Nodes")?
+        .items
+        .iter()
+        .map(node_view)
+        .collect();
+    let routes = cloud
+        .list_routes(&args.cluster.cluster_name)
+        .await
+        .context("listing the cloud's routes")?;
+    let plan = route_core::plan(
+        &nodes,
+        &routes,
+        &PlanConfig {
+            cluster_cidrs: cidrs,
+        },
+    );
+    let conditions: Vec<ConditionChange<'_>> = plan
+        .conditions_if_all_succeed()
+        .map(|(n, c)| ConditionChange {
+            node: &n.node,
+            status: c.status(),
+            reason: c.reason(),
+            current: n
+                .current
+                .as_ref()
+                .map(|c| format!("{}/{}", c.status, c.reason)),
+        })
+        .collect();
+    let report = Report {
+        cluster_name: &args.cluster.cluster_name,
+        nodes: nodes.len(),
+        routes: routes.len(),
+        plan: &plan,
+        conditions,
+    };
+    let out = match args.output {
+        Output::Json => serde_json::to_string_pretty(&report)? + "\n",
+        Output::Table => table(&report),
+    };
+    print!("{out}");
+    Ok(ExitCode::SUCCESS)
+}
+
+fn table(r: &Report<'_>) -> String {
+    let mut s = String::new();
+    let p = r.plan;
+    let _ = writeln!(
+        s,
+        "Cluster {}: {} nodes, {} cloud routes. Nothing has been changed.\n",
+        r.cluster_name, r.nodes, r.routes
+    );
+    if p.is_noop()
+        && r.conditions.is_empty()
+        && p.conflicts.is_empty()
+        && p.outside_cluster.is_empty()
+    {
+        let _ = writeln!(s, "The cloud and the Nodes are in step: no change needed.");
+    }
+    if !p.deletions.is_empty() {
+        let _ = writeln!(s, "ROUTES TO DELETE ({})", p.deletions.len());
+        let _ = writeln!(
+            s,
+            "  {:<40} {:<24} {:<30} REASON",
+            "NAME", "DESTINATION", "TARGET NODE"
+        );
+        for d in &p.deletions {
+            let _ = writeln!(
+                s,
+                "  {:<40} {:<24} {:<30} {:?}",
+                d.route.name,
+                d.route.destination.to_string(),
+                if d.route.target_node.is_empty() {
+                    "-"
+                } else {
+                    &d.route.target_node
+                },
+                d.reason
+            );
+        }
+        s.push('\n');
+    }
+    if !p.creations.is_empty() {
+        let _ = writeln!(s, "ROUTES TO CREATE ({})", p.creations.len());
+        let _ = writeln!(
+            s,
+            "  {:<24} {:<30} {:<20} REASON",
+            "DESTINATION", "TARGET NODE", "AFTER DELETION"
+        );
+        for c in &p.creations {
+            let after = if c.after.is_empty() {
+                "-".to_string()
+            } else {
+                c.after
+                    .iter()
+                    .map(|i| p.deletions[*i].route.name.clone())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            };
+            let _ = writeln!(
+                s,
+                "  {:<24} {:<30} {:<20} {:?}",
+                c.route.destination.to_string(),
+                c.route.target_node,
+                after,
+                c.reason
+            );
+        }
+        s.push('\n');
+    }
+    if !r.conditions.is_empty() {
+        let _ = writeln!(
+            s,
+            "NODE CONDITIONS TO SET, if every creation succeeds ({})",
+            r.conditions.len()
+        );
+        for c in &r.conditions {
+            let want = if c.reason == NetworkCondition::RouteCreated.reason() {
+                "NetworkUnavailable=False/RouteCreated"
+            } else {
+                "NetworkUnavailable=True/NoRouteCreated"
+            };
+            let _ = writeln!(
+                s,
+                "  {:<30} {:<40} (now: {})",
+                c.node,
+                want,
+                c.current.as_deref().unwrap_or("not set")
+            );
+        }
+        s.push('\n');
+    }
+    for c in &p.conflicts {
+        let _ = writeln!(
+            s,
+            "CONFLICT: pod CIDR {} is claimed by {}; no route will be created for it",
+            c.cidr,
+            c.nodes.join(", ")
+        );
+    }
+    for o in &p.outside_cluster {
+        let _ = writeln!(
+            s,
+            "OUTSIDE CLUSTER CIDR: node {} has pod CIDR {}; no route will be created for it",
+            o.node, o.cidr
+        );
+    }
+    for i in &p.invalid_pod_cidrs {
+        let _ = writeln!(s, "INVALID POD CIDR: node {} has {:?}", i.node, i.text);
+    }
+    for u in &p.unparsable_routes {
+        let _ = writeln!(
+            s,
+            "IGNORED CLOUD ROUTE (unparsable destination): {} {}",
+            u.name, u.destination
+        );
+    }
+    s
+}

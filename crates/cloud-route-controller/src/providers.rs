@@ -1,0 +1,52 @@
+//! Choosing and configuring the cloud provider (`--cloud-provider`,
+//! `--cloud-config`). Each provider lives in its own crate; this is the only
+//! place that names them.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{Context as _, bail};
+use route_cloud::CloudRoutes;
+use serde::de::DeserializeOwned;
+
+/// The providers this binary knows.
+pub const PROVIDERS: &[&str] = &["memory"];
+
+/// Builds the provider named by `--cloud-provider`.
+pub async fn build(
+    name: &str,
+    config: Option<&Path>,
+    identity: &str,
+) -> anyhow::Result<Arc<dyn CloudRoutes>> {
+    match name {
+        "memory" => {
+            let cfg: route_cloud::memory::MemoryConfig = read_config(config)?.unwrap_or_default();
+            let cloud = route_cloud::memory::MemoryCloud::new(cfg)
+                .context("--cloud-config for the memory provider")?
+                .with_caller(identity);
+            Ok(Arc::new(cloud))
+        }
+        other => bail!(
+            "--cloud-provider {other:?} is not known; this build supports: {}",
+            PROVIDERS.join(", ")
+        ),
+    }
+}
+
+/// Reads a provider config file: TOML when the name ends in `.toml`, YAML otherwise.
+pub fn read_config<T: DeserializeOwned>(path: Option<&Path>) -> anyhow::Result<Option<T>> {
+    let Some(path) = path else { return Ok(None) };
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading --cloud-config {}", path.display()))?;
+    let parsed = if path.extension().is_some_and(|e| e == "toml") {
+        toml::from_str(&text).map_err(|e| anyhow::anyhow!("{e}"))
+    } else {
+        serde_norway::from_str(&text).map_err(|e| anyhow::anyhow!("{e}"))
+    };
+    parsed.map(Some).with_context(|| {
+        format!(
+            "--cloud-config {} is not a valid configuration",
+            path.display()
+        )
+    })
+}

@@ -1,0 +1,202 @@
+//! `run`: wires the watcher, the reconcile loop, leader election and the HTTP
+//! endpoint together, and owns the process lifecycle (signals, grace period,
+//! exit codes).
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use anyhow::Context as _;
+use prometheus_client::registry::Registry;
+use route_controller::{
+    BackoffConfig, Controller, ControllerConfig, Fence, KubeStatusWriter, Metrics, NodeStore,
+    Timing, pick_resync,
+};
+use route_core::PlanConfig;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use crate::cli::RunArgs;
+use crate::health::Health;
+use crate::leader::{self, LeaseConfig};
+use crate::{http, kube_client, providers};
+
+/// KEP-5237's least time between two full passes.
+const MIN_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+
+pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    if !args.configure_cloud_routes {
+        info!("will not configure cloud provider routes: --configure-cloud-routes=false");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mode = args.mode()?;
+    let cluster_cidrs = args.cluster.cluster_cidrs()?;
+    let identity = identity(&args);
+    let client = kube_client::client(&args.cluster).await?;
+    let cloud = providers::build(
+        &args.cluster.cloud_provider,
+        args.cluster.cloud_config.as_deref(),
+        &identity,
+    )
+    .await?;
+    let resync = pick_resync(args.min_resync_period, rand::random::<f64>());
+    info!(
+        mode = mode.as_str(),
+        provider = cloud.name(),
+        cluster = %args.cluster.cluster_name,
+        cluster_cidrs = %cluster_cidrs.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(","),
+        resync = ?resync,
+        identity = %identity,
+        "starting cloud-route-controller"
+    );
+
+    let mut registry = Registry::default();
+    let metrics = Metrics::register(&mut registry, cloud.clone());
+    let nodes = NodeStore::new(Some(metrics.clone()));
+    let fence = Fence::new(false);
+    let first_sync = Arc::new(AtomicBool::new(false));
+    let health = Health::new(nodes.clone(), first_sync.clone(), fence.clone());
+    let shutdown = CancellationToken::new();
+
+    let http_task = if matches!(args.metrics_bind_address.as_str(), "" | "0") {
+        None
+    } else {
+        let addr = args
+            .metrics_bind_address
+            .parse()
+            .context("--metrics-bind-address")?;
+        let (bound, task) =
+            http::serve(addr, Arc::new(registry), health.clone(), shutdown.clone()).await?;
+        info!(address = %bound, "serving /metrics, /healthz and /readyz");
+        Some(task)
+    };
+
+    // Leadership: either a Lease, or always leader.
+    let (leader_tx, leader_rx) = watch::channel(!args.leader.leader_elect);
+    let leader_task = if args.leader.leader_elect {
+        let cfg = LeaseConfig {
+            namespace: lease_namespace(&args),
+            name: args.leader.leader_elect_resource_name.clone(),
+            identity: identity.clone(),
+            lease_duration: args.leader.leader_elect_lease_duration,
+            renew_deadline: args.leader.leader_elect_renew_deadline,
+            retry_period: args.leader.leader_elect_retry_period,
+        };
+        info!(lease = %format!("{}/{}", cfg.namespace, cfg.name), "waiting for leadership");
+        Some(tokio::spawn(leader::run(
+            client.clone(),
+            cfg,
+            leader_tx,
+            shutdown.clone(),
+        )))
+    } else {
+        drop(leader_tx);
+        None
+    };
+
+    let watch_task = tokio::spawn(route_controller::watch::watch_nodes(
+        client.clone(),
+        nodes.clone(),
+        shutdown.clone(),
+    ));
+    let status = Arc::new(KubeStatusWriter::new(client, identity.clone()));
+    let cfg = ControllerConfig {
+        cluster_name: args.cluster.cluster_name.clone(),
+        plan: PlanConfig { cluster_cidrs },
+        mode,
+        timing: Timing {
+            period: args.route_reconciliation_period,
+            min_interval: MIN_INTERVAL,
+            resync,
+        },
+        backoff: BackoffConfig::default(),
+        status_concurrency: args.concurrent_status_updates,
+    };
+    let controller = Controller::new(cfg, nodes, cloud, status, fence.clone(), Some(metrics))
+        .with_first_sync(first_sync);
+    let mut controller_task = tokio::spawn(controller.run(leader_rx, shutdown.clone()));
+
+    let signal = wait_for_signal();
+    tokio::pin!(signal);
+    let mut leader_task = leader_task;
+    let exit = tokio::select! {
+        s = &mut signal => {
+            info!(signal = s, "shutting down: no new cloud calls; in-flight calls may finish");
+            ExitCode::SUCCESS
+        }
+        r = async { match leader_task.as_mut() { Some(t) => t.await, None => std::future::pending().await } } => {
+            match r {
+                Ok(Err(e)) => { error!("{e}; exiting so that this replica restarts clean"); ExitCode::FAILURE }
+                Ok(Ok(())) => ExitCode::SUCCESS,
+                Err(e) => { error!(error = %e, "leader election task failed"); ExitCode::FAILURE }
+            }
+        }
+        r = &mut controller_task => {
+            health.task_died.store(true, std::sync::atomic::Ordering::SeqCst);
+            error!(result = ?r, "the reconcile loop stopped unexpectedly");
+            ExitCode::FAILURE
+        }
+    };
+    fence.stop();
+    shutdown.cancel();
+    if tokio::time::timeout(args.shutdown_grace_period, &mut controller_task)
+        .await
+        .is_err()
+    {
+        warn!(grace = ?args.shutdown_grace_period, "cloud calls still in flight after the grace period; exiting anyway");
+    }
+    // Release the Lease (the election task does so when it sees the shutdown).
+    if let Some(t) = leader_task {
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), t).await;
+    }
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), watch_task).await;
+    if let Some(t) = http_task {
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), t).await;
+    }
+    info!("stopped");
+    Ok(exit)
+}
+
+fn identity(args: &RunArgs) -> String {
+    if let Some(id) = &args.leader.leader_elect_identity
+        && !id.is_empty()
+    {
+        return id.clone();
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "cloud-route-controller".into());
+    // client-go appends a unique suffix so two processes on one host differ.
+    format!("{host}_{:08x}", rand::random::<u32>())
+}
+
+fn lease_namespace(args: &RunArgs) -> String {
+    args.leader
+        .leader_elect_resource_namespace
+        .clone()
+        .or_else(|| {
+            std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+                .ok()
+                .map(|s| s.trim().to_string())
+        })
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "kube-system".into())
+}
+
+async fn wait_for_signal() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        // Without signal handlers the process can still be killed; never exit early.
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    }
+}
