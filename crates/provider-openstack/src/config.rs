@@ -356,7 +356,10 @@ impl OpenStackConfig {
             (None, Some(n)) if n.trim().is_empty() => return bad("router_name is empty"),
             _ => {}
         }
-        if !(self.rate_limit.requests_per_second > 0.0) {
+        // Written so that NaN is rejected too.
+        if !self.rate_limit.requests_per_second.is_finite()
+            || self.rate_limit.requests_per_second <= 0.0
+        {
             return bad("rate_limit.requests_per_second must be positive");
         }
         if self.request_timeout_seconds == 0 {
