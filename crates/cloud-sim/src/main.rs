@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use cloud_sim::SimServer;
-use cloud_sim::parent::Watch;
+use cloud_sim::parent::{self, Watch};
 use route_cloud::memory::MemoryConfig;
 
 /// The simulated cloud route API, shared by controller processes.
@@ -96,10 +96,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     server
         .run_until(async move {
             let parent_gone = async {
-                if watches.is_empty() {
-                    std::future::pending::<()>().await;
-                }
-                any_gone(watches).await;
+                parent::any_gone(&watches).await;
                 tracing::info!("parent process exited; stopping");
             };
             tokio::select! {
@@ -109,16 +106,6 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         })
         .await?;
     Ok(())
-}
-
-/// Resolves when any watched process is gone.
-async fn any_gone(watches: Vec<Watch>) {
-    loop {
-        if watches.iter().any(|w| !w.alive()) {
-            return;
-        }
-        tokio::time::sleep(cloud_sim::parent::POLL_INTERVAL).await;
-    }
 }
 
 async fn terminated() {

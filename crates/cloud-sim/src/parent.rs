@@ -41,6 +41,16 @@ impl Watch {
     }
 }
 
+/// Resolves once any of `watches` is gone; never if `watches` is empty.
+pub async fn any_gone(watches: &[Watch]) {
+    if watches.is_empty() {
+        std::future::pending::<()>().await;
+    }
+    while watches.iter().all(|w| w.alive()) {
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+}
+
 /// `/proc/PID` exists and its state is not `Z` (exited, not yet reaped).
 pub fn pid_alive(pid: u32) -> bool {
     let stat = PathBuf::from(format!("/proc/{pid}/stat"));
@@ -80,5 +90,21 @@ mod tests {
         }
         assert!(!pid_alive(pid), "a zombie is not alive");
         child.wait().unwrap();
+    }
+
+    #[tokio::test]
+    async fn any_gone_waits_for_the_first_death_only() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let alive = [Watch::current_parent(), Watch::Pid(std::process::id())];
+        let early = tokio::time::timeout(Duration::from_millis(500), any_gone(&alive)).await;
+        assert!(early.is_err(), "nobody died yet");
+        let mixed = [Watch::current_parent(), Watch::Pid(dead)];
+        tokio::time::timeout(Duration::from_secs(2), any_gone(&mixed))
+            .await
+            .expect("one watched process is gone");
+        let none = tokio::time::timeout(Duration::from_millis(300), any_gone(&[])).await;
+        assert!(none.is_err(), "no watch, no exit");
     }
 }
