@@ -265,6 +265,8 @@ impl Controller {
         // Triggers that arrived before this snapshot are covered by it.
         let _ = futures::FutureExt::now_or_never(self.nodes.changed.notified());
         let nodes = self.nodes.snapshot();
+        let views: Vec<NodeView> = nodes.iter().map(|n| (**n).clone()).collect();
+        self.executor.cloud().observe_nodes(&views);
         let mut report = PassReport {
             kind,
             trigger,

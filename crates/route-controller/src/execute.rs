@@ -232,6 +232,11 @@ impl Executor {
         }
     }
 
+    /// The provider.
+    pub fn cloud(&self) -> &Arc<dyn CloudRoutes> {
+        &self.cloud
+    }
+
     /// The fence this executor checks.
     pub fn fence(&self) -> &Fence {
         &self.fence

@@ -1,0 +1,355 @@
+//! The controller against a real kube-apiserver (the test-cluster fixture)
+//! and the simulated cloud: watcher, triggers, passes, status patches and
+//! Events all go through the real API.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Patch, PatchParams};
+use route_cloud::memory::{MemoryCloud, Operation};
+use route_cloud::{CloudRoutes, ErrorKind};
+use route_controller::{
+    BackoffConfig, Controller, ControllerConfig, Fence, KubeStatusWriter, Mode, NodeStore,
+    PassReport, Timing,
+};
+use route_core::{PlanConfig, Route, parse_cluster_cidrs};
+use serde_json::json;
+use test_cluster::{ClusterGuard, TestCluster, TestNode, wait_until};
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+const CLUSTER: &str = "kubernetes";
+const WAIT: Duration = Duration::from_secs(30);
+const MODES: [Mode; 3] = [Mode::Periodic, Mode::Watch, Mode::Incremental];
+
+struct Running {
+    shutdown: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+    watcher: tokio::task::JoinHandle<()>,
+    reports: mpsc::UnboundedReceiver<PassReport>,
+    _leader: watch::Sender<bool>,
+}
+
+impl Running {
+    async fn stop(self) {
+        self.shutdown.cancel();
+        let _ = self.task.await;
+        let _ = self.watcher.await;
+    }
+
+    fn drain_passes(&mut self) -> usize {
+        let mut n = 0;
+        while self.reports.try_recv().is_ok() {
+            n += 1;
+        }
+        n
+    }
+}
+
+fn start(c: &ClusterGuard, mode: Mode, cloud: &MemoryCloud, resync: Duration) -> Running {
+    let nodes = NodeStore::new(None);
+    let shutdown = CancellationToken::new();
+    let watcher = tokio::spawn(route_controller::watch::watch_nodes(
+        c.client(),
+        nodes.clone(),
+        shutdown.clone(),
+    ));
+    let cfg = ControllerConfig {
+        cluster_name: CLUSTER.into(),
+        plan: PlanConfig {
+            cluster_cidrs: parse_cluster_cidrs("10.244.0.0/16,fd00:10::/56").unwrap(),
+        },
+        mode,
+        // Shorter than production so the test does not sit idle; the exact
+        // cadence is tested on a virtual clock in tests/timing.rs.
+        timing: Timing {
+            period: Duration::from_secs(2),
+            min_interval: Duration::from_secs(2),
+            resync,
+        },
+        backoff: BackoffConfig::default(),
+        status_concurrency: 10,
+    };
+    let (tx, reports) = mpsc::unbounded_channel();
+    let (leader_tx, leader_rx) = watch::channel(true);
+    let ctrl = Controller::new(
+        cfg,
+        nodes,
+        Arc::new(cloud.clone()) as Arc<dyn CloudRoutes>,
+        Arc::new(KubeStatusWriter::new(c.client(), "test")),
+        Fence::default(),
+        None,
+    )
+    .with_reports(tx);
+    let task = tokio::spawn(ctrl.run(leader_rx, shutdown.clone()));
+    Running {
+        shutdown,
+        task,
+        watcher,
+        reports,
+        _leader: leader_tx,
+    }
+}
+
+fn hour() -> Duration {
+    Duration::from_secs(3600)
+}
+
+fn routes_of(cloud: &MemoryCloud, node: &str) -> Vec<Route> {
+    cloud
+        .routes(CLUSTER)
+        .into_iter()
+        .filter(|r| r.target_node == node)
+        .collect()
+}
+
+async fn wait_routes(cloud: &MemoryCloud, node: &str, n: usize, what: &str) {
+    wait_until(WAIT, what, || async {
+        (routes_of(cloud, node).len() == n).then_some(())
+    })
+    .await
+    .unwrap();
+}
+
+async fn wait_condition(c: &ClusterGuard, node: &str, status: &str, reason: &str) {
+    wait_until(
+        WAIT,
+        &format!("{node} NetworkUnavailable={status}/{reason}"),
+        || async {
+            let cond = c.network_unavailable(node).await.ok()??;
+            (cond.status == status && cond.reason.as_deref() == Some(reason)).then_some(())
+        },
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn new_node_gets_its_route_and_network_available_in_every_mode() {
+    let c = TestCluster::acquire().await.unwrap();
+    for mode in MODES {
+        let cloud = MemoryCloud::default();
+        let ctl = start(&c, mode, &cloud, hour());
+        let name = format!("n-{}", mode.as_str());
+        c.create_node(
+            &TestNode::new(&name)
+                .pod_cidrs(["10.244.1.0/24"])
+                .internal_ip("10.0.0.1"),
+        )
+        .await
+        .unwrap();
+        wait_routes(&cloud, &name, 1, "route created").await;
+        wait_condition(&c, &name, "False", "RouteCreated").await;
+        let r = &routes_of(&cloud, &name)[0];
+        assert_eq!(r.destination.to_string(), "10.244.1.0/24");
+        ctl.stop().await;
+        c.delete_node(&name).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn dual_stack_node_gets_both_routes() {
+    let c = TestCluster::acquire().await.unwrap();
+    let cloud = MemoryCloud::default();
+    let ctl = start(&c, Mode::Incremental, &cloud, hour());
+    c.create_node(
+        &TestNode::new("ds")
+            .pod_cidrs(["10.244.7.0/24", "fd00:10:0:7::/64"])
+            .internal_ip("10.0.0.7"),
+    )
+    .await
+    .unwrap();
+    wait_routes(&cloud, "ds", 2, "two routes").await;
+    let mut d: Vec<String> = routes_of(&cloud, "ds")
+        .iter()
+        .map(|r| r.destination.to_string())
+        .collect();
+    d.sort();
+    assert_eq!(d, vec!["10.244.7.0/24", "fd00:10:0:7::/64"]);
+    wait_condition(&c, "ds", "False", "RouteCreated").await;
+    ctl.stop().await;
+}
+
+#[tokio::test]
+async fn deleted_node_loses_its_routes_in_every_mode() {
+    let c = TestCluster::acquire().await.unwrap();
+    for mode in MODES {
+        let cloud = MemoryCloud::default();
+        let ctl = start(&c, mode, &cloud, hour());
+        c.create_node(&TestNode::new("gone").pod_cidrs(["10.244.2.0/24"]))
+            .await
+            .unwrap();
+        c.create_node(&TestNode::new("stays").pod_cidrs(["10.244.3.0/24"]))
+            .await
+            .unwrap();
+        wait_routes(&cloud, "gone", 1, "route created").await;
+        c.delete_node("gone").await.unwrap();
+        wait_routes(&cloud, "gone", 0, "route deleted").await;
+        assert_eq!(routes_of(&cloud, "stays").len(), 1, "{mode:?}");
+        ctl.stop().await;
+        c.delete_node("stays").await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn address_change_recreates_the_route_when_the_provider_reports_addresses() {
+    let c = TestCluster::acquire().await.unwrap();
+    for mode in [Mode::Watch, Mode::Incremental] {
+        let cloud = MemoryCloud::default();
+        let ctl = start(&c, mode, &cloud, hour());
+        c.create_node(
+            &TestNode::new("moves")
+                .pod_cidrs(["10.244.4.0/24"])
+                .internal_ip("10.0.0.4"),
+        )
+        .await
+        .unwrap();
+        wait_routes(&cloud, "moves", 1, "route created").await;
+        let patch =
+            json!({"status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.44"}]}});
+        c.nodes()
+            .patch_status("moves", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+        wait_until(WAIT, "route re-created with the new address", || async {
+            let r = routes_of(&cloud, "moves");
+            (r.len() == 1
+                && r[0]
+                    .target_node_addresses
+                    .iter()
+                    .any(|a| a.address == "10.0.0.44"))
+            .then_some(())
+        })
+        .await
+        .unwrap();
+        let deletes = cloud.stats().total("delete");
+        assert_eq!(deletes, 1, "{mode:?}: update = delete + create");
+        ctl.stop().await;
+        c.delete_node("moves").await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn routes_of_nodes_deleted_while_stopped_are_removed_at_start() {
+    let c = TestCluster::acquire().await.unwrap();
+    for mode in MODES {
+        let cloud = MemoryCloud::default();
+        cloud.insert_route(CLUSTER, Route::from_text("ghost", "10.244.99.0/24"));
+        // Outside the cluster CIDRs: not ours, never touched.
+        cloud.insert_route(CLUSTER, Route::from_text("ghost", "192.168.0.0/24"));
+        let ctl = start(&c, mode, &cloud, hour());
+        wait_until(WAIT, "stale route removed", || async {
+            (routes_of(&cloud, "ghost").len() == 1).then_some(())
+        })
+        .await
+        .unwrap();
+        assert_eq!(
+            routes_of(&cloud, "ghost")[0].destination.to_string(),
+            "192.168.0.0/24",
+            "{mode:?}"
+        );
+        ctl.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn route_deleted_behind_the_back_comes_back_at_the_next_drift_sync() {
+    let c = TestCluster::acquire().await.unwrap();
+    for mode in MODES {
+        let cloud = MemoryCloud::default();
+        let ctl = start(&c, mode, &cloud, Duration::from_secs(4));
+        c.create_node(&TestNode::new("drift").pod_cidrs(["10.244.5.0/24"]))
+            .await
+            .unwrap();
+        wait_routes(&cloud, "drift", 1, "route created").await;
+        let lists = cloud.stats().total("list");
+        cloud.remove_route(CLUSTER, &routes_of(&cloud, "drift")[0].destination);
+        wait_routes(&cloud, "drift", 1, "route restored by a full sync").await;
+        assert!(
+            cloud.stats().total("list") > lists,
+            "{mode:?}: restored by a list"
+        );
+        ctl.stop().await;
+        c.delete_node("drift").await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn failed_creation_is_retried_without_any_node_event_and_warns() {
+    let c = TestCluster::acquire().await.unwrap();
+    for mode in MODES {
+        let cloud = MemoryCloud::default();
+        cloud.fail_next(Operation::Create, 2, ErrorKind::Transient);
+        let ctl = start(&c, mode, &cloud, hour());
+        let name = format!("retry-{}", mode.as_str());
+        let created: Node = c
+            .create_node(&TestNode::new(&name).pod_cidrs(["10.244.6.0/24"]))
+            .await
+            .unwrap();
+        wait_condition(&c, &name, "True", "NoRouteCreated").await;
+        wait_routes(&cloud, &name, 1, "route created after retries").await;
+        wait_condition(&c, &name, "False", "RouteCreated").await;
+        assert_eq!(cloud.stats().total("create"), 3, "{mode:?}");
+        let events = c.node_events(&name).await.unwrap();
+        let failed: Vec<_> = events
+            .iter()
+            .filter(|e| e.reason.as_deref() == Some("FailedToCreateRoute"))
+            .collect();
+        assert_eq!(failed.len(), 2, "{mode:?}: one event per failed attempt");
+        for e in failed {
+            assert_eq!(e.type_.as_deref(), Some("Warning"));
+            let o = &e.involved_object;
+            assert_eq!(o.api_version.as_deref(), Some("v1"));
+            assert_eq!(o.kind.as_deref(), Some("Node"));
+            assert_eq!(o.uid, created.metadata.uid);
+        }
+        ctl.stop().await;
+        c.delete_node(&name).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn two_hundred_heartbeats_cause_no_reconcile_and_no_cloud_call() {
+    let c = TestCluster::acquire().await.unwrap();
+    for mode in [Mode::Watch, Mode::Incremental] {
+        let cloud = MemoryCloud::default();
+        let mut ctl = start(&c, mode, &cloud, hour());
+        for i in 0..4 {
+            c.create_node(
+                &TestNode::new(format!("hb-{i}")).pod_cidrs([format!("10.244.{}.0/24", 10 + i)]),
+            )
+            .await
+            .unwrap();
+        }
+        for i in 0..4 {
+            wait_condition(&c, &format!("hb-{i}"), "False", "RouteCreated").await;
+        }
+        // Let the passes caused by creation (and the controller's own status
+        // patches arriving through the watch) settle.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        ctl.drain_passes();
+        let calls = |cl: &MemoryCloud| {
+            cl.stats().total("list") + cl.stats().total("create") + cl.stats().total("delete")
+        };
+        let before = calls(&cloud);
+        for i in 0..200 {
+            c.heartbeat(&format!("hb-{}", i % 4)).await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(
+            ctl.drain_passes(),
+            0,
+            "{mode:?}: heartbeats triggered a reconcile"
+        );
+        assert_eq!(
+            calls(&cloud),
+            before,
+            "{mode:?}: heartbeats caused cloud calls"
+        );
+        ctl.stop().await;
+        for i in 0..4 {
+            c.delete_node(&format!("hb-{i}")).await.unwrap();
+        }
+    }
+}
