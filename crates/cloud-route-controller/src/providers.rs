@@ -41,7 +41,7 @@ pub fn read_config<T: DeserializeOwned>(path: Option<&Path>) -> anyhow::Result<O
     let parsed = if path.extension().is_some_and(|e| e == "toml") {
         toml::from_str(&text).map_err(|e| anyhow::anyhow!("{e}"))
     } else {
-        serde_norway::from_str(&text).map_err(|e| anyhow::anyhow!("{e}"))
+        serde_yaml_ng::from_str(&text).map_err(|e| anyhow::anyhow!("{e}"))
     };
     parsed.map(Some).with_context(|| {
         format!(
