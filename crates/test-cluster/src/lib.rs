@@ -431,8 +431,9 @@ impl ClusterGuard {
             .items)
     }
 
-    /// Compacts etcd history up to now, so a watch from any older
-    /// resourceVersion that reaches etcd gets 410 Gone. Returns the revision.
+    /// Compacts etcd history up to the current revision `R` and returns `R`.
+    /// A watch from resourceVersion `X` needs the history from `X + 1` on, so
+    /// afterwards a watch from any `X < R - 1` that reaches etcd gets 410 Gone.
     ///
     /// Watches served from the apiserver's watch cache (Nodes are cached;
     /// Events are not) keep their own window and expire by it instead.
