@@ -288,7 +288,12 @@ async fn lock_exclusive(path: PathBuf) -> Result<File, Error> {
         Ok(file)
     })
     .await
-    .map_err(|e| Error::Refused(format!("lock task failed: {e}")))?
+    .map_err(|e| {
+        Error::io(
+            "lock the shared cluster",
+            std::io::Error::other(e.to_string()),
+        )
+    })?
 }
 
 /// Exclusive use of the cluster for one test. Dropping it lets the next test
