@@ -9,8 +9,16 @@ use anyhow::{Context as _, bail};
 use route_cloud::CloudRoutes;
 use serde::de::DeserializeOwned;
 
-/// The providers this binary knows.
-pub const PROVIDERS: &[&str] = &["memory"];
+/// The providers this build knows.
+pub const PROVIDERS: &[&str] = &[
+    "memory",
+    #[cfg(feature = "aws")]
+    "aws",
+    #[cfg(feature = "openstack")]
+    "openstack",
+    #[cfg(feature = "hcloud")]
+    "hcloud",
+];
 
 /// Builds the provider named by `--cloud-provider`.
 pub async fn build(
@@ -24,6 +32,25 @@ pub async fn build(
             let cloud = route_cloud::memory::MemoryCloud::new(cfg)
                 .context("--cloud-config for the memory provider")?
                 .with_caller(identity);
+            Ok(Arc::new(cloud))
+        }
+        #[cfg(feature = "hcloud")]
+        "hcloud" => {
+            let cfg: provider_hcloud::HcloudConfig = read_config(config)?.context(
+                "--cloud-provider hcloud needs --cloud-config (at least `network: <id or name>`)",
+            )?;
+            let cloud = provider_hcloud::HcloudRoutes::from_config(cfg)
+                .context("--cloud-config for the hcloud provider")?;
+            Ok(Arc::new(cloud))
+        }
+        #[cfg(feature = "openstack")]
+        "openstack" => {
+            let path = config.context("--cloud-provider openstack needs --cloud-config")?;
+            let cfg = provider_openstack::OpenStackConfig::from_file(path)
+                .with_context(|| format!("--cloud-config {}", path.display()))?;
+            let cloud = provider_openstack::OpenStackRoutes::new(cfg)
+                .map_err(|e| anyhow::anyhow!("{e}"))
+                .context("configuring the openstack provider")?;
             Ok(Arc::new(cloud))
         }
         other => bail!(

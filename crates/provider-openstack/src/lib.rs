@@ -685,6 +685,12 @@ impl CloudRoutes for OpenStackRoutes {
         &self.http.stats
     }
 
+    /// Next hops are Node InternalIPs: the controller's snapshot is exactly
+    /// the index ownership needs, refreshed before every list.
+    fn observe_nodes(&self, nodes: &[route_core::NodeView]) {
+        self.index.replace_from_views(nodes);
+    }
+
     async fn list_routes(&self, cluster: &str) -> Result<Vec<Route>, CloudError> {
         let state = self.get_router(ops::LIST).await?;
         // Forget created targets whose routes are all gone.
