@@ -18,7 +18,10 @@ bin_dir=$(scripts/build-controlplane.sh | tail -n 1)
 export CRC_CONTROLPLANE_BIN_DIR=$bin_dir
 
 cleanup() {
-  scripts/controlplane.sh down >/dev/null 2>&1 || true
+  if [[ -n "${CRC_STATE_DIR:-}" ]]; then
+    scripts/controlplane.sh down >/dev/null 2>&1 || true
+    rm -rf "$CRC_STATE_DIR"
+  fi
   scripts/neutron.sh stop >/dev/null 2>&1 || true
   scripts/moto.sh stop >/dev/null 2>&1 || true
 }
@@ -32,7 +35,9 @@ step "build"
 cargo build --workspace --all-targets --locked
 
 step "local control plane for the integration tests"
-scripts/controlplane.sh down >/dev/null 2>&1 || true
+# A private state directory, so a developer's own `make controlplane` is left alone.
+CRC_STATE_DIR=$(mktemp -d)
+export CRC_STATE_DIR
 eval "$(scripts/controlplane.sh up | grep '^export ')"
 
 step "Rust tests (unit, property, virtual-time, integration, end-to-end)"

@@ -323,7 +323,7 @@ impl Controller {
                 "executing plan"
             );
         }
-        let outcome = self.executor.execute(&plan, &self.book).await;
+        let outcome = self.executor.execute(&plan, &self.book, routes.len()).await;
         self.absorb(&plan, &outcome).await;
         report.conditions = self.write_conditions(&plan, &outcome).await;
 
@@ -400,6 +400,7 @@ impl Controller {
             match r {
                 OpResult::Done(_) => {
                     self.book.succeeded(&key);
+                    self.book.release_quota_waiters(now);
                     self.cache_remove(&d.route);
                 }
                 OpResult::Failed(e) => {

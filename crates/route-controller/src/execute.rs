@@ -270,24 +270,56 @@ impl Executor {
         }
     }
 
-    /// Executes `plan`, skipping operations whose backoff is not due in `book`.
-    pub async fn execute(&self, plan: &Plan, book: &RetryBook) -> Outcome {
+    /// Executes `plan`, skipping operations whose backoff is not due in
+    /// `book`. `existing_routes` is the size of the route table the plan was
+    /// made from: with a provider route limit, creations that cannot fit are
+    /// refused here, without spending a request on a certain refusal.
+    pub async fn execute(&self, plan: &Plan, book: &RetryBook, existing_routes: usize) -> Outcome {
         let now = Instant::now();
+        let caps = self.cloud.capabilities();
         let del_due: Vec<bool> = plan
             .deletions
             .iter()
             .map(|d| book.is_due(&OpKey::delete(d), now))
             .collect();
-        let cre_due: Vec<bool> = plan
+        let mut cre_due: Vec<bool> = plan
             .creations
             .iter()
             .map(|c| book.is_due(&OpKey::create(c), now))
             .collect();
-        if self.cloud.capabilities().supports_batch {
+        let mut over_limit = vec![false; plan.creations.len()];
+        if let Some(max) = caps.max_routes {
+            let mut room = max.saturating_sub(existing_routes.saturating_sub(plan.deletions.len()));
+            for (i, due) in cre_due.iter_mut().enumerate() {
+                if !*due {
+                    continue;
+                }
+                if room == 0 {
+                    *due = false;
+                    over_limit[i] = true;
+                } else {
+                    room -= 1;
+                }
+            }
+        }
+        let mut out = if caps.supports_batch {
             self.execute_batch(plan, &del_due, &cre_due).await
         } else {
             self.execute_each(plan, &del_due, &cre_due).await
+        };
+        for (i, over) in over_limit.into_iter().enumerate() {
+            if over {
+                out.creations[i] = OpResult::Failed(CloudError::new(
+                    ErrorKind::QuotaExceeded,
+                    format!(
+                        "the {} provider allows at most {} routes and the route table is full; delete routes or raise the limit",
+                        self.cloud.name(),
+                        caps.max_routes.unwrap_or_default()
+                    ),
+                ));
+            }
         }
+        out
     }
 
     async fn execute_each(&self, plan: &Plan, del_due: &[bool], cre_due: &[bool]) -> Outcome {

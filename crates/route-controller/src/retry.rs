@@ -53,6 +53,9 @@ impl OpKey {
     }
 }
 
+/// The least wait before retrying a creation refused for quota.
+pub const QUOTA_RETRY_FLOOR: Duration = Duration::from_secs(60);
+
 /// Backoff settings.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BackoffConfig {
@@ -86,6 +89,7 @@ impl BackoffConfig {
 struct Entry {
     failures: u32,
     next_at: Instant,
+    quota: bool,
 }
 
 /// The retry book. See the module docs.
@@ -115,13 +119,20 @@ impl RetryBook {
         let e = self.entries.entry(key).or_insert(Entry {
             failures: 0,
             next_at: now,
+            quota: false,
         });
+        e.quota = err.kind == route_cloud::ErrorKind::QuotaExceeded;
         e.failures = e.failures.saturating_add(1);
         let base = self.cfg.delay(e.failures);
         let jittered = base
             .mul_f64(1.0 + self.cfg.jitter * unit.clamp(0.0, 1.0))
             .min(self.cfg.max.mul_f64(1.0 + self.cfg.jitter));
-        let wait = jittered.max(err.retry_after.unwrap_or_default());
+        let mut wait = jittered.max(err.retry_after.unwrap_or_default());
+        if err.kind == route_cloud::ErrorKind::QuotaExceeded {
+            // A full table frees up only when something is deleted, and that
+            // triggers a pass anyway; retrying sooner only spends budget.
+            wait = wait.max(QUOTA_RETRY_FLOOR);
+        }
         e.next_at = now + wait;
         e.next_at
     }
@@ -134,6 +145,13 @@ impl RetryBook {
     /// Forgets an operation that succeeded.
     pub fn succeeded(&mut self, key: &OpKey) {
         self.entries.remove(key);
+    }
+
+    /// A route was deleted: creations that waited for room may try at `now`.
+    pub fn release_quota_waiters(&mut self, now: Instant) {
+        for e in self.entries.values_mut().filter(|e| e.quota) {
+            e.next_at = e.next_at.min(now);
+        }
     }
 
     /// Forgets operations the latest plan no longer wants.

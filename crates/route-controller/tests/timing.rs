@@ -393,3 +393,36 @@ async fn throttled_answers_wait_for_retry_after() {
     // dozens of times; with the gate only the calls already in flight are.
     assert!(throttled <= 10, "throttled {throttled} times");
 }
+
+#[tokio::test(start_paused = true)]
+async fn full_route_table_refuses_locally_and_frees_up_on_deletion() {
+    let cloud = MemoryCloud::new(MemoryConfig {
+        max_routes: Some(3),
+        ..Default::default()
+    })
+    .unwrap();
+    let h = start(
+        Mode::Incremental,
+        cloud,
+        &[node(0), node(1), node(2), node(3), node(4)],
+    );
+    sleep(Duration::from_secs(1)).await;
+    assert_eq!(h.cloud.routes(CLUSTER).len(), 3);
+    assert_eq!(
+        h.cloud.stats().total("create"),
+        3,
+        "creations that cannot fit are refused without a request"
+    );
+    let events = h.status.recorded().events;
+    assert_eq!(events.len(), 2);
+    assert!(
+        events
+            .iter()
+            .all(|(_, r, m)| r == "FailedToCreateRoute" && m.contains("at most 3 routes"))
+    );
+    // A deletion makes room at once; the waiting creation does not sit out its backoff.
+    h.nodes.apply(NodeEvent::Delete(node(0)));
+    sleep(Duration::from_millis(10)).await;
+    assert_eq!(h.cloud.routes(CLUSTER).len(), 3);
+    assert_eq!(h.cloud.stats().total("create"), 4);
+}
