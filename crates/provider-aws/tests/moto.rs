@@ -1,0 +1,674 @@
+//! The AWS provider against a moto EC2 server (started by `scripts/moto.sh`
+//! unless `CRC_MOTO_URL` names one), sometimes through a local proxy that
+//! records every request, injects EC2's throttling answer and marks routes
+//! as blackholes (moto reports every route as active).
+
+use std::collections::HashSet;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Bytes, Incoming};
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use provider_aws::testing;
+use provider_aws::{AwsConfig, Ec2Routes};
+use route_cloud::{CloudRoutes, ErrorKind};
+use route_core::{NodeView, Route};
+use tokio::net::{TcpListener, TcpStream};
+
+async fn endpoint() -> String {
+    testing::moto_endpoint().await.expect("moto server")
+}
+
+fn node(name: &str, instance: &testing::Instance, cidr: &str) -> NodeView {
+    NodeView::new(name, format!("uid-{name}"), &[cidr]).with_provider_id(&instance.provider_id)
+}
+
+/// The route the planner would ask for: node, CIDR and provider id.
+fn wanted(n: &NodeView) -> Route {
+    let mut r = Route::new(n.name.clone(), n.valid_pod_cidrs()[0]);
+    r.target_provider_id = n.provider_id.clone();
+    r
+}
+
+fn config_for(table: Option<&str>) -> AwsConfig {
+    AwsConfig {
+        route_table_id: table.map(str::to_string),
+        ..AwsConfig::default()
+    }
+}
+
+fn count(p: &Ec2Routes, op: &str) -> u64 {
+    p.stats().total(op)
+}
+
+fn instance_routes(routes: &[(String, String, String)]) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = routes
+        .iter()
+        .filter(|(_, t, _)| t.starts_with("i-"))
+        .map(|(d, t, _)| (d.clone(), t.clone()))
+        .collect();
+    v.sort();
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_creates_and_deletes_routes_with_one_request_each() {
+    let ep = endpoint().await;
+    let ec2 = testing::client(&ep).await;
+    let net = testing::create_network(&ec2, "10.10.0.0/16", None)
+        .await
+        .unwrap();
+    let inst = testing::run_instances(&ec2, &net, 2).await.unwrap();
+    let p = testing::provider(&ep, config_for(Some(&net.route_table_id)))
+        .await
+        .unwrap();
+    let cluster = testing::unique_cluster("crud");
+    let a = node("node-a", &inst[0], "10.244.0.0/24");
+    let b = node("node-b", &inst[1], "10.244.1.0/24");
+    p.observe_nodes(&[a.clone(), b.clone()]);
+
+    assert_eq!(
+        p.list_routes(&cluster).await.unwrap(),
+        vec![],
+        "the local route is not ours"
+    );
+    assert_eq!(count(&p, "DescribeRouteTables"), 1);
+
+    let ra = p
+        .create_route(&cluster, "uid-node-a", &wanted(&a))
+        .await
+        .unwrap();
+    assert_eq!(ra.target_node, "node-a");
+    assert_eq!(ra.cloud_target, inst[0].id);
+    assert_eq!(
+        (
+            count(&p, "ModifyInstanceAttribute"),
+            count(&p, "CreateRoute")
+        ),
+        (1, 1)
+    );
+    p.create_route(&cluster, "uid-node-b", &wanted(&b))
+        .await
+        .unwrap();
+    // A second CIDR for node a: source/dest check is known to be off already.
+    let mut a2 = wanted(&a);
+    a2.destination = "10.244.9.0/24".parse::<route_core::Cidr>().unwrap().into();
+    p.create_route(&cluster, "uid-node-a", &a2).await.unwrap();
+    assert_eq!(count(&p, "ModifyInstanceAttribute"), 2, "once per instance");
+    assert_eq!(count(&p, "CreateRoute"), 3);
+
+    for i in &inst {
+        let attr = ec2
+            .describe_instance_attribute()
+            .instance_id(&i.id)
+            .attribute(aws_sdk_ec2::types::InstanceAttributeName::SourceDestCheck)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            attr.source_dest_check().and_then(|v| v.value()),
+            Some(false)
+        );
+    }
+    assert_eq!(
+        instance_routes(
+            &testing::table_routes(&ec2, &net.route_table_id)
+                .await
+                .unwrap()
+        ),
+        vec![
+            ("10.244.0.0/24".into(), inst[0].id.clone()),
+            ("10.244.1.0/24".into(), inst[1].id.clone()),
+            ("10.244.9.0/24".into(), inst[0].id.clone()),
+        ]
+    );
+
+    let before = count(&p, "DescribeRouteTables");
+    let mut listed = p.list_routes(&cluster).await.unwrap();
+    assert_eq!(count(&p, "DescribeRouteTables"), before + 1);
+    assert_eq!(
+        count(&p, "DescribeInstances"),
+        0,
+        "nodes come from observe_nodes"
+    );
+    listed.sort_by_key(|r| r.name.clone());
+    let got: Vec<(&str, &str, bool)> = listed
+        .iter()
+        .map(|r| (r.name.as_str(), r.target_node.as_str(), r.blackhole))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("10.244.0.0/24", "node-a", false),
+            ("10.244.1.0/24", "node-b", false),
+            ("10.244.9.0/24", "node-a", false),
+        ]
+    );
+
+    // Creating what exists: same target is done, another target is a conflict.
+    p.create_route(&cluster, "uid-node-a", &wanted(&a))
+        .await
+        .unwrap();
+    let mut clash = wanted(&b);
+    clash.destination = a.valid_pod_cidrs()[0].into();
+    let e = p
+        .create_route(&cluster, "uid-node-b", &clash)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::AlreadyExists, "{e}");
+
+    let deletes = count(&p, "DeleteRoute");
+    p.delete_route(&cluster, &listed[0]).await.unwrap();
+    assert_eq!(count(&p, "DeleteRoute"), deletes + 1);
+    let e = p.delete_route(&cluster, &listed[0]).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::NotFound, "{e}");
+    let left: Vec<String> = p
+        .list_routes(&cluster)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.name)
+        .collect();
+    assert_eq!(left.len(), 2);
+    assert!(!left.contains(&"10.244.0.0/24".to_string()));
+
+    // A node that left: its routes name no node any more.
+    p.observe_nodes(std::slice::from_ref(&a));
+    let listed = p.list_routes(&cluster).await.unwrap();
+    let orphan = listed.iter().find(|r| r.name == "10.244.1.0/24").unwrap();
+    assert_eq!(orphan.target_node, "");
+    assert_eq!(orphan.cloud_target, inst[1].id);
+
+    // Bad input is refused without a request.
+    let mut bad = wanted(&a);
+    bad.target_provider_id = Some("gce://project/zone/vm".into());
+    let creates = count(&p, "CreateRoute");
+    let e = p.create_route(&cluster, "x", &bad).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::InvalidRequest);
+    assert_eq!(count(&p, "CreateRoute"), creates);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_observed_nodes_routes_are_named_by_private_dns() {
+    let ep = endpoint().await;
+    let ec2 = testing::client(&ep).await;
+    let net = testing::create_network(&ec2, "10.11.0.0/16", None)
+        .await
+        .unwrap();
+    let inst = testing::run_instances(&ec2, &net, 1).await.unwrap();
+    ec2.create_route()
+        .route_table_id(&net.route_table_id)
+        .destination_cidr_block("10.244.5.0/24")
+        .instance_id(&inst[0].id)
+        .send()
+        .await
+        .unwrap();
+    let p = testing::provider(&ep, config_for(Some(&net.route_table_id)))
+        .await
+        .unwrap();
+    let listed = p.list_routes("c").await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert!(!inst[0].private_dns_name.is_empty());
+    assert_eq!(listed[0].target_node, inst[0].private_dns_name);
+    assert_eq!(count(&p, "DescribeInstances"), 1);
+    // Once nodes are shown, no more lookups.
+    p.observe_nodes(&[
+        NodeView::new(&inst[0].private_dns_name, "u", &["10.244.5.0/24"])
+            .with_provider_id(&inst[0].provider_id),
+    ]);
+    p.list_routes("c").await.unwrap();
+    assert_eq!(count(&p, "DescribeInstances"), 1);
+
+    // A node without a provider id is found by its private DNS name.
+    let p2 = testing::provider(&ep, config_for(Some(&net.route_table_id)))
+        .await
+        .unwrap();
+    let r = Route::new(
+        inst[0].private_dns_name.clone(),
+        "10.244.6.0/24".parse::<route_core::Cidr>().unwrap(),
+    );
+    let created = p2.create_route("c", "u", &r).await.unwrap();
+    assert_eq!(created.cloud_target, inst[0].id);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finds_its_table_by_tag_and_never_touches_another_clusters() {
+    let ep = endpoint().await;
+    let proxy = Proxy::start(&ep).await;
+    let ec2 = testing::client(&ep).await;
+    let mine = testing::unique_cluster("mine");
+    let theirs = testing::unique_cluster("theirs");
+    let net_mine = testing::create_network(&ec2, "10.20.0.0/16", Some(&mine))
+        .await
+        .unwrap();
+    let net_theirs = testing::create_network(&ec2, "10.21.0.0/16", Some(&theirs))
+        .await
+        .unwrap();
+    let inst_mine = testing::run_instances(&ec2, &net_mine, 1).await.unwrap();
+    let inst_theirs = testing::run_instances(&ec2, &net_theirs, 1).await.unwrap();
+    // The other cluster uses the same pod CIDRs.
+    ec2.create_route()
+        .route_table_id(&net_theirs.route_table_id)
+        .destination_cidr_block("10.244.0.0/24")
+        .instance_id(&inst_theirs[0].id)
+        .send()
+        .await
+        .unwrap();
+    let theirs_before = testing::table_routes(&ec2, &net_theirs.route_table_id)
+        .await
+        .unwrap();
+
+    let p = testing::provider(&proxy.url(), config_for(None))
+        .await
+        .unwrap();
+    let a = node("node-a", &inst_mine[0], "10.244.0.0/24");
+    p.observe_nodes(std::slice::from_ref(&a));
+    assert_eq!(p.list_routes(&mine).await.unwrap(), vec![]);
+    p.create_route(&mine, "u", &wanted(&a)).await.unwrap();
+    let listed = p.list_routes(&mine).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].cloud_target, inst_mine[0].id);
+    p.delete_route(&mine, &listed[0]).await.unwrap();
+    p.create_route(&mine, "u", &wanted(&a)).await.unwrap();
+
+    assert_eq!(
+        instance_routes(
+            &testing::table_routes(&ec2, &net_mine.route_table_id)
+                .await
+                .unwrap()
+        ),
+        vec![("10.244.0.0/24".into(), inst_mine[0].id.clone())]
+    );
+    assert_eq!(
+        testing::table_routes(&ec2, &net_theirs.route_table_id)
+            .await
+            .unwrap(),
+        theirs_before,
+        "the other cluster's table is untouched"
+    );
+    let log = proxy.log();
+    assert!(!log.is_empty());
+    for r in &log {
+        assert!(
+            !r.body.contains(&net_theirs.route_table_id),
+            "a request named the other cluster's table: {}",
+            r.body
+        );
+        if r.action == "DescribeRouteTables" {
+            assert!(
+                r.body.contains("Filter.") || r.body.contains("RouteTableId."),
+                "unfiltered DescribeRouteTables: {}",
+                r.body
+            );
+        }
+    }
+    let describes = log
+        .iter()
+        .filter(|r| r.action == "DescribeRouteTables")
+        .count();
+    assert_eq!(
+        describes, 2,
+        "one per list; creates and deletes reuse the table id"
+    );
+
+    // No tagged table, or two: a clear, permanent error.
+    let e = p
+        .list_routes(&testing::unique_cluster("nobody"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Permanent, "{e}");
+    let twice = testing::unique_cluster("twice");
+    testing::create_network(&ec2, "10.22.0.0/16", Some(&twice))
+        .await
+        .unwrap();
+    testing::create_network(&ec2, "10.23.0.0/16", Some(&twice))
+        .await
+        .unwrap();
+    let e = p.list_routes(&twice).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Permanent, "{e}");
+    assert!(e.message.contains("2 route tables"), "{e}");
+    // vpc_id narrows the lookup to one of them.
+    let net3 = testing::create_network(&ec2, "10.24.0.0/16", Some(&twice))
+        .await
+        .unwrap();
+    let p3 = testing::provider(
+        &ep,
+        AwsConfig {
+            vpc_id: Some(net3.vpc_id.clone()),
+            ..AwsConfig::default()
+        },
+    )
+    .await
+    .unwrap();
+    p3.list_routes(&twice).await.unwrap();
+    // A configured table that does not exist.
+    let p4 = testing::provider(&ep, config_for(Some("rtb-0000000000deadbee")))
+        .await
+        .unwrap();
+    let e = p4.list_routes(&mine).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Permanent, "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blackhole_routes_are_reported_and_replaced() {
+    let ep = endpoint().await;
+    let proxy = Proxy::start(&ep).await;
+    let ec2 = testing::client(&ep).await;
+    let net = testing::create_network(&ec2, "10.30.0.0/16", None)
+        .await
+        .unwrap();
+    let inst = testing::run_instances(&ec2, &net, 3).await.unwrap();
+    let p = testing::provider(&proxy.url(), config_for(Some(&net.route_table_id)))
+        .await
+        .unwrap();
+    let a_old = node("node-a", &inst[0], "10.244.0.0/24");
+    let c_old = node("node-c", &inst[2], "10.244.2.0/24");
+    p.observe_nodes(&[a_old.clone(), c_old.clone()]);
+    p.create_route("bh", "u", &wanted(&a_old)).await.unwrap();
+    p.create_route("bh", "u", &wanted(&c_old)).await.unwrap();
+
+    // The instances die; EC2 turns their routes into blackholes. Node a
+    // comes back on a new instance, node c does not.
+    ec2.terminate_instances()
+        .instance_ids(&inst[0].id)
+        .instance_ids(&inst[2].id)
+        .send()
+        .await
+        .unwrap();
+    proxy.blackhole(&inst[0].id);
+    proxy.blackhole(&inst[2].id);
+    let a_new = node("node-a", &inst[1], "10.244.0.0/24");
+    p.observe_nodes(std::slice::from_ref(&a_new));
+    let listed = p.list_routes("bh").await.unwrap();
+    assert_eq!(listed.len(), 2);
+    assert!(listed.iter().all(|r| r.blackhole), "{listed:?}");
+
+    let (replaces, creates) = (count(&p, "ReplaceRoute"), count(&p, "CreateRoute"));
+    let r = p.create_route("bh", "u", &wanted(&a_new)).await.unwrap();
+    assert_eq!(r.cloud_target, inst[1].id);
+    assert_eq!(
+        count(&p, "ReplaceRoute"),
+        replaces + 1,
+        "a listed blackhole is replaced in one call"
+    );
+    assert_eq!(count(&p, "CreateRoute"), creates);
+    let listed = p.list_routes("bh").await.unwrap();
+    let a_route = listed.iter().find(|r| r.name == "10.244.0.0/24").unwrap();
+    assert!(!a_route.blackhole);
+    assert_eq!(a_route.target_node, "node-a");
+
+    // A provider that has not listed yet learns of the blackhole from
+    // RouteAlreadyExists and replaces it too.
+    let fresh = testing::provider(&proxy.url(), config_for(Some(&net.route_table_id)))
+        .await
+        .unwrap();
+    let c_new = node("node-c", &inst[1], "10.244.2.0/24");
+    fresh
+        .create_route("bh", "u", &wanted(&c_new))
+        .await
+        .unwrap();
+    assert_eq!(count(&fresh, "CreateRoute"), 1);
+    assert_eq!(count(&fresh, "ReplaceRoute"), 1);
+    assert_eq!(
+        instance_routes(
+            &testing::table_routes(&ec2, &net.route_table_id)
+                .await
+                .unwrap()
+        ),
+        vec![
+            ("10.244.0.0/24".into(), inst[1].id.clone()),
+            ("10.244.2.0/24".into(), inst[1].id.clone()),
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn throttling_slows_the_client_down_without_losing_routes() {
+    let ep = endpoint().await;
+    let proxy = Proxy::start(&ep).await;
+    let ec2 = testing::client(&ep).await;
+    let net = testing::create_network(&ec2, "10.40.0.0/16", None)
+        .await
+        .unwrap();
+    let inst = testing::run_instances(&ec2, &net, 4).await.unwrap();
+    let mut cfg = config_for(Some(&net.route_table_id));
+    cfg.rate_limit.throttle_pause_ms = 200;
+    let p = testing::provider(&proxy.url(), cfg).await.unwrap();
+    let nodes: Vec<NodeView> = (0..8)
+        .map(|i| node(&format!("n{i}"), &inst[i % 4], &format!("10.244.{i}.0/24")))
+        .collect();
+    p.observe_nodes(&nodes);
+    proxy.throttle_every(3);
+
+    // Retry like the controller does: throttled calls are simply repeated.
+    let mut throttled = 0;
+    for n in &nodes {
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            assert!(attempts < 20, "no progress for {}", n.name);
+            match p.create_route("t", "u", &wanted(n)).await {
+                Ok(_) => break,
+                Err(e) if e.kind == ErrorKind::Throttled => throttled += 1,
+                Err(e) => panic!("unexpected {e}"),
+            }
+        }
+    }
+    let listed = loop {
+        match p.list_routes("t").await {
+            Ok(l) => break l,
+            Err(e) if e.kind == ErrorKind::Throttled => throttled += 1,
+            Err(e) => panic!("unexpected {e}"),
+        }
+    };
+    proxy.throttle_every(0);
+
+    assert_eq!(listed.len(), 8, "no route lost: {listed:?}");
+    assert!(listed.iter().all(|r| !r.target_node.is_empty()));
+    let log = proxy.log();
+    let injected = log.iter().filter(|r| r.throttled).count();
+    assert!(injected >= 3, "the proxy throttled {injected} requests");
+    assert_eq!(
+        throttled, injected,
+        "every throttle answer surfaced as Throttled"
+    );
+    let stats = p.stats().snapshot();
+    let counted: u64 = stats
+        .iter()
+        .filter(|((_, res), _)| *res == "throttled")
+        .map(|(_, n)| n)
+        .sum();
+    assert_eq!(counted as usize, injected);
+    assert!(p.stats().rate_limit_wait() >= Duration::from_millis(200));
+    // After each throttle the same action waits out its pause before the next try.
+    for (i, r) in log.iter().enumerate() {
+        if !r.throttled {
+            continue;
+        }
+        if let Some(next) = log[i + 1..].iter().find(|n| n.action == r.action) {
+            let gap = next.at.duration_since(r.at);
+            assert!(
+                gap >= Duration::from_millis(190),
+                "{} retried {gap:?} after a throttle",
+                r.action
+            );
+        }
+    }
+}
+
+// ---- the proxy ----
+
+#[derive(Debug, Clone)]
+struct Logged {
+    action: String,
+    body: String,
+    at: Instant,
+    throttled: bool,
+}
+
+#[derive(Default)]
+struct ProxyState {
+    log: Mutex<Vec<Logged>>,
+    blackholed: Mutex<HashSet<String>>,
+    throttle_every: AtomicU64,
+    seen: AtomicU64,
+}
+
+/// Forwards to moto; answers every n-th request with EC2's throttling error;
+/// shows routes to chosen instances as blackholes.
+struct Proxy {
+    addr: SocketAddr,
+    state: Arc<ProxyState>,
+}
+
+const THROTTLE_XML: &str = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error><Code>RequestLimitExceeded</Code><Message>Request limit exceeded.</Message></Error></Errors><RequestID>00000000-0000-0000-0000-000000000000</RequestID></Response>";
+
+impl Proxy {
+    async fn start(upstream: &str) -> Self {
+        let upstream: SocketAddr = upstream
+            .trim_start_matches("http://")
+            .parse()
+            .expect("moto endpoint is http://ip:port");
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let state = Arc::new(ProxyState::default());
+        let st = state.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((conn, _)) = listener.accept().await else {
+                    return;
+                };
+                let st = st.clone();
+                tokio::spawn(async move {
+                    let svc =
+                        hyper::service::service_fn(move |req| handle(st.clone(), upstream, req));
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(conn), svc)
+                        .await;
+                });
+            }
+        });
+        Self { addr, state }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    fn log(&self) -> Vec<Logged> {
+        self.state.log.lock().unwrap().clone()
+    }
+
+    fn blackhole(&self, instance: &str) {
+        self.state
+            .blackholed
+            .lock()
+            .unwrap()
+            .insert(instance.to_string());
+    }
+
+    fn throttle_every(&self, n: u64) {
+        self.state.seen.store(0, Ordering::SeqCst);
+        self.state.throttle_every.store(n, Ordering::SeqCst);
+    }
+}
+
+fn form_value<'a>(body: &'a str, key: &str) -> &'a str {
+    body.split('&')
+        .find_map(|kv| kv.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
+        .unwrap_or("")
+}
+
+async fn handle(
+    st: Arc<ProxyState>,
+    upstream: SocketAddr,
+    req: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let (parts, body) = req.into_parts();
+    let body = body
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let text = String::from_utf8_lossy(&body).to_string();
+    let action = form_value(&text, "Action").to_string();
+    let every = st.throttle_every.load(Ordering::SeqCst);
+    let n = st.seen.fetch_add(1, Ordering::SeqCst) + 1;
+    let throttle = every > 0 && n.is_multiple_of(every);
+    st.log.lock().unwrap().push(Logged {
+        action: action.clone(),
+        body: text,
+        at: Instant::now(),
+        throttled: throttle,
+    });
+    if throttle {
+        return Ok(Response::builder()
+            .status(StatusCode::SERVICE_UNAVAILABLE)
+            .header("content-type", "text/xml")
+            .body(Full::new(Bytes::from_static(THROTTLE_XML.as_bytes())))
+            .unwrap());
+    }
+    let Ok(stream) = TcpStream::connect(upstream).await else {
+        return Ok(bad_gateway());
+    };
+    let Ok((mut sender, conn)) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await
+    else {
+        return Ok(bad_gateway());
+    };
+    tokio::spawn(conn);
+    let mut fwd = Request::from_parts(parts, Full::new(body));
+    fwd.headers_mut().remove("content-length");
+    let Ok(resp) = sender.send_request(fwd).await else {
+        return Ok(bad_gateway());
+    };
+    let (mut parts, body) = resp.into_parts();
+    let bytes = body
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    parts.headers.remove("content-length");
+    parts.headers.remove("transfer-encoding");
+    let blackholed = st.blackholed.lock().unwrap().clone();
+    let bytes = if action == "DescribeRouteTables" && !blackholed.is_empty() {
+        Bytes::from(mark_blackholes(
+            &String::from_utf8_lossy(&bytes),
+            &blackholed,
+        ))
+    } else {
+        bytes
+    };
+    Ok(Response::from_parts(parts, Full::new(bytes)))
+}
+
+fn bad_gateway() -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(StatusCode::BAD_GATEWAY)
+        .body(Full::new(Bytes::new()))
+        .unwrap()
+}
+
+/// Sets `<state>blackhole</state>` on every route item naming a dead instance.
+fn mark_blackholes(xml: &str, dead: &HashSet<String>) -> String {
+    let mut out = xml.to_string();
+    for id in dead {
+        let needle = format!("<instanceId>{id}</instanceId>");
+        let mut from = 0;
+        while let Some(pos) = out[from..].find(&needle).map(|p| p + from) {
+            let start = out[..pos].rfind("<item>").unwrap_or(0);
+            let end = out[pos..]
+                .find("</item>")
+                .map(|e| e + pos)
+                .unwrap_or(out.len());
+            let item = out[start..end].replace("<state>active</state>", "<state>blackhole</state>");
+            out.replace_range(start..end, &item);
+            from = start + item.len();
+        }
+    }
+    out
+}
