@@ -7,6 +7,7 @@
 use std::error::Error as StdError;
 use std::time::Duration;
 
+use aws_credential_types::provider::error::CredentialsError;
 use aws_sdk_ec2::config::http::HttpResponse;
 use aws_sdk_ec2::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use route_cloud::{CloudError, ErrorKind};
@@ -93,6 +94,18 @@ fn retry_after(resp: &HttpResponse) -> Option<Duration> {
         .map(|s| Duration::from_secs(s.min(3600)))
 }
 
+/// The credential chain's failure behind an error, if that is what it was.
+fn credentials_error<'a>(err: &'a (dyn StdError + 'static)) -> Option<&'a CredentialsError> {
+    let mut cur: Option<&(dyn StdError + 'static)> = Some(err);
+    while let Some(e) = cur {
+        if let Some(c) = e.downcast_ref::<CredentialsError>() {
+            return Some(c);
+        }
+        cur = e.source();
+    }
+    None
+}
+
 /// Classifies one failed SDK call of `operation`.
 pub fn classify<E>(operation: &str, err: &SdkError<E, HttpResponse>) -> CloudError
 where
@@ -126,8 +139,17 @@ where
         SdkError::DispatchFailure(d) => {
             let kind = if d.is_timeout() {
                 ErrorKind::Timeout
+            } else if let Some(c) = credentials_error(err) {
+                match c {
+                    // Nothing in the chain has credentials, or it is
+                    // misconfigured: an operator has to act.
+                    CredentialsError::CredentialsNotLoaded(_)
+                    | CredentialsError::InvalidConfiguration(_) => ErrorKind::Permanent,
+                    // Metadata service or STS hiccups.
+                    _ => ErrorKind::Transient,
+                }
             } else if d.is_user() {
-                // Missing credentials or a bad endpoint URL.
+                // A bad endpoint URL and the like.
                 ErrorKind::Permanent
             } else {
                 ErrorKind::Transient
