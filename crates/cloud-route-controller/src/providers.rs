@@ -28,7 +28,28 @@ pub async fn build(
 ) -> anyhow::Result<Arc<dyn CloudRoutes>> {
     match name {
         "memory" => {
-            let cfg: route_cloud::memory::MemoryConfig = read_config(config)?.unwrap_or_default();
+            // With `endpoint:` the simulated cloud is a separate `cloud-sim`
+            // process (shared by replicas, surviving restarts); without it,
+            // an in-process table.
+            let doc: Option<serde_json::Value> = read_config(config)?;
+            if doc.as_ref().is_some_and(|d| d.get("endpoint").is_some()) {
+                let mut cfg: cloud_sim::RemoteConfig =
+                    read_config(config)?.context("--cloud-config for the memory provider")?;
+                if cfg.caller.is_none() {
+                    cfg.caller = Some(identity.to_string());
+                }
+                // No request here: capabilities are fetched on first use, so a
+                // simulator that starts after the controller is not an error.
+                let cloud = cloud_sim::RemoteMemoryCloud::new(&cfg)
+                    .map_err(|e| anyhow::anyhow!("{e}"))
+                    .context("--cloud-config for the remote memory provider")?;
+                return Ok(Arc::new(cloud));
+            }
+            let cfg: route_cloud::memory::MemoryConfig = match doc {
+                Some(d) => serde_json::from_value(d)
+                    .map_err(|e| anyhow::anyhow!("--cloud-config for the memory provider: {e}"))?,
+                None => Default::default(),
+            };
             let cloud = route_cloud::memory::MemoryCloud::new(cfg)
                 .context("--cloud-config for the memory provider")?
                 .with_caller(identity);

@@ -87,11 +87,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         Some(tokio::spawn(leader::run(
             client.clone(),
             cfg,
-            leader_tx,
+            leader_tx.clone(),
             shutdown.clone(),
         )))
     } else {
-        drop(leader_tx);
+        // Leader for the life of the process; the sender lives until the end.
         None
     };
 
@@ -117,6 +117,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         .with_first_sync(first_sync);
     let mut controller_task = tokio::spawn(controller.run(leader_rx, shutdown.clone()));
 
+    let mut controller_done = false;
     let signal = wait_for_signal();
     tokio::pin!(signal);
     let mut leader_task = leader_task;
@@ -133,6 +134,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             }
         }
         r = &mut controller_task => {
+            controller_done = true;
             health.task_died.store(true, std::sync::atomic::Ordering::SeqCst);
             error!(result = ?r, "the reconcile loop stopped unexpectedly");
             ExitCode::FAILURE
@@ -140,9 +142,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     };
     fence.stop();
     shutdown.cancel();
-    if tokio::time::timeout(args.shutdown_grace_period, &mut controller_task)
-        .await
-        .is_err()
+    if !controller_done
+        && tokio::time::timeout(args.shutdown_grace_period, &mut controller_task)
+            .await
+            .is_err()
     {
         warn!(grace = ?args.shutdown_grace_period, "cloud calls still in flight after the grace period; exiting anyway");
     }
@@ -154,6 +157,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if let Some(t) = http_task {
         let _ = tokio::time::timeout(std::time::Duration::from_secs(2), t).await;
     }
+    drop(leader_tx);
     info!("stopped");
     Ok(exit)
 }

@@ -208,6 +208,8 @@ impl Controller {
             "node cache synced; starting route reconciliation"
         );
         let mut was_leader = false;
+        // A dropped sender means leadership is final (e.g. no election).
+        let mut leader_open = true;
         loop {
             let is_leader = *leader.borrow_and_update();
             self.executor.fence().set_leader(is_leader);
@@ -217,8 +219,13 @@ impl Controller {
             if !is_leader {
                 was_leader = false;
                 tokio::select! {
-                    r = leader.changed() => if r.is_err() { return },
+                    r = leader.changed(), if leader_open => if r.is_err() { leader_open = false },
                     _ = shutdown.cancelled() => return,
+                }
+                if !leader_open {
+                    // Never leader and never will be: wait for shutdown.
+                    shutdown.cancelled().await;
+                    return;
                 }
                 continue;
             }
@@ -251,7 +258,7 @@ impl Controller {
                     tokio::select! {
                         _ = self.nodes.changed.notified() => self.scheduler.node_changed(),
                         _ = sleep => {}
-                        r = leader.changed() => if r.is_err() { return },
+                        r = leader.changed(), if leader_open => if r.is_err() { leader_open = false },
                         _ = shutdown.cancelled() => return,
                     }
                 }

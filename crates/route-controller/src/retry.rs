@@ -128,6 +128,11 @@ impl RetryBook {
             .mul_f64(1.0 + self.cfg.jitter * unit.clamp(0.0, 1.0))
             .min(self.cfg.max.mul_f64(1.0 + self.cfg.jitter));
         let mut wait = jittered.max(err.retry_after.unwrap_or_default());
+        if !err.is_retryable() {
+            // The same request will be refused again (an IPv6 route on an
+            // IPv4-only cloud, bad credentials): try rarely, warn rarely.
+            wait = wait.max(self.cfg.max);
+        }
         if err.kind == route_cloud::ErrorKind::QuotaExceeded {
             // A full table frees up only when something is deleted, and that
             // triggers a pass anyway; retrying sooner only spends budget.

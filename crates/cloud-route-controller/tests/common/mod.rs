@@ -1,0 +1,129 @@
+//! Running the real `cloud-route-controller` binary as a child process.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// The binary under test, built by cargo for this test target.
+pub fn binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_cloud-route-controller"))
+}
+
+/// A controller process; killed (SIGKILL) when dropped unless stopped first.
+pub struct Controller {
+    pub child: Child,
+    pub log: PathBuf,
+    pub metrics: Option<String>,
+}
+
+impl Controller {
+    /// Starts the binary with `args` after the standard test flags.
+    pub fn start(kubeconfig: &Path, log_dir: &Path, name: &str, args: &[&str]) -> Controller {
+        let log = log_dir.join(format!("{name}.log"));
+        let out = std::fs::File::create(&log).expect("log file");
+        let child = Command::new(binary())
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(out)
+            .spawn()
+            .expect("start cloud-route-controller");
+        let metrics = args
+            .windows(2)
+            .find(|w| w[0] == "--metrics-bind-address")
+            .map(|w| format!("http://{}", w[1]));
+        Controller {
+            child,
+            log,
+            metrics,
+        }
+    }
+
+    /// SIGTERM and wait; returns the exit status code.
+    pub fn stop(mut self) -> Option<i32> {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        for _ in 0..200 {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                return s.code();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        self.child.wait().ok().and_then(|s| s.code())
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A free loopback port (bind-and-release; the small race is acceptable in tests).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// A temporary directory removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        let p = std::env::temp_dir().join(format!(
+            "crc-{tag}-{}-{}",
+            std::process::id(),
+            rand_suffix()
+        ));
+        std::fs::create_dir_all(&p).expect("temp dir");
+        TempDir(p)
+    }
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn rand_suffix() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+/// GETs a path on the controller's HTTP endpoint with curl-free plain HTTP/1.0.
+pub fn http_get(base: &str, path: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let addr = base.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    let code = buf.split_whitespace().nth(1)?.parse().ok()?;
+    let body = buf
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Some((code, body))
+}

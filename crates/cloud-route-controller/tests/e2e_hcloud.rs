@@ -1,0 +1,192 @@
+//! End to end: the binary with `--cloud-provider hcloud` against the real
+//! API server and a stateful fake of the Hetzner Cloud API that enforces the
+//! 3,600 requests/hour budget (RateLimit headers, 429), serialised actions per
+//! network and the 100-routes-per-network limit.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Controller, TempDir, free_port, http_get};
+use provider_hcloud::fake::{FakeConfig, FakeHcloud};
+use test_cluster::{TestCluster, TestNode, wait_until};
+
+const NETWORK: u64 = 4711;
+
+#[tokio::test]
+async fn scale_up_of_500_nodes_never_gets_a_429_and_stops_at_the_route_limit() {
+    let c = TestCluster::acquire().await.unwrap();
+    let fake = FakeHcloud::start(FakeConfig::default()).await.unwrap();
+    fake.add_network(NETWORK, "k8s", "10.0.0.0/8", &["10.0.0.0/16"]);
+    let dir = TempDir::new("hcloud");
+    let token = dir.path().join("token");
+    std::fs::write(&token, fake.token()).unwrap();
+    let config = dir.path().join("hcloud.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "network: \"{NETWORK}\"\nendpoint: {}\ntoken_file: {}\n",
+            fake.base_url(),
+            token.display()
+        ),
+    )
+    .unwrap();
+    for i in 0..500u64 {
+        fake.add_server(
+            1000 + i,
+            &format!("hc-{i}"),
+            NETWORK,
+            &format!("10.0.{}.{}", i / 250, i % 250 + 2),
+        );
+    }
+    let port = free_port();
+    let metrics = format!("127.0.0.1:{port}");
+    let ctl = Controller::start(
+        c.kubeconfig_path(),
+        dir.path(),
+        "controller",
+        &[
+            "--cluster-cidr",
+            "10.244.0.0/16",
+            "--cloud-provider",
+            "hcloud",
+            "--cloud-config",
+            config.to_str().unwrap(),
+            "--leader-elect=false",
+            "--metrics-bind-address",
+            &metrics,
+        ],
+    );
+    for i in 0..500u64 {
+        c.create_node(
+            &TestNode::new(format!("hc-{i}"))
+                .pod_cidrs([format!("10.244.{}.{}/26", i / 4, (i % 4) * 64)])
+                .internal_ip(format!("10.0.{}.{}", i / 250, i % 250 + 2))
+                .provider_id(format!("hcloud://{}", 1000 + i)),
+        )
+        .await
+        .unwrap();
+    }
+    wait_until(
+        Duration::from_secs(180),
+        "100 routes in the network",
+        || async { (fake.routes(NETWORK).len() == 100).then_some(()) },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
+    // Give the refused creations time to be retried once (60 s floor) would be
+    // too slow for a test; what matters is that none of them reached the API.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(fake.throttled(), 0, "the controller received a 429");
+    assert_eq!(fake.routes(NETWORK).len(), 100);
+    let requests = fake.requests();
+    let total = fake.total();
+    eprintln!("hcloud requests for a 500-node scale-up: {total} in all, by endpoint: {requests:?}");
+    assert_eq!(
+        requests.get("add_route").copied().unwrap_or(0),
+        100,
+        "{requests:?}"
+    );
+    // Nodes beyond the limit are told why (Events arrive at --kube-api-qps).
+    let routed: std::collections::HashSet<String> =
+        fake.routes(NETWORK).into_iter().map(|(d, _)| d).collect();
+    let unrouted = (0..500u64)
+        .find(|i| !routed.contains(&format!("10.244.{}.{}/26", i / 4, (i % 4) * 64)))
+        .unwrap();
+    let name = format!("hc-{unrouted}");
+    wait_until(
+        Duration::from_secs(120),
+        "a quota warning on an unrouted node",
+        || async {
+            let ev = c.node_events(&name).await.ok()?;
+            ev.iter()
+                .any(|e| {
+                    e.reason.as_deref() == Some("FailedToCreateRoute")
+                        && e.message
+                            .as_deref()
+                            .unwrap_or("")
+                            .contains("at most 100 routes")
+                })
+                .then_some(())
+        },
+    )
+    .await
+    .unwrap();
+    let (code, body) = http_get(&format!("http://{metrics}"), "/metrics").unwrap();
+    assert_eq!(code, 200);
+    assert!(
+        body.contains("route_controller_cloud_requests_total{provider=\"hcloud\""),
+        "{body}"
+    );
+    let log = ctl.log_text();
+    assert_eq!(ctl.stop(), Some(0), "{log}");
+}
+
+#[tokio::test]
+async fn ipv6_pod_cidrs_get_a_warning_not_a_request() {
+    let c = TestCluster::acquire().await.unwrap();
+    let fake = FakeHcloud::start(FakeConfig::default()).await.unwrap();
+    fake.add_network(NETWORK, "k8s", "10.0.0.0/8", &["10.0.0.0/16"]);
+    fake.add_server(1, "v6", NETWORK, "10.0.0.9");
+    let dir = TempDir::new("hcloud6");
+    let token = dir.path().join("token");
+    std::fs::write(&token, fake.token()).unwrap();
+    let config = dir.path().join("hcloud.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "network: \"{NETWORK}\"\nendpoint: {}\ntoken_file: {}\n",
+            fake.base_url(),
+            token.display()
+        ),
+    )
+    .unwrap();
+    let ctl = Controller::start(
+        c.kubeconfig_path(),
+        dir.path(),
+        "controller",
+        &[
+            "--cluster-cidr",
+            "10.244.0.0/16,fd00:10::/56",
+            "--cloud-provider",
+            "hcloud",
+            "--cloud-config",
+            config.to_str().unwrap(),
+            "--leader-elect=false",
+            "--metrics-bind-address",
+            "0",
+        ],
+    );
+    c.create_node(
+        &TestNode::new("v6")
+            .pod_cidrs(["10.244.9.0/24", "fd00:10:0:9::/64"])
+            .internal_ip("10.0.0.9")
+            .provider_id("hcloud://1"),
+    )
+    .await
+    .unwrap();
+    wait_until(
+        Duration::from_secs(60),
+        "IPv4 route and an IPv6 warning",
+        || async {
+            let ev = c.node_events("v6").await.ok()?;
+            let warned = ev.iter().any(|e| {
+                e.reason.as_deref() == Some("FailedToCreateRoute")
+                    && e.message
+                        .as_deref()
+                        .unwrap_or("")
+                        .contains("fd00:10:0:9::/64")
+            });
+            (warned && fake.routes(NETWORK).len() == 1).then_some(())
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
+    assert_eq!(
+        fake.count("add_route"),
+        1,
+        "the IPv6 route never reached the API"
+    );
+    let log = ctl.log_text();
+    assert_eq!(ctl.stop(), Some(0), "{log}");
+}
