@@ -1,0 +1,152 @@
+//! The API-server model: the Node objects and their watch.
+//!
+//! [`ApiServer`] holds the current view of every Node and delivers each change
+//! to the controller's [`NodeStore`] the way the watcher would (an initial
+//! list, then `Apply` and `Delete` events). It is also the controller's
+//! [`StatusWriter`]: a NetworkUnavailable patch changes the stored Node and
+//! comes back as a watch event, as on a real API server, so later kubelet
+//! heartbeats carry the condition the controller wrote and the controller's
+//! own patches never look like changes. Watch delivery takes no time.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use route_controller::{NodeEvent, NodeRef, NodeStore, StatusError, StatusWriter};
+use route_core::{ConditionState, NetworkCondition, NodeView};
+
+/// See the module docs.
+pub struct ApiServer {
+    store: Arc<NodeStore>,
+    nodes: Mutex<HashMap<String, NodeView>>,
+    events_delivered: AtomicU64,
+    condition_writes: AtomicU64,
+    warnings: Mutex<BTreeMap<String, u64>>,
+}
+
+impl ApiServer {
+    /// An empty API server feeding `store`.
+    pub fn new(store: Arc<NodeStore>) -> Self {
+        Self {
+            store,
+            nodes: Mutex::new(HashMap::new()),
+            events_delivered: AtomicU64::new(0),
+            condition_writes: AtomicU64::new(0),
+            warnings: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, NodeView>> {
+        self.nodes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn deliver(&self, event: NodeEvent) {
+        self.events_delivered.fetch_add(1, Ordering::Relaxed);
+        self.store.apply(event);
+    }
+
+    /// The watcher's initial list of these Nodes.
+    pub fn initial_list(&self, views: Vec<NodeView>) {
+        self.deliver(NodeEvent::Init);
+        for v in views {
+            self.lock().insert(v.name.clone(), v.clone());
+            self.deliver(NodeEvent::InitApply(v));
+        }
+        self.deliver(NodeEvent::InitDone);
+    }
+
+    /// A Node is created.
+    pub fn create(&self, view: NodeView) {
+        self.lock().insert(view.name.clone(), view.clone());
+        self.deliver(NodeEvent::Apply(view));
+    }
+
+    /// A Node is changed by `f` (if it exists).
+    pub fn update(&self, name: &str, f: impl FnOnce(&mut NodeView)) {
+        let view = {
+            let mut nodes = self.lock();
+            let Some(v) = nodes.get_mut(name) else { return };
+            f(v);
+            v.clone()
+        };
+        self.deliver(NodeEvent::Apply(view));
+    }
+
+    /// A kubelet status patch that changes nothing routing depends on.
+    pub fn heartbeat(&self, name: &str) {
+        self.update(name, |_| {});
+    }
+
+    /// A Node is deleted.
+    pub fn delete(&self, name: &str) {
+        let gone = self.lock().remove(name);
+        if let Some(v) = gone {
+            self.deliver(NodeEvent::Delete(v));
+        }
+    }
+
+    /// The Node exists.
+    pub fn exists(&self, name: &str) -> bool {
+        self.lock().contains_key(name)
+    }
+
+    /// Watch events delivered so far.
+    pub fn events_delivered(&self) -> u64 {
+        self.events_delivered.load(Ordering::Relaxed)
+    }
+
+    /// NetworkUnavailable patches accepted so far.
+    pub fn condition_writes(&self) -> u64 {
+        self.condition_writes.load(Ordering::Relaxed)
+    }
+
+    /// Warning Events by reason.
+    pub fn warnings(&self) -> BTreeMap<String, u64> {
+        self.warnings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+#[async_trait]
+impl StatusWriter for ApiServer {
+    async fn set_condition(
+        &self,
+        node: &NodeRef,
+        cond: NetworkCondition,
+    ) -> Result<(), StatusError> {
+        let view = {
+            let mut nodes = self.lock();
+            match nodes.get_mut(&node.name) {
+                Some(v) if v.uid == node.uid => {
+                    v.network_unavailable = Some(ConditionState {
+                        status: cond.status().into(),
+                        reason: cond.reason().into(),
+                    });
+                    v.clone()
+                }
+                _ => {
+                    return Err(StatusError(format!(
+                        "nodes {:?} not found (uid {})",
+                        node.name, node.uid
+                    )));
+                }
+            }
+        };
+        self.condition_writes.fetch_add(1, Ordering::Relaxed);
+        self.deliver(NodeEvent::Apply(view));
+        Ok(())
+    }
+
+    async fn warn(&self, _node: &NodeRef, reason: &str, _message: &str) -> Result<(), StatusError> {
+        *self
+            .warnings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(reason.to_string())
+            .or_default() += 1;
+        Ok(())
+    }
+}
