@@ -55,6 +55,14 @@ pub async fn build(
                 .with_caller(identity);
             Ok(Arc::new(cloud))
         }
+        #[cfg(feature = "aws")]
+        "aws" => {
+            let cfg: provider_aws::AwsConfig = read_config(config)?.unwrap_or_default();
+            let cloud = provider_aws::Ec2Routes::connect(cfg)
+                .await
+                .context("configuring the aws provider")?;
+            Ok(Arc::new(cloud))
+        }
         #[cfg(feature = "hcloud")]
         "hcloud" => {
             let cfg: provider_hcloud::HcloudConfig = read_config(config)?.context(

@@ -20,12 +20,24 @@ pub struct Controller {
 impl Controller {
     /// Starts the binary with `args` after the standard test flags.
     pub fn start(kubeconfig: &Path, log_dir: &Path, name: &str, args: &[&str]) -> Controller {
+        Self::start_with_env(kubeconfig, log_dir, name, args, &[])
+    }
+
+    /// Starts the binary with extra environment variables.
+    pub fn start_with_env(
+        kubeconfig: &Path,
+        log_dir: &Path,
+        name: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Controller {
         let log = log_dir.join(format!("{name}.log"));
         let out = std::fs::File::create(&log).expect("log file");
         let child = Command::new(binary())
             .arg("--kubeconfig")
             .arg(kubeconfig)
             .args(args)
+            .envs(env.iter().copied())
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(out)
@@ -126,4 +138,18 @@ pub fn http_get(base: &str, path: &str) -> Option<(u16, String)> {
         .map(|(_, b)| b.to_string())
         .unwrap_or_default();
     Some((code, body))
+}
+
+/// The value of one Prometheus sample whose name and labels all match
+/// (`labels` as `key="value"` fragments), summed over the rest.
+pub fn metric_sum(text: &str, name: &str, labels: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| {
+            l.starts_with(name)
+                && l[name.len()..].starts_with(['{', ' '])
+                && labels.iter().all(|f| l.contains(f))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }

@@ -1,0 +1,194 @@
+//! End to end: the binary with `--cloud-provider openstack` against the real
+//! API server and a real neutron-server (SQLite, noauth) with a router.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Controller, TempDir, free_port, http_get, metric_sum};
+use provider_openstack::testing::{Admin, neutron_server};
+use test_cluster::{TestCluster, TestNode, wait_until};
+
+async fn router_routes(admin: &Admin, router: &str) -> Vec<(String, String)> {
+    admin
+        .routes(router)
+        .await
+        .map(|(r, _)| r)
+        .unwrap_or_default()
+}
+
+fn config(dir: &TempDir, url: &str, router: &str, subnet: &str, extra: &str) -> std::path::PathBuf {
+    let path = dir.path().join("openstack.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "auth_type: noauth\nendpoint: {url}\nrouter_id: {router}\nnode_subnets: [{subnet}]\n{extra}"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+#[tokio::test]
+async fn a_burst_of_50_nodes_is_one_router_update_and_deletions_follow() {
+    let c = TestCluster::acquire().await.unwrap();
+    let neutron = neutron_server().await.unwrap();
+    let admin = Admin::new(&neutron.url);
+    let router = admin
+        .create_router("e2e-burst", "10.20.0.0/24")
+        .await
+        .unwrap();
+    admin
+        .set_route_quota(&router.project_id, 100)
+        .await
+        .unwrap();
+    for i in 0..50 {
+        c.create_node(
+            &TestNode::new(format!("os-{i}"))
+                .pod_cidrs([format!("10.244.{i}.0/24")])
+                .internal_ip(format!("10.20.0.{}", 10 + i)),
+        )
+        .await
+        .unwrap();
+    }
+    let dir = TempDir::new("openstack");
+    let cfg = config(&dir, &neutron.url, &router.router_id, "10.20.0.0/24", "");
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let ctl = Controller::start(
+        c.kubeconfig_path(),
+        dir.path(),
+        "controller",
+        &[
+            "--cluster-cidr",
+            "10.244.0.0/16",
+            "--cloud-provider",
+            "openstack",
+            "--cloud-config",
+            cfg.to_str().unwrap(),
+            "--leader-elect=false",
+            "--metrics-bind-address",
+            &metrics,
+        ],
+    );
+    wait_until(
+        Duration::from_secs(120),
+        "50 routes on the router",
+        || async { (router_routes(&admin, &router.router_id).await.len() == 50).then_some(()) },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
+    let scrape = || {
+        http_get(&format!("http://{metrics}"), "/metrics")
+            .unwrap()
+            .1
+    };
+    let m = scrape();
+    let adds = metric_sum(
+        &m,
+        "route_controller_cloud_requests_total",
+        &["provider=\"openstack\"", "operation=\"add_extraroutes\""],
+    );
+    assert_eq!(adds, 1.0, "the burst of 50 went in one update call\n{m}");
+    let routes = router_routes(&admin, &router.router_id).await;
+    assert!(
+        routes.contains(&("10.244.7.0/24".to_string(), "10.20.0.17".to_string())),
+        "{routes:?}"
+    );
+    for i in 0..10 {
+        c.delete_node(&format!("os-{i}")).await.unwrap();
+    }
+    wait_until(Duration::from_secs(60), "40 routes left", || async {
+        (router_routes(&admin, &router.router_id).await.len() == 40).then_some(())
+    })
+    .await
+    .unwrap();
+    let m = scrape();
+    let removes = metric_sum(
+        &m,
+        "route_controller_cloud_requests_total",
+        &["provider=\"openstack\"", "operation=\"remove_extraroutes\""],
+    );
+    let changed = metric_sum(
+        &m,
+        "route_controller_route_sync_total",
+        &["outcome=\"changed\""],
+    );
+    assert!(
+        removes >= 1.0 && removes < changed,
+        "one update per reconcile: {removes} removal calls for {changed} changing passes\n{m}"
+    );
+    let log = ctl.log_text();
+    assert_eq!(ctl.stop(), Some(0), "{log}");
+}
+
+#[tokio::test]
+async fn the_routers_route_quota_gives_a_clear_warning() {
+    let c = TestCluster::acquire().await.unwrap();
+    let neutron = neutron_server().await.unwrap();
+    let admin = Admin::new(&neutron.url);
+    let router = admin
+        .create_router("e2e-quota", "10.21.0.0/24")
+        .await
+        .unwrap();
+    admin.set_route_quota(&router.project_id, 3).await.unwrap();
+    for i in 0..5 {
+        c.create_node(
+            &TestNode::new(format!("oq-{i}"))
+                .pod_cidrs([format!("10.244.{}.0/24", 100 + i)])
+                .internal_ip(format!("10.21.0.{}", 10 + i)),
+        )
+        .await
+        .unwrap();
+    }
+    let dir = TempDir::new("openstack-quota");
+    // With the quota known, the controller fills the router up to it and
+    // refuses the rest itself; without it Neutron refuses the whole batch.
+    let cfg = config(
+        &dir,
+        &neutron.url,
+        &router.router_id,
+        "10.21.0.0/24",
+        "max_routes: 3\n",
+    );
+    let ctl = Controller::start(
+        c.kubeconfig_path(),
+        dir.path(),
+        "controller",
+        &[
+            "--cluster-cidr",
+            "10.244.0.0/16",
+            "--cloud-provider",
+            "openstack",
+            "--cloud-config",
+            cfg.to_str().unwrap(),
+            "--leader-elect=false",
+            "--metrics-bind-address",
+            "0",
+        ],
+    );
+    wait_until(
+        Duration::from_secs(120),
+        "3 routes and quota warnings",
+        || async {
+            let routes = router_routes(&admin, &router.router_id).await;
+            let mut warned = 0;
+            for i in 0..5 {
+                let ev = c.node_events(&format!("oq-{i}")).await.ok()?;
+                if ev.iter().any(|e| {
+                    e.reason.as_deref() == Some("FailedToCreateRoute")
+                        && e.message
+                            .as_deref()
+                            .unwrap_or("")
+                            .contains("at most 3 routes")
+                }) {
+                    warned += 1;
+                }
+            }
+            (routes.len() == 3 && warned == 2).then_some(())
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
+    let log = ctl.log_text();
+    assert_eq!(ctl.stop(), Some(0), "{log}");
+}
