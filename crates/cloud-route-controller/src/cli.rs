@@ -211,6 +211,13 @@ impl ClusterArgs {
 
     pub fn validate(&self) -> Result<(), FlagError> {
         self.cluster_cidrs()?;
+        if !crate::providers::PROVIDERS.contains(&self.cloud_provider.as_str()) {
+            return Err(FlagError::Invalid(format!(
+                "--cloud-provider {:?} is not known; this build supports: {}",
+                self.cloud_provider,
+                crate::providers::PROVIDERS.join(", ")
+            )));
+        }
         if self.cluster_name.trim().is_empty() {
             return Err(FlagError::Invalid(
                 "--cluster-name must not be empty".into(),

@@ -1,0 +1,431 @@
+//! The binary's command line as an operator meets it: every unusable flag
+//! value stops the process before it touches a cluster or a cloud, with one
+//! clear line on stderr and no panic; `--help` documents every flag.
+//!
+//! No cluster is needed: each case runs with an empty HOME and no kubeconfig,
+//! so a check that wrongly ran only after connecting would show up as a
+//! kubeconfig error instead of the expected message.
+
+mod common;
+
+use std::process::{Command, Output, Stdio};
+
+use common::{TempDir, binary};
+
+const GATE: &str = "CloudControllerManagerWatchBasedRoutesReconciliation";
+
+/// Runs the binary with `args` in an environment without any cluster.
+fn run(home: &TempDir, args: &[&str]) -> Output {
+    let out = Command::new(binary())
+        .args(args)
+        .env_clear()
+        .env("HOME", home.path())
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        // A panic would print its backtrace: the tests below look for it.
+        .env("RUST_BACKTRACE", "1")
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run cloud-route-controller");
+    out
+}
+
+/// The lines of stderr that say something, minus clap's standard decoration
+/// around its one-line message (possible values, usage, pointer to `--help`).
+fn message_lines(stderr: &str) -> Vec<&str> {
+    stderr
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .filter(|l| {
+            ![
+                "For more information, try",
+                "[possible values:",
+                "tip:",
+                "Usage:",
+                "cloud-route-controller ",
+            ]
+            .iter()
+            .any(|p| l.starts_with(p))
+        })
+        .collect()
+}
+
+/// Asserts a refusal: non-zero exit, exactly one message line that starts
+/// with `error:` and contains every one of `needles`, nothing on stdout, no
+/// panic or backtrace.
+fn assert_refused(home: &TempDir, args: &[&str], needles: &[&str]) {
+    let out = run(home, args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let ctx = format!("args {args:?}\nexit {:?}\nstderr:\n{stderr}", out.status);
+    assert!(!out.status.success(), "accepted: {ctx}");
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "a bad flag is a usage error (exit 2): {ctx}"
+    );
+    for bad in ["panicked", "backtrace", "RUST_BACKTRACE", "thread 'main'"] {
+        assert!(!stderr.contains(bad), "{bad:?} on stderr: {ctx}");
+    }
+    let lines = message_lines(&stderr);
+    assert_eq!(lines.len(), 1, "want one message line: {ctx}");
+    assert!(lines[0].starts_with("error:"), "{ctx}");
+    for n in needles {
+        assert!(lines[0].contains(n), "message lacks {n:?}: {ctx}");
+    }
+    assert!(stdout.trim().is_empty(), "stdout: {stdout}\n{ctx}");
+}
+
+const CIDR: &[&str] = &["--cluster-cidr", "10.244.0.0/16"];
+
+fn with_cidr<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+    let mut v = CIDR.to_vec();
+    v.extend_from_slice(extra);
+    v
+}
+
+#[test]
+fn bad_cluster_cidrs_are_refused_with_the_reason() {
+    let home = TempDir::new("flags-cidr");
+    assert_refused(&home, &[], &["--cluster-cidr is required"]);
+    assert_refused(&home, &["--cluster-cidr", ""], &["--cluster-cidr"]);
+    assert_refused(
+        &home,
+        &["--cluster-cidr", "nope"],
+        &["--cluster-cidr", "nope"],
+    );
+    assert_refused(
+        &home,
+        &["--cluster-cidr", "10.244.0.0/33"],
+        &["--cluster-cidr", "10.244.0.0/33"],
+    );
+    assert_refused(
+        &home,
+        &["--cluster-cidr", "10.244.0.0/16,10.245.0.0/16"],
+        &["--cluster-cidr", "dual-stack"],
+    );
+    assert_refused(
+        &home,
+        &["--cluster-cidr", "fd00::/48,fd01::/48"],
+        &["--cluster-cidr", "dual-stack"],
+    );
+    assert_refused(
+        &home,
+        &["--cluster-cidr", "10.0.0.0/8,fd00::/48,fd01::/48"],
+        &["--cluster-cidr", "at most two"],
+    );
+    // `plan` checks the same flag the same way.
+    assert_refused(
+        &home,
+        &["plan", "--cluster-cidr", "10.0.0.0/8,10.1.0.0/16"],
+        &["dual-stack"],
+    );
+}
+
+#[test]
+fn bad_durations_are_refused() {
+    let home = TempDir::new("flags-dur");
+    for (flag, value) in [
+        ("--route-reconciliation-period", "ten"),
+        ("--route-reconciliation-period", "10"),
+        ("--min-resync-period", "-1s"),
+        ("--min-resync-period", "1d"),
+        ("--leader-elect-lease-duration", "15 s"),
+        ("--leader-elect-renew-deadline", "s"),
+        ("--leader-elect-retry-period", "2x"),
+        ("--shutdown-grace-period", "1e3s"),
+    ] {
+        // `=` as the CCM's Go flags take it (and so `-1s` is not read as a flag).
+        let arg = format!("{flag}={value}");
+        assert_refused(&home, &with_cidr(&[&arg]), &[flag, value]);
+    }
+    // Parsed, but unusable.
+    assert_refused(
+        &home,
+        &with_cidr(&["--route-reconciliation-period", "0"]),
+        &["--route-reconciliation-period"],
+    );
+    assert_refused(
+        &home,
+        &with_cidr(&["--min-resync-period", "0s"]),
+        &["--min-resync-period"],
+    );
+}
+
+#[test]
+fn reconcile_mode_and_feature_gates_must_agree() {
+    let home = TempDir::new("flags-mode");
+    let on = format!("--feature-gates={GATE}=true");
+    let off = format!("--feature-gates={GATE}=false");
+    assert_refused(
+        &home,
+        &with_cidr(&["--reconcile-mode", "incremental", &on]),
+        &["contradicts", "incremental", "watch"],
+    );
+    assert_refused(
+        &home,
+        &with_cidr(&["--reconcile-mode", "watch", &off]),
+        &["contradicts", "periodic"],
+    );
+    assert_refused(
+        &home,
+        &with_cidr(&["--feature-gates=SomethingElse=true"]),
+        &["--feature-gates", "SomethingElse"],
+    );
+    assert_refused(
+        &home,
+        &with_cidr(&[&format!("--feature-gates={GATE}=maybe")]),
+        &["--feature-gates", "true or false"],
+    );
+    assert_refused(
+        &home,
+        &with_cidr(&[&format!("--feature-gates={GATE}")]),
+        &["--feature-gates", "key=value"],
+    );
+    assert_refused(
+        &home,
+        &with_cidr(&["--reconcile-mode", "sometimes"]),
+        &["--reconcile-mode", "sometimes"],
+    );
+}
+
+#[test]
+fn unknown_provider_and_missing_config_are_refused_before_connecting() {
+    let home = TempDir::new("flags-provider");
+    assert_refused(
+        &home,
+        &with_cidr(&["--cloud-provider", "nimbus"]),
+        &["--cloud-provider", "nimbus", "memory"],
+    );
+    assert_refused(
+        &home,
+        &[
+            "plan",
+            "--cluster-cidr",
+            "10.0.0.0/8",
+            "--cloud-provider",
+            "nimbus",
+        ],
+        &["--cloud-provider", "nimbus"],
+    );
+    let missing = home.path().join("no-such-cloud.yaml");
+    let missing = missing.to_str().unwrap();
+    assert_refused(
+        &home,
+        &with_cidr(&["--cloud-config", missing]),
+        &["--cloud-config", missing],
+    );
+    assert_refused(
+        &home,
+        &[
+            "plan",
+            "--cluster-cidr",
+            "10.0.0.0/8",
+            "--cloud-config",
+            missing,
+        ],
+        &["--cloud-config", missing],
+    );
+}
+
+#[test]
+fn leader_election_timings_must_be_ordered() {
+    let home = TempDir::new("flags-leader");
+    // renew deadline beyond the lease duration (default 15s)
+    assert_refused(
+        &home,
+        &with_cidr(&["--leader-elect-renew-deadline", "20s"]),
+        &[
+            "--leader-elect-lease-duration",
+            "--leader-elect-renew-deadline",
+        ],
+    );
+    // retry period not below the renew deadline (default 10s)
+    assert_refused(
+        &home,
+        &with_cidr(&["--leader-elect-retry-period", "10s"]),
+        &[
+            "--leader-elect-renew-deadline",
+            "--leader-elect-retry-period",
+        ],
+    );
+    assert_refused(
+        &home,
+        &with_cidr(&["--leader-elect-retry-period", "0"]),
+        &["--leader-elect-retry-period"],
+    );
+    assert_refused(
+        &home,
+        &with_cidr(&["--leader-elect-resource-name", " "]),
+        &["--leader-elect-resource-name"],
+    );
+    // Without leader election the timings do not matter.
+    let out = run(
+        &home,
+        &with_cidr(&[
+            "--leader-elect=false",
+            "--leader-elect-renew-deadline",
+            "20s",
+            "--configure-cloud-routes=false",
+        ]),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn other_unusable_values_are_refused() {
+    let home = TempDir::new("flags-other");
+    for (args, needles) in [
+        (
+            vec!["--metrics-bind-address", "localhost"],
+            vec!["--metrics-bind-address"],
+        ),
+        (vec!["--kube-api-qps", "0"], vec!["--kube-api-qps"]),
+        (vec!["--kube-api-qps", "NaN"], vec!["--kube-api-qps"]),
+        (vec!["--kube-api-burst", "0"], vec!["--kube-api-burst"]),
+        (
+            vec!["--concurrent-status-updates", "0"],
+            vec!["--concurrent-status-updates"],
+        ),
+        (vec!["--cluster-name", ""], vec!["--cluster-name"]),
+        (vec!["--log-format", "xml"], vec!["--log-format", "xml"]),
+        (
+            vec!["--leader-elect=perhaps"],
+            vec!["--leader-elect", "perhaps"],
+        ),
+        (vec!["--no-such-flag"], vec!["--no-such-flag"]),
+    ] {
+        assert_refused(&home, &with_cidr(&args), &needles);
+    }
+}
+
+#[test]
+fn configure_cloud_routes_false_exits_zero_and_says_so() {
+    let home = TempDir::new("flags-off");
+    // No cluster is reachable (none configured): the process must not need one.
+    let out = run(&home, &with_cidr(&["--configure-cloud-routes=false"]));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("--configure-cloud-routes=false"),
+        "the log says why nothing runs: {stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+/// Every flag of `run`, as the CCM spells them.
+const RUN_FLAGS: &[&str] = &[
+    "--kubeconfig",
+    "--cluster-name",
+    "--cluster-cidr",
+    "--cloud-provider",
+    "--cloud-config",
+    "--kube-api-qps",
+    "--kube-api-burst",
+    "-v",
+    "--log-format",
+    "--reconcile-mode",
+    "--feature-gates",
+    "--configure-cloud-routes",
+    "--route-reconciliation-period",
+    "--min-resync-period",
+    "--concurrent-status-updates",
+    "--shutdown-grace-period",
+    "--leader-elect",
+    "--leader-elect-lease-duration",
+    "--leader-elect-renew-deadline",
+    "--leader-elect-retry-period",
+    "--leader-elect-resource-namespace",
+    "--leader-elect-resource-name",
+    "--leader-elect-identity",
+    "--metrics-bind-address",
+    "--help",
+    "--version",
+];
+
+fn help_of(home: &TempDir, args: &[&str]) -> String {
+    let out = run(home, args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn lists_flag(help: &str, flag: &str) -> bool {
+    // A flag is listed when it starts an option entry (after `-x, ` or spaces).
+    help.lines().any(|l| {
+        let l = l.trim_start();
+        let l = l
+            .strip_prefix("-v, ")
+            .or_else(|| l.strip_prefix("-o, "))
+            .or_else(|| l.strip_prefix("-h, "))
+            .or_else(|| l.strip_prefix("-V, "))
+            .unwrap_or(l);
+        l.starts_with(flag)
+            && l[flag.len()..]
+                .chars()
+                .next()
+                .is_none_or(|c| matches!(c, ' ' | '=' | '<' | '[' | ',' | '.'))
+    })
+}
+
+#[test]
+fn help_lists_every_flag() {
+    let home = TempDir::new("flags-help");
+    let top = help_of(&home, &["--help"]);
+    let run_help = help_of(&home, &["run", "--help"]);
+    for flag in RUN_FLAGS {
+        assert!(lists_flag(&top, flag), "--help lacks {flag}:\n{top}");
+        if *flag != "--version" {
+            assert!(
+                lists_flag(&run_help, flag),
+                "run --help lacks {flag}:\n{run_help}"
+            );
+        }
+    }
+    for sub in ["run", "plan"] {
+        assert!(
+            top.contains(sub),
+            "--help lacks the {sub} subcommand:\n{top}"
+        );
+    }
+    let plan = help_of(&home, &["plan", "--help"]);
+    for flag in [
+        "--kubeconfig",
+        "--cluster-name",
+        "--cluster-cidr",
+        "--cloud-provider",
+        "--cloud-config",
+        "--output",
+        "--log-format",
+    ] {
+        assert!(lists_flag(&plan, flag), "plan --help lacks {flag}:\n{plan}");
+    }
+    // Defaults an operator needs are printed.
+    for default in [
+        "15s",
+        "10s",
+        "2s",
+        "12h",
+        "cloud-route-controller",
+        "0.0.0.0:10260",
+    ] {
+        assert!(
+            top.contains(default),
+            "--help lacks the default {default}:\n{top}"
+        );
+    }
+    let version = run(&home, &["--version"]);
+    assert!(version.status.success());
+    assert!(
+        String::from_utf8_lossy(&version.stdout).contains(env!("CARGO_PKG_VERSION")),
+        "--version prints the version"
+    );
+}
