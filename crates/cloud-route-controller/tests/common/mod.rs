@@ -153,3 +153,60 @@ pub fn metric_sum(text: &str, name: &str, labels: &[&str]) -> f64 {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
+
+/// Writes a `--cloud-config` for `--cloud-provider memory` that points at a
+/// cloud-sim server; `caller` overrides the caller tag (default: the
+/// controller's leader-election identity).
+pub fn sim_cloud_config(dir: &Path, name: &str, endpoint: &str, caller: Option<&str>) -> PathBuf {
+    let path = dir.join(format!("{name}.yaml"));
+    let mut text = format!("endpoint: {endpoint}\n");
+    if let Some(c) = caller {
+        text.push_str(&format!("caller: {c}\n"));
+    }
+    std::fs::write(&path, text).expect("write cloud config");
+    path
+}
+
+/// Whether a sample `name{...}` with all `labels` (`key="value"` fragments) exists.
+pub fn metric_present(text: &str, name: &str, labels: &[&str]) -> bool {
+    text.lines().filter(|l| !l.starts_with('#')).any(|l| {
+        l.starts_with(name)
+            && l[name.len()..].starts_with(['{', ' '])
+            && labels.iter().all(|f| l.contains(f))
+    })
+}
+
+/// Polls `GET base+path` (every 200 ms) until it answers `code`; `Err` with
+/// the last answer after `timeout`.
+pub async fn wait_http(base: &str, path: &str, code: u16, timeout: Duration) -> Result<(), String> {
+    let deadline = std::time::Instant::now() + timeout;
+    let mut last = None;
+    loop {
+        let b = base.to_string();
+        let p = path.to_string();
+        let got = tokio::task::spawn_blocking(move || http_get(&b, &p))
+            .await
+            .ok()
+            .flatten();
+        if got.as_ref().is_some_and(|(c, _)| *c == code) {
+            return Ok(());
+        }
+        last = got.or(last);
+        if std::time::Instant::now() >= deadline {
+            return Err(format!(
+                "{base}{path} did not answer {code} within {timeout:?}; last answer {last:?}"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// `GET base+path` off the async runtime.
+pub async fn http_get_async(base: &str, path: &str) -> Option<(u16, String)> {
+    let b = base.to_string();
+    let p = path.to_string();
+    tokio::task::spawn_blocking(move || http_get(&b, &p))
+        .await
+        .ok()
+        .flatten()
+}
