@@ -491,13 +491,7 @@ async fn deploy_applies_and_its_service_account_routes_nodes_with_least_privileg
 
     // The refused writes changed nothing the controller's status writes would hide.
     let n0 = c.nodes().get("rbac-0").await.unwrap();
-    assert!(
-        n0.metadata
-            .labels
-            .unwrap_or_default()
-            .get("owned")
-            .is_none()
-    );
+    assert!(!n0.metadata.labels.unwrap_or_default().contains_key("owned"));
     assert_ne!(n0.spec.and_then(|s| s.unschedulable), Some(true));
 
     // 6. The controller never hit a permission error and stops cleanly,
