@@ -1,0 +1,322 @@
+//! The controller processes under test: how each is started, when it counts
+//! as ready, and how its cloud-call counts are read at the end.
+//!
+//! Both controllers get the same kubeconfig (admin, exempt from API Priority
+//! and Fairness), the same client limits (QPS 20, burst 30: the
+//! cloud-controller-manager's defaults), the same cluster CIDR, the same
+//! 10 s period and 12 h resync defaults, and an in-process cloud with the same
+//! added latency whose listed routes report node addresses as reliable (so an
+//! address change replaces the route on both sides).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use serde::{Deserialize, Serialize};
+use tokio::process::{Child, Command};
+use tracing::{info, warn};
+
+use crate::probe::{self, OpCount};
+
+/// One controller configuration of the benchmark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    /// Upstream, gate off: reconcile every 10 s.
+    UpstreamPeriodic,
+    /// Upstream, `CloudControllerManagerWatchBasedRoutesReconciliation=true`.
+    UpstreamWatch,
+    Periodic,
+    Watch,
+    Incremental,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 5] = [
+        Kind::UpstreamPeriodic,
+        Kind::UpstreamWatch,
+        Kind::Periodic,
+        Kind::Watch,
+        Kind::Incremental,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::UpstreamPeriodic => "upstream-periodic",
+            Kind::UpstreamWatch => "upstream-watch",
+            Kind::Periodic => "periodic",
+            Kind::Watch => "watch",
+            Kind::Incremental => "incremental",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.name() == s.trim())
+    }
+
+    pub fn is_upstream(self) -> bool {
+        matches!(self, Kind::UpstreamPeriodic | Kind::UpstreamWatch)
+    }
+
+    /// Human label for tables.
+    pub fn label(self) -> &'static str {
+        match self {
+            Kind::UpstreamPeriodic => "upstream, gate off",
+            Kind::UpstreamWatch => "upstream, gate on",
+            Kind::Periodic => "ours, periodic",
+            Kind::Watch => "ours, watch",
+            Kind::Incremental => "ours, incremental",
+        }
+    }
+}
+
+/// Where the two controller binaries are and what they share.
+#[derive(Debug, Clone)]
+pub struct Setup {
+    pub upstream_bin: PathBuf,
+    pub controller_bin: PathBuf,
+    pub cluster_cidr: String,
+    pub cloud_latency: Duration,
+    pub qps: u32,
+    pub burst: u32,
+}
+
+/// A started controller.
+#[derive(Debug)]
+pub struct Running {
+    pub kind: Kind,
+    child: Child,
+    pub pid: u32,
+    metrics_addr: String,
+    stats_out: PathBuf,
+    pub started: Instant,
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").context("reserve a loopback port")?;
+    Ok(l.local_addr()?.port())
+}
+
+pub async fn start(
+    setup: &Setup,
+    kind: Kind,
+    kubeconfig: &Path,
+    run_dir: &Path,
+) -> anyhow::Result<Running> {
+    std::fs::create_dir_all(run_dir).with_context(|| format!("create {}", run_dir.display()))?;
+    let metrics_addr = format!("127.0.0.1:{}", free_port()?);
+    let stats_out = run_dir.join("upstream-stats.json");
+    let log_path = run_dir.join("controller.log");
+    let log = std::fs::File::create(&log_path)
+        .with_context(|| format!("create {}", log_path.display()))?;
+    let latency_ms = setup.cloud_latency.as_millis();
+
+    let mut cmd = if kind.is_upstream() {
+        let mut c = Command::new(&setup.upstream_bin);
+        c.arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .arg(format!("--cluster-cidr={}", setup.cluster_cidr))
+            .arg(format!("--cloud-latency={latency_ms}ms"))
+            .arg("--enable-node-addresses")
+            .arg(format!("--kube-api-qps={}", setup.qps))
+            .arg(format!("--kube-api-burst={}", setup.burst))
+            .arg(format!("--metrics-addr={metrics_addr}"))
+            .arg(format!("--stats-out={}", stats_out.display()));
+        if kind == Kind::UpstreamWatch {
+            c.arg("--watch-based");
+        }
+        c
+    } else {
+        let cloud_config = run_dir.join("memory-cloud.yaml");
+        std::fs::write(
+            &cloud_config,
+            format!(
+                "latency: {{list_ms: {latency_ms}, create_ms: {latency_ms}, delete_ms: {latency_ms}, batch_ms: {latency_ms}}}\nreports_node_addresses: true\n"
+            ),
+        )
+        .with_context(|| format!("write {}", cloud_config.display()))?;
+        let mut c = Command::new(&setup.controller_bin);
+        c.arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .arg(format!("--cluster-cidr={}", setup.cluster_cidr))
+            .arg("--cloud-provider=memory")
+            .arg(format!("--cloud-config={}", cloud_config.display()))
+            .arg(format!("--reconcile-mode={}", kind.name()))
+            .arg("--leader-elect=false")
+            .arg(format!("--kube-api-qps={}", setup.qps))
+            .arg(format!("--kube-api-burst={}", setup.burst))
+            .arg(format!("--metrics-bind-address={metrics_addr}"));
+        c
+    };
+    cmd.stdin(Stdio::null())
+        .stdout(log.try_clone().context("dup log file")?)
+        .stderr(log)
+        // A crashed driver must not leave a controller behind.
+        .kill_on_drop(true);
+    let started = Instant::now();
+    let child = cmd
+        .spawn()
+        .with_context(|| format!("spawn {}", kind.name()))?;
+    let pid = child.id().context("spawned controller has no pid")?;
+    info!(controller = kind.name(), pid, %metrics_addr, log = %log_path.display(), "controller started");
+    let mut running = Running {
+        kind,
+        child,
+        pid,
+        metrics_addr,
+        stats_out,
+        started,
+    };
+    running.wait_ready(Duration::from_secs(60)).await?;
+    Ok(running)
+}
+
+/// Upstream's exit stats (`bench/upstream/README.md`).
+#[derive(Debug, Clone, Deserialize)]
+struct UpstreamStats {
+    list: u64,
+    list_errors: u64,
+    create: u64,
+    create_errors: u64,
+    delete: u64,
+    delete_errors: u64,
+    routes: u64,
+}
+
+/// What the driver reads from a controller at the end of a run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Outcome {
+    pub calls: BTreeMap<String, OpCount>,
+    /// Routes in the cloud table at the end: upstream reports its table;
+    /// for ours it is successful creations minus successful deletions.
+    pub routes_at_end: i64,
+    pub exit_ok: bool,
+}
+
+impl Running {
+    async fn wait_ready(&mut self, timeout: Duration) -> anyhow::Result<()> {
+        // Ours answers /readyz once its caches are synced. Upstream's harness
+        // has no readiness endpoint; it serves /metrics just before it starts
+        // its informers, whose first list of a still empty cluster takes
+        // milliseconds, so the first Node created after this point is seen at
+        // once by both.
+        let path = if self.kind.is_upstream() {
+            "/metrics"
+        } else {
+            "/readyz"
+        };
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                bail!("{} exited during start-up with {status}", self.kind.name());
+            }
+            if let Ok((200, _)) =
+                probe::http_get(&self.metrics_addr, path, Duration::from_secs(2)).await
+            {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                bail!("{} not ready after {timeout:?}", self.kind.name());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Still running?
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Reads the metrics (ours), stops the process with SIGTERM and reads the
+    /// exit stats (upstream).
+    pub async fn stop(mut self) -> anyhow::Result<Outcome> {
+        let ours = if self.kind.is_upstream() {
+            None
+        } else {
+            let (status, body) =
+                probe::http_get(&self.metrics_addr, "/metrics", Duration::from_secs(10)).await?;
+            if status != 200 {
+                bail!("GET /metrics answered {status}");
+            }
+            Some(probe::cloud_requests(&body))
+        };
+
+        // Only this pid, which this driver spawned.
+        let killed = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.pid.to_string())
+            .status()
+            .await
+            .context("run kill -TERM")?;
+        if !killed.success() {
+            warn!(pid = self.pid, "kill -TERM failed");
+        }
+        let exit_ok = match tokio::time::timeout(Duration::from_secs(60), self.child.wait()).await {
+            Ok(status) => status?.success(),
+            Err(_) => {
+                warn!(
+                    controller = self.kind.name(),
+                    "no exit 60 s after SIGTERM; killing"
+                );
+                self.child.kill().await?;
+                false
+            }
+        };
+
+        if let Some(calls) = ours {
+            let ok = |op: &str| calls.get(op).map_or(0, |c| c.calls - c.errors) as i64;
+            return Ok(Outcome {
+                routes_at_end: ok("create") - ok("delete"),
+                calls,
+                exit_ok,
+            });
+        }
+        let text = std::fs::read_to_string(&self.stats_out)
+            .with_context(|| format!("read {}", self.stats_out.display()))?;
+        let s: UpstreamStats = serde_json::from_str(&text)
+            .with_context(|| format!("parse {}", self.stats_out.display()))?;
+        let calls = BTreeMap::from([
+            (
+                "list".to_string(),
+                OpCount {
+                    calls: s.list,
+                    errors: s.list_errors,
+                },
+            ),
+            (
+                "create".to_string(),
+                OpCount {
+                    calls: s.create,
+                    errors: s.create_errors,
+                },
+            ),
+            (
+                "delete".to_string(),
+                OpCount {
+                    calls: s.delete,
+                    errors: s.delete_errors,
+                },
+            ),
+        ]);
+        Ok(Outcome {
+            calls,
+            routes_at_end: s.routes as i64,
+            exit_ok,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_round_trip_by_name() {
+        for k in Kind::ALL {
+            assert_eq!(Kind::parse(k.name()), Some(k));
+        }
+        assert_eq!(Kind::parse(" watch "), Some(Kind::Watch));
+        assert_eq!(Kind::parse("upstream"), None);
+        assert!(Kind::UpstreamWatch.is_upstream() && !Kind::Watch.is_upstream());
+    }
+}

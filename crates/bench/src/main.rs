@@ -1,0 +1,213 @@
+//! `crc-bench`: the real-API-server benchmark behind `make bench`.
+//!
+//! For each controller configuration (upstream with the watch gate off and
+//! on, this project's periodic, watch and incremental modes) it starts a
+//! fresh etcd + kube-apiserver, starts the controller, drives the same Node
+//! scenario through the API ([`scenario`]), and measures cloud calls, Node to
+//! route latency, and the controller's peak RSS and CPU time. Results go to
+//! `<out-dir>/results.json` and `<out-dir>/results.md`, rewritten after each
+//! run so a long invocation keeps what it has measured.
+//!
+//! The driver owns the scenario and the measurements; the controllers, the
+//! control plane (crates/test-cluster) and the upstream baseline
+//! (bench/upstream) are used as they are.
+
+mod controller;
+mod probe;
+mod report;
+mod scenario;
+mod stats;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use test_cluster::Binaries;
+use tracing::{error, info};
+
+use controller::{Kind, Setup};
+use report::{Report, Versions};
+use scenario::Scenario;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "crc-bench",
+    about = "Runs upstream's route controller and this project's modes in turn against a fresh local API server each, under the same Node scenario"
+)]
+struct Args {
+    /// The upstream baseline binary (`bench/upstream/build.sh` prints it).
+    #[arg(long)]
+    upstream_bin: PathBuf,
+    /// This project's controller binary (release build).
+    #[arg(long)]
+    controller_bin: PathBuf,
+    /// Where results and per-run logs go.
+    #[arg(long)]
+    out_dir: PathBuf,
+    /// Controllers to run, in order (comma list of upstream-periodic,
+    /// upstream-watch, periodic, watch, incremental).
+    #[arg(
+        long,
+        default_value = "upstream-periodic,upstream-watch,periodic,watch,incremental"
+    )]
+    controllers: String,
+    /// Nodes created in the burst.
+    #[arg(long, default_value_t = 1000)]
+    nodes: usize,
+    /// Create requests in flight during the burst.
+    #[arg(long, default_value_t = 32)]
+    create_concurrency: usize,
+    /// Nodes created one at a time after the idle period.
+    #[arg(long, default_value_t = 50)]
+    trickle: usize,
+    /// Milliseconds between two trickle creations.
+    #[arg(long, default_value_t = 500)]
+    trickle_interval_ms: u64,
+    /// Seconds between two heartbeats of one Node (kubelet's
+    /// node-status-update-frequency is 10 s).
+    #[arg(long, default_value_t = 10)]
+    heartbeat_period_s: u64,
+    /// Heartbeat patches in flight at most.
+    #[arg(long, default_value_t = 64)]
+    heartbeat_concurrency: usize,
+    /// Seconds of idle cluster after the burst converged.
+    #[arg(long, default_value_t = 60)]
+    idle_s: u64,
+    /// Burst Nodes deleted in the scale-down (default: a tenth).
+    #[arg(long)]
+    scale_down: Option<usize>,
+    /// Nodes whose InternalIP changes.
+    #[arg(long, default_value_t = 10)]
+    address_changes: usize,
+    /// Seconds after the last change before measuring and stopping; more
+    /// than one 10 s period so paced controllers catch up.
+    #[arg(long, default_value_t = 30)]
+    settle_s: u64,
+    /// Longest wait, in seconds, for the burst's routes.
+    #[arg(long, default_value_t = 900)]
+    converge_timeout_s: u64,
+    /// Latency added to every cloud call, both controllers.
+    #[arg(long, default_value_t = 0)]
+    cloud_latency_ms: u64,
+    /// Client QPS / burst of both controllers.
+    #[arg(long, default_value_t = 20)]
+    kube_api_qps: u32,
+    #[arg(long, default_value_t = 30)]
+    kube_api_burst: u32,
+}
+
+fn version_line(program: &std::path::Path, arg: &str) -> String {
+    std::process::Command::new(program)
+        .arg(arg)
+        .output()
+        .ok()
+        .and_then(|o| {
+            let text = String::from_utf8_lossy(&o.stdout).into_owned();
+            text.lines().next().map(|l| l.trim().to_string())
+        })
+        .filter(|l| !l.is_empty())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+async fn apiserver_version(bins: &Binaries) -> String {
+    let out = tokio::process::Command::new(bins.kube_apiserver())
+        .arg("--version")
+        .output()
+        .await;
+    match out {
+        Ok(o) => String::from_utf8_lossy(&o.stdout).trim().to_string(),
+        Err(_) => "unknown".into(),
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,kube=warn,kube_client=off".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+
+    let kinds: Vec<Kind> = args
+        .controllers
+        .split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| Kind::parse(s).with_context(|| format!("unknown controller {s:?}")))
+        .collect::<anyhow::Result<_>>()?;
+    if kinds.is_empty() {
+        bail!("--controllers names none");
+    }
+    for bin in [&args.upstream_bin, &args.controller_bin] {
+        if !bin.is_file() {
+            bail!("{}: no such file", bin.display());
+        }
+    }
+    std::fs::create_dir_all(&args.out_dir)
+        .with_context(|| format!("create {}", args.out_dir.display()))?;
+
+    let bins = tokio::task::spawn_blocking(Binaries::locate).await??;
+    let scenario = Scenario {
+        nodes: args.nodes,
+        create_concurrency: args.create_concurrency,
+        trickle: args.trickle,
+        trickle_interval: Duration::from_millis(args.trickle_interval_ms),
+        heartbeat_period: Duration::from_secs(args.heartbeat_period_s.max(1)),
+        heartbeat_concurrency: args.heartbeat_concurrency,
+        idle: Duration::from_secs(args.idle_s),
+        scale_down: args.scale_down.unwrap_or(args.nodes / 10).min(args.nodes),
+        address_changes: args.address_changes,
+        settle: Duration::from_secs(args.settle_s),
+        converge_timeout: Duration::from_secs(args.converge_timeout_s),
+    };
+    let setup = Setup {
+        upstream_bin: args.upstream_bin.clone(),
+        controller_bin: args.controller_bin.clone(),
+        cluster_cidr: scenario::CLUSTER_CIDR.into(),
+        cloud_latency: Duration::from_millis(args.cloud_latency_ms),
+        qps: args.kube_api_qps,
+        burst: args.kube_api_burst,
+    };
+    let mut report = Report {
+        machine: probe::machine(),
+        versions: Versions {
+            kube_apiserver: apiserver_version(&bins).await,
+            etcd: version_line(&bins.etcd(), "--version"),
+            upstream_bin: args.upstream_bin.display().to_string(),
+            controller_bin: version_line(&args.controller_bin, "--version"),
+        },
+        scenario: scenario.clone(),
+        cloud_latency_ms: args.cloud_latency_ms,
+        kube_api_qps: args.kube_api_qps,
+        kube_api_burst: args.kube_api_burst,
+        runs: Vec::new(),
+    };
+
+    for kind in kinds {
+        info!(
+            controller = kind.name(),
+            "run starting on a fresh control plane"
+        );
+        let run_dir = args.out_dir.join(kind.name());
+        let result = scenario::run(&bins, &setup, &scenario, kind, &run_dir).await;
+        if let Some(e) = &result.error {
+            error!(controller = kind.name(), error = %e, "run failed");
+        }
+        report.runs.push(result);
+        write(&args.out_dir, &report)?;
+    }
+    print!("{}", report.markdown());
+    Ok(())
+}
+
+fn write(dir: &std::path::Path, report: &Report) -> anyhow::Result<()> {
+    let json = serde_json::to_string_pretty(report)?;
+    std::fs::write(dir.join("results.json"), json + "\n")
+        .with_context(|| format!("write {}/results.json", dir.display()))?;
+    std::fs::write(dir.join("results.md"), report.markdown())
+        .with_context(|| format!("write {}/results.md", dir.display()))?;
+    Ok(())
+}
