@@ -58,7 +58,10 @@ pub fn cidrs(data: &[u8]) {
     if let Ok(c) = Cidr::parse(&t) {
         let again = Cidr::parse(&c.to_string()).expect("a printed CIDR parses");
         assert_eq!(again, c, "print/parse round trip of {t:?}");
-        assert!(c.contains(c.network()), "{c} contains its own network address");
+        assert!(
+            c.contains(c.network()),
+            "{c} contains its own network address"
+        );
         assert!(c.covers(&c));
     }
     let d = Destination::parse(&t);

@@ -23,22 +23,53 @@ const TARGETS: [(&str, Target); 5] = [
 ];
 
 fn seeds(target: &str) -> Vec<Vec<u8>> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds").join(target);
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fuzz/seeds")
+        .join(target);
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .map(|e| e.expect("seed entry").path())
         .collect();
     files.sort();
-    let seeds: Vec<Vec<u8>> = files.iter().map(|f| std::fs::read(f).expect("seed")).collect();
+    let seeds: Vec<Vec<u8>> = files
+        .iter()
+        .map(|f| std::fs::read(f).expect("seed"))
+        .collect();
     assert!(!seeds.is_empty(), "no seeds for {target}");
     seeds
 }
 
 /// Tokens that make mutations reach deeper than random bytes would.
 const DICTIONARY: &[&[u8]] = &[
-    b":", b"{", b"}", b"[", b"]", b",", b"\"", b"\n", b"/", b"::", b".", b"-", b"0", b"255",
-    b"4294967296", b"1e309", b"-1", b"null", b"true", b"~", b"!!", b"&a", b"*a", b"= ",
-    b"[[x]]", b"\\u0000", b"\xff", b"/128", b"/0",
+    b":",
+    b"{",
+    b"}",
+    b"[",
+    b"]",
+    b",",
+    b"\"",
+    b"\n",
+    b"/",
+    b"::",
+    b".",
+    b"-",
+    b"0",
+    b"255",
+    b"4294967296",
+    b"1e309",
+    b"-1",
+    b"null",
+    b"true",
+    b"~",
+    b"!!",
+    b"&a",
+    b"*a",
+    b"= ",
+    b"[[x]]",
+    b"\\u0000",
+    b"\xff",
+    b"/128",
+    b"/0",
 ];
 
 fn mutate(rng: &mut StdRng, seeds: &[Vec<u8>]) -> Vec<u8> {
