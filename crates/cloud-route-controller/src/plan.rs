@@ -52,6 +52,9 @@ pub async fn plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
         .iter()
         .map(node_view)
         .collect();
+    // Providers that recognise their routes by the Nodes (AWS instance ids,
+    // OpenStack next hops) must see them before listing, as in `run`.
+    cloud.observe_nodes(&nodes);
     let routes = cloud
         .list_routes(&args.cluster.cluster_name)
         .await

@@ -95,6 +95,21 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         None
     };
 
+    // The fence follows leadership directly, not only between passes: a
+    // replica that loses its Lease in the middle of a pass starts no further
+    // cloud call.
+    {
+        let mut rx = leader_rx.clone();
+        let fence = fence.clone();
+        tokio::spawn(async move {
+            loop {
+                fence.set_leader(*rx.borrow_and_update());
+                if rx.changed().await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
     let watch_task = tokio::spawn(route_controller::watch::watch_nodes(
         client.clone(),
         nodes.clone(),

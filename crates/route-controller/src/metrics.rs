@@ -174,21 +174,22 @@ impl Collector for CloudCollector {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
         let stats = self.cloud.stats();
         let provider = self.cloud.name();
-        let mut enc = encoder.encode_descriptor(
-            "route_controller_cloud_requests",
-            "Cloud API requests by provider, operation and result",
-            None,
-            prometheus_client::metrics::MetricType::Counter,
-        )?;
-        for ((operation, result), n) in stats.snapshot() {
-            let labels = CloudLabels {
-                provider,
-                operation,
-                result,
-            };
-            ConstCounter::new(n).encode(enc.encode_family(&labels)?)?;
+        {
+            let mut enc = encoder.encode_descriptor(
+                "route_controller_cloud_requests",
+                "Cloud API requests by provider, operation and result",
+                None,
+                prometheus_client::metrics::MetricType::Counter,
+            )?;
+            for ((operation, result), n) in stats.snapshot() {
+                let labels = CloudLabels {
+                    provider,
+                    operation,
+                    result,
+                };
+                ConstCounter::new(n).encode(enc.encode_family(&labels)?)?;
+            }
         }
-        drop(enc);
         let wait = stats.rate_limit_wait().as_secs_f64();
         let enc = encoder.encode_descriptor(
             "route_controller_cloud_rate_limit_wait_seconds",
