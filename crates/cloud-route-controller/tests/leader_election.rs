@@ -1,0 +1,257 @@
+//! Two controller processes against the real API server and one cloud-sim
+//! server, electing a leader on a `coordination.k8s.io/v1` Lease: only the
+//! leader calls the cloud (the simulated cloud records the caller of every
+//! call), a stopped leader hands over within the lease duration, a killed one
+//! only after it, and the two never mutate at the same time.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use cloud_sim::wire::LogEntry;
+use cloud_sim::{AdminClient, SimServer};
+use common::{
+    Controller, TempDir, free_port, http_get_async, metric_sum, sim_cloud_config, wait_http,
+};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
+use route_cloud::memory::{MemoryConfig, Operation};
+use test_cluster::{ClusterGuard, TestCluster, TestNode, wait_until};
+
+const CLUSTER: &str = "kubernetes";
+const NAMESPACE: &str = "default";
+const LEASE_NAME: &str = "cloud-route-controller";
+const LEASE: Duration = Duration::from_secs(4);
+const RETRY: Duration = Duration::from_secs(1);
+/// Allowance for a loaded 2-core machine on top of the lease duration: one
+/// retry period to notice, a full sync, the creation, and scheduling delays.
+const MARGIN: Duration = Duration::from_secs(8);
+
+struct Replica {
+    ctl: Controller,
+    metrics: String,
+}
+
+fn start(c: &ClusterGuard, dir: &TempDir, id: &str, config: &std::path::Path) -> Replica {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let ctl = Controller::start(
+        c.kubeconfig_path(),
+        dir.path(),
+        id,
+        &[
+            "--cluster-cidr",
+            "10.244.0.0/16",
+            "--cloud-provider",
+            "memory",
+            "--cloud-config",
+            config.to_str().unwrap(),
+            "--leader-elect=true",
+            "--leader-elect-identity",
+            id,
+            "--leader-elect-resource-namespace",
+            NAMESPACE,
+            "--leader-elect-lease-duration",
+            "4s",
+            "--leader-elect-renew-deadline",
+            "3s",
+            "--leader-elect-retry-period",
+            "1s",
+            "--metrics-bind-address",
+            &addr,
+        ],
+    );
+    Replica {
+        ctl,
+        metrics: format!("http://{addr}"),
+    }
+}
+
+async fn holder(c: &ClusterGuard) -> Option<(String, i32)> {
+    let leases: Api<Lease> = Api::namespaced(c.client(), NAMESPACE);
+    let spec = leases.get_opt(LEASE_NAME).await.ok()??.spec?;
+    Some((spec.holder_identity?, spec.lease_transitions.unwrap_or(0)))
+}
+
+async fn leader_gauge(r: &Replica) -> Option<f64> {
+    let (code, body) = http_get_async(&r.metrics, "/metrics").await?;
+    (code == 200).then(|| metric_sum(&body, "route_controller_leader", &[]))
+}
+
+fn pod_cidr(i: u32) -> String {
+    format!("10.244.{i}.0/24")
+}
+
+async fn add_node(c: &ClusterGuard, i: u32) {
+    c.create_node(&TestNode::new(format!("le-{i}")).pod_cidrs([pod_cidr(i)]))
+        .await
+        .unwrap();
+}
+
+/// Waits for the route of node `i`; returns the log entry that created it.
+async fn routed(
+    admin: &AdminClient,
+    i: u32,
+    timeout: Duration,
+    ctx: &dyn Fn() -> String,
+) -> LogEntry {
+    let dest = pod_cidr(i);
+    wait_until(timeout, &format!("route for le-{i}"), || async {
+        admin.log(0).await.ok()?.into_iter().find(|e| {
+            e.is_mutation() && e.op == Operation::Create && e.destination.as_deref() == Some(&dest)
+        })
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctx()))
+}
+
+fn mutations_by<'a>(log: &'a [LogEntry], caller: &'a str) -> impl Iterator<Item = &'a LogEntry> {
+    log.iter()
+        .filter(move |e| e.is_mutation() && e.caller == caller)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_leader_mutates_and_leadership_moves_on_stop_and_on_kill() {
+    let c = TestCluster::acquire().await.unwrap();
+    let sim = SimServer::start_local(MemoryConfig::default())
+        .await
+        .unwrap();
+    let admin = AdminClient::new(&sim.url()).unwrap();
+    let dir = TempDir::new("leader");
+    // No `caller:`: each replica tags its calls with its own identity.
+    let config = sim_cloud_config(dir.path(), "cloud", &sim.url(), None);
+
+    // A wins the empty Lease; B starts once A holds it.
+    let a = start(&c, &dir, "crc-a", &config);
+    wait_until(Duration::from_secs(60), "crc-a holds the Lease", || async {
+        holder(&c).await.filter(|(h, _)| h == "crc-a")
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", a.ctl.log_text()));
+    let b = start(&c, &dir, "crc-b", &config);
+    // A non-leader is ready once its Node cache is synced.
+    wait_http(&b.metrics, "/readyz", 200, Duration::from_secs(60))
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", b.ctl.log_text()));
+    wait_http(&a.metrics, "/readyz", 200, Duration::from_secs(60))
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", a.ctl.log_text()));
+    assert_eq!(leader_gauge(&a).await, Some(1.0));
+    assert_eq!(leader_gauge(&b).await, Some(0.0));
+
+    for i in 1..=3 {
+        add_node(&c, i).await;
+    }
+    let ctx = || format!("A:\n{}\nB:\n{}", a.ctl.log_text(), b.ctl.log_text());
+    for i in 1..=3 {
+        let e = routed(&admin, i, Duration::from_secs(60), &ctx).await;
+        assert_eq!(e.caller, "crc-a", "the leader creates the routes");
+    }
+    // Give the follower time to misbehave if it would.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before_stop = admin.log(0).await.unwrap();
+    assert!(
+        before_stop.iter().all(|e| e.caller == "crc-a"),
+        "the follower made cloud calls: {:?}",
+        before_stop
+            .iter()
+            .filter(|e| e.caller != "crc-a")
+            .collect::<Vec<_>>()
+    );
+    let (_, transitions_a) = holder(&c).await.unwrap();
+
+    // SIGTERM the leader: it releases the Lease, B takes over and routes a
+    // Node created right after the stop.
+    let stopped = Instant::now();
+    let a_log = a.ctl.log.clone();
+    let a_exit = tokio::task::spawn_blocking(move || a.ctl.stop());
+    add_node(&c, 4).await;
+    let ctx = || {
+        format!(
+            "A:\n{}\nB:\n{}",
+            std::fs::read_to_string(&a_log).unwrap_or_default(),
+            b.ctl.log_text()
+        )
+    };
+    let e = routed(&admin, 4, LEASE + MARGIN, &ctx).await;
+    let handover = stopped.elapsed();
+    eprintln!("handover after SIGTERM: route of a new Node after {handover:?}");
+    assert_eq!(e.caller, "crc-b", "{}", ctx());
+    assert_eq!(a_exit.await.unwrap(), Some(0), "{}", ctx());
+    let a_text = std::fs::read_to_string(&a_log).unwrap();
+    assert!(a_text.contains("released the Lease"), "{a_text}");
+    let (h, transitions_b) = holder(&c).await.unwrap();
+    assert_eq!(h, "crc-b");
+    assert!(
+        transitions_b > transitions_a,
+        "a hand-over counts a transition"
+    );
+    assert_eq!(leader_gauge(&b).await, Some(1.0));
+
+    let log = admin.log(0).await.unwrap();
+    let last_a = mutations_by(&log, "crc-a").map(|e| e.at_ms).max().unwrap();
+    let first_b = mutations_by(&log, "crc-b").map(|e| e.at_ms).min().unwrap();
+    assert!(
+        last_a < first_b,
+        "A mutated at {last_a} ms, B already at {first_b} ms: {log:?}"
+    );
+    assert!(
+        log.iter()
+            .filter(|e| e.caller == "crc-b")
+            .all(|e| e.seq >= before_stop.len() as u64),
+        "B called the cloud before A stopped"
+    );
+
+    // A comes back as a follower; then B is killed (no release): A may take
+    // over only once B's last renewal is a lease duration old.
+    let a2 = start(&c, &dir, "crc-a2", &config);
+    wait_http(&a2.metrics, "/readyz", 200, Duration::from_secs(60))
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", a2.ctl.log_text()));
+    // Let A2 watch B renew for a while.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(leader_gauge(&a2).await, Some(0.0));
+    let before_kill = admin.log(0).await.unwrap();
+    assert!(
+        !before_kill.iter().any(|e| e.caller == "crc-a2"),
+        "the new follower made cloud calls"
+    );
+    let mut b = b;
+    let killed = Instant::now();
+    b.ctl.child.kill().unwrap();
+    let _ = b.ctl.child.wait();
+    add_node(&c, 5).await;
+    let ctx = || format!("A2:\n{}\nB:\n{}", a2.ctl.log_text(), b.ctl.log_text());
+    let e = routed(&admin, 5, LEASE + MARGIN, &ctx).await;
+    let takeover = killed.elapsed();
+    eprintln!("takeover after SIGKILL: route of a new Node after {takeover:?}");
+    assert_eq!(e.caller, "crc-a2", "{}", ctx());
+    // B renews every retry period, so its last renewal was about one retry
+    // period before the kill at most; one more is allowed for a loaded machine.
+    assert!(
+        takeover >= LEASE - 2 * RETRY,
+        "took over after {takeover:?}, before the Lease of the killed leader expired"
+    );
+    let (h, transitions) = holder(&c).await.unwrap();
+    assert_eq!(h, "crc-a2");
+    assert!(transitions > transitions_b);
+
+    let log = admin.log(0).await.unwrap();
+    let last_b = mutations_by(&log, "crc-b").map(|e| e.at_ms).max().unwrap();
+    let first_a2 = mutations_by(&log, "crc-a2").map(|e| e.at_ms).min().unwrap();
+    assert!(last_b < first_a2, "{log:?}");
+    // Every mutation's caller held the Lease: A, then B, then A2, never interleaved.
+    let callers: Vec<&str> = log
+        .iter()
+        .filter(|e| e.is_mutation())
+        .map(|e| e.caller.as_str())
+        .collect();
+    let mut runs = callers.clone();
+    runs.dedup();
+    assert_eq!(runs, ["crc-a", "crc-b", "crc-a2"], "{callers:?}");
+    // Every node is routed exactly once, nothing was deleted.
+    let routes = admin.routes(CLUSTER).await.unwrap();
+    assert_eq!(routes.len(), 5, "{routes:?}");
+    assert!(!log.iter().any(|e| e.op == Operation::Delete), "{log:?}");
+    let log_a2 = a2.ctl.log_text();
+    assert_eq!(a2.ctl.stop(), Some(0), "{log_a2}");
+}
