@@ -6,6 +6,9 @@
 //! otherwise it runs `scripts/moto.sh start --owner-pid <this process>` once
 //! per process, which installs the pinned moto into a cached virtualenv on
 //! first use and starts a server that stops when this process exits.
+//!
+//! [`Proxy`] sits between a client and moto to record requests, inject EC2's
+//! throttling answer and report routes as blackholes (see [`proxy`]).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,6 +21,9 @@ use aws_sdk_ec2::types::{ResourceType, Tag, TagSpecification};
 use tokio::sync::OnceCell;
 
 use crate::{AwsConfig, ConfigError, Ec2Routes};
+
+pub mod proxy;
+pub use proxy::{Logged, Proxy};
 
 /// The region fixtures live in (moto's default).
 pub const REGION: &str = "us-east-1";

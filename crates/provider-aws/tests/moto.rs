@@ -1,24 +1,15 @@
 //! The AWS provider against a moto EC2 server (started by `scripts/moto.sh`
-//! unless `CRC_MOTO_URL` names one), sometimes through a local proxy that
-//! records every request, injects EC2's throttling answer and marks routes
-//! as blackholes (moto reports every route as active).
+//! unless `CRC_MOTO_URL` names one), sometimes through
+//! [`provider_aws::testing::Proxy`], which records every request, injects
+//! EC2's throttling answer and marks routes as blackholes (moto reports every
+//! route as active).
 
-use std::collections::HashSet;
-use std::convert::Infallible;
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use http_body_util::{BodyExt, Full};
-use hyper::body::{Bytes, Incoming};
-use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
-use provider_aws::testing;
+use provider_aws::testing::{self, Proxy};
 use provider_aws::{AwsConfig, Ec2Routes};
 use route_cloud::{CloudRoutes, ErrorKind};
 use route_core::{NodeView, Route};
-use tokio::net::{TcpListener, TcpStream};
 
 async fn endpoint() -> String {
     testing::moto_endpoint().await.expect("moto server")
@@ -239,7 +230,7 @@ async fn without_observed_nodes_routes_are_named_by_private_dns() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn finds_its_table_by_tag_and_never_touches_another_clusters() {
     let ep = endpoint().await;
-    let proxy = Proxy::start(&ep).await;
+    let proxy = Proxy::start(&ep).await.unwrap();
     let ec2 = testing::client(&ep).await;
     let mine = testing::unique_cluster("mine");
     let theirs = testing::unique_cluster("theirs");
@@ -357,7 +348,7 @@ async fn finds_its_table_by_tag_and_never_touches_another_clusters() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blackhole_routes_are_reported_and_replaced() {
     let ep = endpoint().await;
-    let proxy = Proxy::start(&ep).await;
+    let proxy = Proxy::start(&ep).await.unwrap();
     let ec2 = testing::client(&ep).await;
     let net = testing::create_network(&ec2, "10.30.0.0/16", None)
         .await
@@ -430,7 +421,7 @@ async fn blackhole_routes_are_reported_and_replaced() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn throttling_slows_the_client_down_without_losing_routes() {
     let ep = endpoint().await;
-    let proxy = Proxy::start(&ep).await;
+    let proxy = Proxy::start(&ep).await.unwrap();
     let ec2 = testing::client(&ep).await;
     let net = testing::create_network(&ec2, "10.40.0.0/16", None)
         .await
@@ -499,176 +490,4 @@ async fn throttling_slows_the_client_down_without_losing_routes() {
             );
         }
     }
-}
-
-// ---- the proxy ----
-
-#[derive(Debug, Clone)]
-struct Logged {
-    action: String,
-    body: String,
-    at: Instant,
-    throttled: bool,
-}
-
-#[derive(Default)]
-struct ProxyState {
-    log: Mutex<Vec<Logged>>,
-    blackholed: Mutex<HashSet<String>>,
-    throttle_every: AtomicU64,
-    seen: AtomicU64,
-}
-
-/// Forwards to moto; answers every n-th request with EC2's throttling error;
-/// shows routes to chosen instances as blackholes.
-struct Proxy {
-    addr: SocketAddr,
-    state: Arc<ProxyState>,
-}
-
-const THROTTLE_XML: &str = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error><Code>RequestLimitExceeded</Code><Message>Request limit exceeded.</Message></Error></Errors><RequestID>00000000-0000-0000-0000-000000000000</RequestID></Response>";
-
-impl Proxy {
-    async fn start(upstream: &str) -> Self {
-        let upstream: SocketAddr = upstream
-            .trim_start_matches("http://")
-            .parse()
-            .expect("moto endpoint is http://ip:port");
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let state = Arc::new(ProxyState::default());
-        let st = state.clone();
-        tokio::spawn(async move {
-            loop {
-                let Ok((conn, _)) = listener.accept().await else {
-                    return;
-                };
-                let st = st.clone();
-                tokio::spawn(async move {
-                    let svc =
-                        hyper::service::service_fn(move |req| handle(st.clone(), upstream, req));
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(conn), svc)
-                        .await;
-                });
-            }
-        });
-        Self { addr, state }
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    fn log(&self) -> Vec<Logged> {
-        self.state.log.lock().unwrap().clone()
-    }
-
-    fn blackhole(&self, instance: &str) {
-        self.state
-            .blackholed
-            .lock()
-            .unwrap()
-            .insert(instance.to_string());
-    }
-
-    fn throttle_every(&self, n: u64) {
-        self.state.seen.store(0, Ordering::SeqCst);
-        self.state.throttle_every.store(n, Ordering::SeqCst);
-    }
-}
-
-fn form_value<'a>(body: &'a str, key: &str) -> &'a str {
-    body.split('&')
-        .find_map(|kv| kv.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
-        .unwrap_or("")
-}
-
-async fn handle(
-    st: Arc<ProxyState>,
-    upstream: SocketAddr,
-    req: Request<Incoming>,
-) -> Result<Response<Full<Bytes>>, Infallible> {
-    let (parts, body) = req.into_parts();
-    let body = body
-        .collect()
-        .await
-        .map(|b| b.to_bytes())
-        .unwrap_or_default();
-    let text = String::from_utf8_lossy(&body).to_string();
-    let action = form_value(&text, "Action").to_string();
-    let every = st.throttle_every.load(Ordering::SeqCst);
-    let n = st.seen.fetch_add(1, Ordering::SeqCst) + 1;
-    let throttle = every > 0 && n.is_multiple_of(every);
-    st.log.lock().unwrap().push(Logged {
-        action: action.clone(),
-        body: text,
-        at: Instant::now(),
-        throttled: throttle,
-    });
-    if throttle {
-        return Ok(Response::builder()
-            .status(StatusCode::SERVICE_UNAVAILABLE)
-            .header("content-type", "text/xml")
-            .body(Full::new(Bytes::from_static(THROTTLE_XML.as_bytes())))
-            .unwrap());
-    }
-    let Ok(stream) = TcpStream::connect(upstream).await else {
-        return Ok(bad_gateway());
-    };
-    let Ok((mut sender, conn)) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await
-    else {
-        return Ok(bad_gateway());
-    };
-    tokio::spawn(conn);
-    let mut fwd = Request::from_parts(parts, Full::new(body));
-    fwd.headers_mut().remove("content-length");
-    let Ok(resp) = sender.send_request(fwd).await else {
-        return Ok(bad_gateway());
-    };
-    let (mut parts, body) = resp.into_parts();
-    let bytes = body
-        .collect()
-        .await
-        .map(|b| b.to_bytes())
-        .unwrap_or_default();
-    parts.headers.remove("content-length");
-    parts.headers.remove("transfer-encoding");
-    let blackholed = st.blackholed.lock().unwrap().clone();
-    let bytes = if action == "DescribeRouteTables" && !blackholed.is_empty() {
-        Bytes::from(mark_blackholes(
-            &String::from_utf8_lossy(&bytes),
-            &blackholed,
-        ))
-    } else {
-        bytes
-    };
-    Ok(Response::from_parts(parts, Full::new(bytes)))
-}
-
-fn bad_gateway() -> Response<Full<Bytes>> {
-    Response::builder()
-        .status(StatusCode::BAD_GATEWAY)
-        .body(Full::new(Bytes::new()))
-        .unwrap()
-}
-
-/// Sets `<state>blackhole</state>` on every route item naming a dead instance.
-fn mark_blackholes(xml: &str, dead: &HashSet<String>) -> String {
-    let mut out = xml.to_string();
-    for id in dead {
-        let needle = format!("<instanceId>{id}</instanceId>");
-        let mut from = 0;
-        while let Some(pos) = out[from..].find(&needle).map(|p| p + from) {
-            let start = out[..pos].rfind("<item>").unwrap_or(0);
-            let end = out[pos..]
-                .find("</item>")
-                .map(|e| e + pos)
-                .unwrap_or(out.len());
-            let item = out[start..end].replace("<state>active</state>", "<state>blackhole</state>");
-            out.replace_range(start..end, &item);
-            from = start + item.len();
-        }
-    }
-    out
 }

@@ -1,0 +1,278 @@
+//! A recording HTTP proxy in front of moto (feature `testing`).
+//!
+//! moto answers every request and reports every route as `active`, so tests
+//! that need EC2's throttling answer or blackhole routes put this proxy
+//! between the client and moto. It owns nothing but its log and its two
+//! switches: [`Proxy::throttle_every`] answers every n-th request with
+//! `RequestLimitExceeded` (HTTP 503, EC2's XML error body) instead of
+//! forwarding it, and [`Proxy::blackhole`] rewrites `DescribeRouteTables`
+//! answers so routes to the named instances show `<state>blackhole</state>`.
+//! Everything else is forwarded unchanged, one upstream connection per
+//! request.
+
+use std::collections::HashSet;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Bytes, Incoming};
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+/// One request as the proxy saw it.
+#[derive(Debug, Clone)]
+pub struct Logged {
+    /// The query API action (`Action=` of the form body), empty if none.
+    pub action: String,
+    /// The whole form-encoded request body.
+    pub body: String,
+    /// When the request arrived.
+    pub at: Instant,
+    /// Whether the proxy answered it with `RequestLimitExceeded`.
+    pub throttled: bool,
+}
+
+impl Logged {
+    /// The value of one form field of the request (still URL-encoded), or
+    /// `""` when absent.
+    pub fn param(&self, key: &str) -> &str {
+        form_value(&self.body, key)
+    }
+}
+
+#[derive(Default)]
+struct ProxyState {
+    log: Mutex<Vec<Logged>>,
+    blackholed: Mutex<HashSet<String>>,
+    throttle_every: AtomicU64,
+    seen: AtomicU64,
+}
+
+/// A poisoned lock only means another request handler panicked; the data
+/// (a log, a set) is still consistent.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Forwards to moto; answers every n-th request with EC2's throttling error;
+/// shows routes to chosen instances as blackholes. Stops accepting
+/// connections when dropped.
+pub struct Proxy {
+    addr: SocketAddr,
+    state: Arc<ProxyState>,
+    accept: JoinHandle<()>,
+}
+
+impl std::fmt::Debug for Proxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Proxy").field("addr", &self.addr).finish()
+    }
+}
+
+/// EC2's answer when an action's request budget is exhausted.
+pub const THROTTLE_XML: &str = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error><Code>RequestLimitExceeded</Code><Message>Request limit exceeded.</Message></Error></Errors><RequestID>00000000-0000-0000-0000-000000000000</RequestID></Response>";
+
+impl Proxy {
+    /// Listens on a free loopback port and forwards to `upstream`
+    /// (`http://ip:port`, as [`super::moto_endpoint`] returns it).
+    pub async fn start(upstream: &str) -> Result<Self, String> {
+        let upstream: SocketAddr = upstream
+            .trim_start_matches("http://")
+            .trim_end_matches('/')
+            .parse()
+            .map_err(|e| format!("upstream {upstream:?} is not http://ip:port: {e}"))?;
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(|e| format!("binding the proxy: {e}"))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| format!("proxy address: {e}"))?;
+        let state = Arc::new(ProxyState::default());
+        let st = state.clone();
+        let accept = tokio::spawn(async move {
+            loop {
+                let Ok((conn, _)) = listener.accept().await else {
+                    return;
+                };
+                let st = st.clone();
+                tokio::spawn(async move {
+                    let svc =
+                        hyper::service::service_fn(move |req| handle(st.clone(), upstream, req));
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(conn), svc)
+                        .await;
+                });
+            }
+        });
+        Ok(Self {
+            addr,
+            state,
+            accept,
+        })
+    }
+
+    /// The endpoint clients should use instead of moto's.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Every request so far, in arrival order.
+    pub fn log(&self) -> Vec<Logged> {
+        lock(&self.state.log).clone()
+    }
+
+    /// From now on, routes to `instance` are listed as blackholes.
+    pub fn blackhole(&self, instance: &str) {
+        lock(&self.state.blackholed).insert(instance.to_string());
+    }
+
+    /// Routes to `instance` are listed as moto reports them again.
+    pub fn unblackhole(&self, instance: &str) {
+        lock(&self.state.blackholed).remove(instance);
+    }
+
+    /// Throttles every `n`-th request from now on, counting from this call;
+    /// 0 stops throttling.
+    pub fn throttle_every(&self, n: u64) {
+        self.state.seen.store(0, Ordering::SeqCst);
+        self.state.throttle_every.store(n, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+fn form_value<'a>(body: &'a str, key: &str) -> &'a str {
+    body.split('&')
+        .find_map(|kv| kv.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
+        .unwrap_or("")
+}
+
+async fn handle(
+    st: Arc<ProxyState>,
+    upstream: SocketAddr,
+    req: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let (parts, body) = req.into_parts();
+    let body = body
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let text = String::from_utf8_lossy(&body).to_string();
+    let action = form_value(&text, "Action").to_string();
+    let every = st.throttle_every.load(Ordering::SeqCst);
+    let n = st.seen.fetch_add(1, Ordering::SeqCst) + 1;
+    let throttle = every > 0 && n.is_multiple_of(every);
+    lock(&st.log).push(Logged {
+        action: action.clone(),
+        body: text,
+        at: Instant::now(),
+        throttled: throttle,
+    });
+    if throttle {
+        let mut resp = Response::new(Full::new(Bytes::from_static(THROTTLE_XML.as_bytes())));
+        *resp.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+        resp.headers_mut().insert(
+            hyper::header::CONTENT_TYPE,
+            hyper::header::HeaderValue::from_static("text/xml"),
+        );
+        return Ok(resp);
+    }
+    let Ok(stream) = TcpStream::connect(upstream).await else {
+        return Ok(bad_gateway());
+    };
+    let Ok((mut sender, conn)) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await
+    else {
+        return Ok(bad_gateway());
+    };
+    tokio::spawn(conn);
+    let mut fwd = Request::from_parts(parts, Full::new(body));
+    fwd.headers_mut().remove("content-length");
+    let Ok(resp) = sender.send_request(fwd).await else {
+        return Ok(bad_gateway());
+    };
+    let (mut parts, body) = resp.into_parts();
+    let bytes = body
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    parts.headers.remove("content-length");
+    parts.headers.remove("transfer-encoding");
+    let blackholed = lock(&st.blackholed).clone();
+    let bytes = if action == "DescribeRouteTables" && !blackholed.is_empty() {
+        Bytes::from(mark_blackholes(
+            &String::from_utf8_lossy(&bytes),
+            &blackholed,
+        ))
+    } else {
+        bytes
+    };
+    Ok(Response::from_parts(parts, Full::new(bytes)))
+}
+
+fn bad_gateway() -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(Bytes::new()));
+    *resp.status_mut() = StatusCode::BAD_GATEWAY;
+    resp
+}
+
+/// Sets `<state>blackhole</state>` on every route item naming a dead instance.
+fn mark_blackholes(xml: &str, dead: &HashSet<String>) -> String {
+    let mut out = xml.to_string();
+    for id in dead {
+        let needle = format!("<instanceId>{id}</instanceId>");
+        let mut from = 0;
+        while let Some(pos) = out[from..].find(&needle).map(|p| p + from) {
+            let start = out[..pos].rfind("<item>").unwrap_or(0);
+            let end = out[pos..]
+                .find("</item>")
+                .map(|e| e + pos)
+                .unwrap_or(out.len());
+            let item = out[start..end].replace("<state>active</state>", "<state>blackhole</state>");
+            out.replace_range(start..end, &item);
+            // Past the needle at least, so an item without an end tag cannot
+            // be matched again.
+            from = (start + item.len()).max(pos + needle.len());
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn marks_only_routes_to_dead_instances() {
+        let xml = "<routeSet><item><destinationCidrBlock>10.0.0.0/24</destinationCidrBlock><instanceId>i-1</instanceId><state>active</state></item><item><destinationCidrBlock>10.0.1.0/24</destinationCidrBlock><instanceId>i-2</instanceId><state>active</state></item></routeSet>";
+        let dead: HashSet<String> = ["i-2".to_string()].into();
+        let out = mark_blackholes(xml, &dead);
+        assert!(out.contains("<instanceId>i-1</instanceId><state>active</state>"));
+        assert!(out.contains("<instanceId>i-2</instanceId><state>blackhole</state>"));
+        // Malformed answers are left alone rather than looping or panicking.
+        let broken = "<instanceId>i-2</instanceId><state>active</state>";
+        assert_eq!(
+            mark_blackholes(broken, &dead),
+            "<instanceId>i-2</instanceId><state>blackhole</state>"
+        );
+    }
+
+    #[test]
+    fn reads_form_fields() {
+        assert_eq!(
+            form_value("Action=CreateRoute&InstanceId=i-1", "InstanceId"),
+            "i-1"
+        );
+        assert_eq!(form_value("Action=CreateRoute", "InstanceId"), "");
+    }
+}
