@@ -500,49 +500,38 @@ impl Controller {
         if !self.executor.fence().is_open() {
             return Vec::new();
         }
-        let wanted: Vec<(NodeRef, NetworkCondition, Vec<String>)> = plan
+        let failed = |i: usize| !outcome.creations[i].is_done();
+        let wanted: Vec<(NodeRef, NetworkCondition)> = plan
             .nodes
             .iter()
             .filter_map(|n| {
-                let cond = n.condition_after(|i| !outcome.creations[i].is_done())?;
-                let node = self.nodes_get(&n.node).filter(|v| v.uid == n.uid)?;
-                Some((
-                    NodeRef {
-                        name: n.node.clone(),
-                        uid: n.uid.clone(),
-                    },
-                    cond,
-                    node.valid_pod_cidrs()
-                        .iter()
-                        .map(|c| c.to_string())
-                        .collect(),
-                ))
+                let cond = n.condition_after(failed)?;
+                // The node may have been deleted or re-created since the snapshot.
+                self.nodes_get(&n.node).filter(|v| v.uid == n.uid)?;
+                let node = NodeRef {
+                    name: n.node.clone(),
+                    uid: n.uid.clone(),
+                };
+                Some((node, cond))
             })
             .collect();
         // Latency: every node whose routes are all in place now is confirmed.
-        for n in &plan.nodes {
-            if n.condition_after(|i| !outcome.creations[i].is_done())
-                .unwrap_or(if n.unroutable {
-                    NetworkCondition::NoRouteCreated
-                } else {
-                    NetworkCondition::RouteCreated
-                })
-                == NetworkCondition::RouteCreated
-                && let Some(v) = self.nodes_get(&n.node)
-            {
-                let mut cache = self.nodes.lock();
-                for c in v.valid_pod_cidrs() {
-                    if let Some(d) = cache.confirm_route(&v.uid, &c.to_string())
-                        && let Some(m) = &self.metrics
-                    {
-                        m.route_latency.observe(d.as_secs_f64());
-                    }
+        for n in plan.nodes.iter().filter(|n| n.routed_after(failed)) {
+            let Some(v) = self.nodes_get(&n.node) else {
+                continue;
+            };
+            let mut cache = self.nodes.lock();
+            for c in v.valid_pod_cidrs() {
+                if let Some(d) = cache.confirm_route(&v.uid, &c.to_string())
+                    && let Some(m) = &self.metrics
+                {
+                    m.route_latency.observe(d.as_secs_f64());
                 }
             }
         }
         let status = self.status.clone();
         let results: Vec<(NodeRef, NetworkCondition, bool)> =
-            futures::stream::iter(wanted.into_iter().map(|(node, cond, _)| {
+            futures::stream::iter(wanted.into_iter().map(|(node, cond)| {
                 let status = status.clone();
                 async move {
                     let ok = match status.set_condition(&node, cond).await {

@@ -163,11 +163,16 @@ pub struct NodeOutcome {
 }
 
 impl NodeOutcome {
+    /// Every pod CIDR of the node has its route once the creations have run,
+    /// given which of them failed.
+    pub fn routed_after(&self, failed: impl Fn(usize) -> bool) -> bool {
+        !self.unroutable && !self.creations.iter().any(|&i| failed(i))
+    }
+
     /// The condition the node should carry once the creations have run,
     /// given which of them failed; `None` when the node already says so.
     pub fn condition_after(&self, failed: impl Fn(usize) -> bool) -> Option<NetworkCondition> {
-        let created = !self.unroutable && !self.creations.iter().any(|&i| failed(i));
-        let want = if created {
+        let want = if self.routed_after(failed) {
             NetworkCondition::RouteCreated
         } else {
             NetworkCondition::NoRouteCreated
