@@ -16,7 +16,7 @@ const GATE: &str = "CloudControllerManagerWatchBasedRoutesReconciliation";
 
 /// Runs the binary with `args` in an environment without any cluster.
 fn run(home: &TempDir, args: &[&str]) -> Output {
-    let out = Command::new(binary())
+    Command::new(binary())
         .args(args)
         .env_clear()
         .env("HOME", home.path())
@@ -26,8 +26,7 @@ fn run(home: &TempDir, args: &[&str]) -> Output {
         .env("RUST_LOG", "info")
         .stdin(Stdio::null())
         .output()
-        .expect("run cloud-route-controller");
-    out
+        .expect("run cloud-route-controller")
 }
 
 /// The lines of stderr that say something, minus clap's standard decoration

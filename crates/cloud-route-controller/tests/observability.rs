@@ -1,0 +1,453 @@
+//! What an operator sees of a running controller: `/metrics` after a
+//! scripted scenario (every metric, with the right labels and values that
+//! agree with the simulated cloud's own counters), `/readyz` before and after
+//! the Node cache syncs, `/healthz`, and logs (one JSON object per line with
+//! `--log-format json`, each cloud mutation logged once with node,
+//! destination and result).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use cloud_sim::wire::{FailNext, Faults};
+use cloud_sim::{AdminClient, SimServer};
+use common::{
+    Controller, TempDir, free_port, http_get_async, metric_present, metric_sum, sim_cloud_config,
+    wait_http,
+};
+use route_cloud::ErrorKind;
+use route_cloud::memory::{MemoryConfig, Operation};
+use serde_json::Value;
+use test_cluster::{ClusterGuard, TestCluster, TestNode, wait_until};
+use tokio::net::{TcpListener, TcpStream};
+
+const CLUSTER: &str = "kubernetes";
+const ID: &str = "observed";
+
+fn pod_cidr(i: u32) -> String {
+    format!("10.244.{i}.0/24")
+}
+
+async fn add_node(c: &ClusterGuard, i: u32) {
+    c.create_node(&TestNode::new(format!("obs-{i}")).pod_cidrs([pod_cidr(i)]))
+        .await
+        .unwrap();
+}
+
+async fn destinations(admin: &AdminClient) -> Vec<String> {
+    let mut d: Vec<String> = admin
+        .routes(CLUSTER)
+        .await
+        .unwrap_or_default()
+        .iter()
+        .map(|r| r.destination.to_string())
+        .collect();
+    d.sort();
+    d
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_and_logs_after_a_scripted_scenario() {
+    let c = TestCluster::acquire().await.unwrap();
+    let sim = SimServer::start_local(MemoryConfig::default())
+        .await
+        .unwrap();
+    let admin = AdminClient::new(&sim.url()).unwrap();
+    let dir = TempDir::new("observe");
+    let config = sim_cloud_config(dir.path(), "cloud", &sim.url(), None);
+    let addr = format!("127.0.0.1:{}", free_port());
+    let base = format!("http://{addr}");
+    let ctl = Controller::start(
+        c.kubeconfig_path(),
+        dir.path(),
+        "controller",
+        &[
+            "--cluster-cidr",
+            "10.244.0.0/16",
+            "--cloud-provider",
+            "memory",
+            "--cloud-config",
+            config.to_str().unwrap(),
+            "--leader-elect=false",
+            "--leader-elect-identity",
+            ID,
+            // Resyncs every 2-4 s, so periodic passes happen within the test.
+            "--min-resync-period",
+            "2s",
+            "--log-format",
+            "json",
+            "--metrics-bind-address",
+            &addr,
+        ],
+    );
+    let ctx = || ctl.log_text();
+    wait_http(&base, "/readyz", 200, Duration::from_secs(60))
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", ctx()));
+
+    // Three nodes are routed.
+    for i in 1..=3 {
+        add_node(&c, i).await;
+    }
+    let want: Vec<String> = (1..=3).map(pod_cidr).collect();
+    wait_until(Duration::from_secs(60), "three routes", || async {
+        (destinations(&admin).await == want).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctx()));
+
+    // A creation fails once, then succeeds on retry, with a Warning Event.
+    admin
+        .faults(&Faults {
+            fail_next: vec![FailNext {
+                op: Operation::Create,
+                count: 1,
+                kind: ErrorKind::Transient,
+            }],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    add_node(&c, 4).await;
+    wait_until(
+        Duration::from_secs(60),
+        "obs-4 routed after a retry",
+        || async {
+            destinations(&admin)
+                .await
+                .contains(&pod_cidr(4))
+                .then_some(())
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctx()));
+    let events = c.node_events("obs-4").await.unwrap();
+    assert!(
+        events
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("FailedToCreateRoute")),
+        "{events:?}"
+    );
+
+    // One node goes away; a heartbeat is absorbed.
+    c.delete_node("obs-1").await.unwrap();
+    c.heartbeat("obs-2").await.unwrap();
+    let want: Vec<String> = (2..=4).map(pod_cidr).collect();
+    wait_until(Duration::from_secs(60), "obs-1's route deleted", || async {
+        (destinations(&admin).await == want).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctx()));
+
+    // Drift behind the controller's back: a resync puts the route back.
+    admin.remove_route(CLUSTER, &pod_cidr(3)).await.unwrap();
+    wait_until(
+        Duration::from_secs(60),
+        "drift corrected by a resync",
+        || async { (destinations(&admin).await == want).then_some(()) },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctx()));
+
+    // And a later resync finds nothing to do.
+    let sync = "route_controller_route_sync_total";
+    let text = wait_until(Duration::from_secs(30), "a periodic no-op pass", || async {
+        let t = http_get_async(&base, "/metrics").await?.1;
+        (metric_sum(&t, sync, &["trigger=\"periodic\"", "outcome=\"noop\""]) >= 1.0
+            && metric_sum(&t, "route_controller_pending_operations", &[]) == 0.0)
+            .then_some(t)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctx()));
+    eprintln!("{text}");
+
+    let has = |name: &str, labels: &[&str]| metric_present(&text, name, labels);
+    let sum = |name: &str, labels: &[&str]| metric_sum(&text, name, labels);
+    // Pass counters with upstream's labels.
+    for (trigger, outcome) in [
+        ("node_change", "changed"),
+        ("node_change", "error"),
+        ("periodic", "changed"),
+        ("periodic", "noop"),
+    ] {
+        let t = format!("trigger=\"{trigger}\"");
+        let o = format!("outcome=\"{outcome}\"");
+        assert!(sum(sync, &[&t, &o]) >= 1.0, "{trigger}/{outcome}:\n{text}");
+    }
+    for line in text.lines().filter(|l| l.starts_with(sync)) {
+        assert!(
+            ["node_change", "periodic"]
+                .iter()
+                .any(|t| line.contains(&format!("trigger=\"{t}\"")))
+                && ["changed", "noop", "error"]
+                    .iter()
+                    .any(|o| line.contains(&format!("outcome=\"{o}\""))),
+            "unexpected label value: {line}"
+        );
+    }
+
+    // Cloud requests agree with what the simulated cloud counted.
+    let stats = admin.stats().await.unwrap();
+    let req = "route_controller_cloud_requests_total";
+    for op in ["create", "delete"] {
+        let mut counted = 0;
+        for cnt in stats.counts.iter().filter(|c| c.operation == op) {
+            let labels = [
+                "provider=\"memory\"".to_string(),
+                format!("operation=\"{op}\""),
+                format!("result=\"{}\"", cnt.result),
+            ];
+            let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
+            assert_eq!(
+                sum(req, &labels) as u64,
+                cnt.count,
+                "{op}/{}: {stats:?}\n{text}",
+                cnt.result
+            );
+            counted += cnt.count;
+        }
+        assert_eq!(
+            sum(req, &[&format!("operation=\"{op}\"")]) as u64,
+            counted,
+            "{op}: {stats:?}\n{text}"
+        );
+    }
+    // a, b, c, d, and c again after the drift.
+    assert_eq!(stats.count("create", "ok"), 5, "{stats:?}");
+    assert_eq!(stats.count("create", "transient"), 1, "{stats:?}");
+    assert_eq!(stats.count("delete", "ok"), 1, "{stats:?}");
+    assert!(
+        sum(req, &["operation=\"list\"", "result=\"ok\""]) >= 2.0,
+        "{text}"
+    );
+
+    // Histograms, gauges and counters.
+    for kind in ["full", "cached"] {
+        let k = format!("kind=\"{kind}\"");
+        assert!(
+            sum("route_controller_reconcile_duration_seconds_count", &[&k]) >= 1.0,
+            "{kind}:\n{text}"
+        );
+        assert!(has(
+            "route_controller_reconcile_duration_seconds_bucket",
+            &[&k, "le=\"+Inf\""]
+        ));
+        assert!(has(
+            "route_controller_reconcile_duration_seconds_sum",
+            &[&k]
+        ));
+    }
+    // Once per (node, pod CIDR), from first sight to the first confirmed
+    // route: obs-1..obs-4. Neither the re-creation after drift nor later
+    // updates of a routed Node (heartbeats, its own condition) count again.
+    assert_eq!(
+        sum("route_controller_node_route_latency_seconds_count", &[]),
+        4.0,
+        "one latency observation per node that got its first route:\n{text}"
+    );
+    assert!(has(
+        "route_controller_node_route_latency_seconds_bucket",
+        &["le=\"+Inf\""]
+    ));
+    assert!(has("route_controller_node_route_latency_seconds_sum", &[]));
+    assert_eq!(
+        sum("route_controller_pending_operations", &[]),
+        0.0,
+        "{text}"
+    );
+    assert_eq!(
+        sum("route_controller_retrying_operations", &[]),
+        0.0,
+        "{text}"
+    );
+    assert!(
+        has("route_controller_cloud_rate_limit_wait_seconds", &[]),
+        "{text}"
+    );
+    // The cloud never answered throttled: at most the gate's own overhead.
+    assert!(
+        sum("route_controller_throttle_wait_microseconds_total", &[]) < 10_000.0,
+        "{text}"
+    );
+    assert!(
+        sum("route_controller_route_corrections_total", &[]) >= 1.0,
+        "the drift correction is counted:\n{text}"
+    );
+    assert_eq!(sum("route_controller_leader", &[]), 1.0, "{text}");
+    assert!(
+        has(
+            "route_controller_build_info",
+            &[&format!("version=\"{}\"", env!("CARGO_PKG_VERSION"))]
+        ),
+        "{text}"
+    );
+    assert!(
+        sum(
+            "route_controller_node_events_total",
+            &["result=\"trigger\""]
+        ) >= 5.0,
+        "{text}"
+    );
+    assert!(
+        sum(
+            "route_controller_node_events_total",
+            &["result=\"absorbed\""]
+        ) >= 1.0,
+        "the heartbeat is absorbed:\n{text}"
+    );
+    assert!(
+        sum(
+            "route_controller_warning_events_total",
+            &["reason=\"FailedToCreateRoute\""]
+        ) >= 1.0,
+        "{text}"
+    );
+    let (code, _) = http_get_async(&base, "/healthz").await.unwrap();
+    assert_eq!(code, 200);
+
+    let logs = ctl.log_text();
+    let exit = ctl.stop();
+    let logs_after = std::fs::read_to_string(dir.path().join("controller.log")).unwrap_or(logs);
+    assert_eq!(exit, Some(0), "{logs_after}");
+
+    // `--log-format json`: every line is one JSON object.
+    let mut lines = Vec::new();
+    for line in logs_after.lines().filter(|l| !l.trim().is_empty()) {
+        let v: Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}"));
+        assert!(v.is_object(), "{line}");
+        for key in ["timestamp", "level"] {
+            assert!(v.get(key).is_some(), "{key} missing: {line}");
+        }
+        lines.push(v);
+    }
+    assert!(lines.len() > 5, "{logs_after}");
+
+    // Every cloud mutation logged once, with node, destination and result,
+    // exactly as the simulated cloud saw it.
+    type Key = (String, String, String, String);
+    let mut logged: BTreeMap<Key, usize> = BTreeMap::new();
+    for v in &lines {
+        let (Some(op), Some(dest), Some(result)) = (
+            v.get("operation").and_then(Value::as_str),
+            v.get("destination").and_then(Value::as_str),
+            v.get("result").and_then(Value::as_str),
+        ) else {
+            continue;
+        };
+        let node = v
+            .get("node")
+            .and_then(Value::as_str)
+            .unwrap_or_else(|| panic!("mutation log without node: {v}"));
+        *logged
+            .entry((op.into(), node.into(), dest.into(), result.into()))
+            .or_default() += 1;
+    }
+    let mut called: BTreeMap<Key, usize> = BTreeMap::new();
+    for e in admin.log(0).await.unwrap() {
+        if matches!(e.op, Operation::Create | Operation::Delete) {
+            assert_eq!(e.caller, ID);
+            *called
+                .entry((
+                    e.op.as_str().into(),
+                    e.target_node.unwrap_or_default(),
+                    e.destination.unwrap_or_default(),
+                    e.result,
+                ))
+                .or_default() += 1;
+        }
+    }
+    assert_eq!(logged, called, "logged mutations vs. the cloud's call log");
+    assert!(called.values().sum::<usize>() >= 7, "{called:?}");
+}
+
+/// Forwards every connection on `listener` to `upstream`.
+async fn forward(listener: TcpListener, upstream: String) {
+    while let Ok((mut inbound, _)) = listener.accept().await {
+        let upstream = upstream.clone();
+        tokio::spawn(async move {
+            if let Ok(mut out) = TcpStream::connect(&upstream).await {
+                let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
+            }
+        });
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_waits_for_the_node_cache_and_healthz_does_not() {
+    let c = TestCluster::acquire().await.unwrap();
+    add_node(&c, 1).await;
+    let sim = SimServer::start_local(MemoryConfig::default())
+        .await
+        .unwrap();
+    let dir = TempDir::new("readyz");
+    let config = sim_cloud_config(dir.path(), "cloud", &sim.url(), None);
+
+    // The controller's kubeconfig names a loopback port where nothing listens
+    // yet; later a plain TCP forwarder to the real API server opens there
+    // (the server certificate is for 127.0.0.1, so TLS still verifies).
+    let original = std::fs::read_to_string(c.kubeconfig_path()).unwrap();
+    let server_line = original
+        .lines()
+        .find(|l| l.trim_start().starts_with("server: https://127.0.0.1:"))
+        .expect("a loopback server in the test kubeconfig");
+    let upstream = server_line
+        .trim()
+        .trim_start_matches("server: https://")
+        .to_string();
+    let proxy_port = free_port();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        original.replace(
+            server_line,
+            &server_line.replace(&upstream, &format!("127.0.0.1:{proxy_port}")),
+        ),
+    )
+    .unwrap();
+
+    let addr = format!("127.0.0.1:{}", free_port());
+    let base = format!("http://{addr}");
+    let ctl = Controller::start(
+        &kubeconfig,
+        dir.path(),
+        "controller",
+        &[
+            "--cluster-cidr",
+            "10.244.0.0/16",
+            "--cloud-provider",
+            "memory",
+            "--cloud-config",
+            config.to_str().unwrap(),
+            "--leader-elect=false",
+            "--metrics-bind-address",
+            &addr,
+        ],
+    );
+    wait_http(&base, "/healthz", 200, Duration::from_secs(60))
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
+    for _ in 0..5 {
+        let (code, body) = http_get_async(&base, "/readyz").await.unwrap();
+        assert_eq!(code, 503, "ready without a Node cache: {body}");
+        assert!(body.contains("node cache not synced"), "{body}");
+        let (code, _) = http_get_async(&base, "/healthz").await.unwrap();
+        assert_eq!(code, 200, "alive while the API server is unreachable");
+        tokio::time::sleep(Duration::from_millis(400)).await;
+    }
+    let listener = TcpListener::bind(("127.0.0.1", proxy_port)).await.unwrap();
+    let proxy = tokio::spawn(forward(listener, upstream));
+    // The watcher's backoff reaches 30 s at most.
+    wait_http(&base, "/readyz", 200, Duration::from_secs(90))
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
+    let (code, _) = http_get_async(&base, "/healthz").await.unwrap();
+    assert_eq!(code, 200);
+    // Ready means the first full sync is done: the node's route exists.
+    let admin = AdminClient::new(&sim.url()).unwrap();
+    assert_eq!(destinations(&admin).await, vec![pod_cidr(1)]);
+    let log = ctl.log_text();
+    assert_eq!(ctl.stop(), Some(0), "{log}");
+    proxy.abort();
+}
