@@ -136,12 +136,15 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let signal = wait_for_signal();
     tokio::pin!(signal);
     let mut leader_task = leader_task;
+    // A JoinHandle must not be polled again once it has completed.
+    let mut leader_done = false;
     let exit = tokio::select! {
         s = &mut signal => {
             info!(signal = s, "shutting down: no new cloud calls; in-flight calls may finish");
             ExitCode::SUCCESS
         }
         r = async { match leader_task.as_mut() { Some(t) => t.await, None => std::future::pending().await } } => {
+            leader_done = true;
             match r {
                 Ok(Err(e)) => { error!("{e}; exiting so that this replica restarts clean"); ExitCode::FAILURE }
                 Ok(Ok(())) => ExitCode::SUCCESS,
@@ -165,7 +168,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         warn!(grace = ?args.shutdown_grace_period, "cloud calls still in flight after the grace period; exiting anyway");
     }
     // Release the Lease (the election task does so when it sees the shutdown).
-    if let Some(t) = leader_task {
+    if let Some(t) = leader_task.filter(|_| !leader_done) {
         let _ = tokio::time::timeout(std::time::Duration::from_secs(5), t).await;
     }
     let _ = tokio::time::timeout(std::time::Duration::from_secs(2), watch_task).await;
