@@ -460,14 +460,8 @@ async fn demo(args: &Args, ui: &Ui, stack: &mut Stack) -> anyhow::Result<()> {
         }
     }
     ui.say(&format!(
-        "\nDemo finished in {:.1} s. The controller's log: {} (removed on exit).",
-        began.elapsed().as_secs_f64(),
-        stack
-            .controller_log
-            .as_deref()
-            .map(Path::display)
-            .map(|d| d.to_string())
-            .unwrap_or_default()
+        "\nDemo finished in {:.1} s.",
+        began.elapsed().as_secs_f64()
     ));
     Ok(())
 }
@@ -561,7 +555,7 @@ async fn wait_step(
         }
         let finished =
             route_times.len() == total && (!await_condition || condition_times.len() == total);
-        ui.bar(route_times.len(), total, verb, t0.elapsed());
+        ui.bar(route_times.len(), total, verb, t0.elapsed(), finished);
         if finished {
             ui.end_line();
             return Ok(Waited {
@@ -819,7 +813,7 @@ impl Ui {
         }
     }
 
-    fn bar(&self, done: usize, total: usize, verb: &str, elapsed: Duration) {
+    fn bar(&self, done: usize, total: usize, verb: &str, elapsed: Duration, last: bool) {
         const WIDTH: usize = 30;
         let filled = (done * WIDTH)
             .checked_div(total)
@@ -833,7 +827,7 @@ impl Ui {
         );
         if self.tty {
             self.progress(&line);
-        } else if done == total {
+        } else if last {
             println!("{line}");
         }
     }
