@@ -309,6 +309,10 @@ impl RunArgs {
 
     /// Checks every flag.
     pub fn validate(&self) -> Result<(), FlagError> {
+        if !self.configure_cloud_routes {
+            // As the cloud-controller-manager: nothing else is read.
+            return Ok(());
+        }
         self.cluster.validate()?;
         self.mode()?;
         if self.route_reconciliation_period.is_zero() {

@@ -142,9 +142,11 @@ struct GateState {
 pub const PACE_RELAX_AFTER: u32 = 10;
 
 impl ThrottleGate {
-    /// Waits until a call may start; returns the time waited.
+    /// Waits until a call may start; returns the time spent held back by
+    /// throttling (zero when the gate was open).
     pub async fn pass(&self) -> Duration {
         let start = Instant::now();
+        let mut held = false;
         loop {
             let wait_until = {
                 let mut s = self.state.lock().await;
@@ -164,8 +166,12 @@ impl ThrottleGate {
                 }
             };
             match wait_until {
-                Some(t) => tokio::time::sleep_until(t).await,
-                None => return start.elapsed(),
+                Some(t) => {
+                    held = true;
+                    tokio::time::sleep_until(t).await;
+                }
+                None if held => return start.elapsed(),
+                None => return Duration::ZERO,
             }
         }
     }

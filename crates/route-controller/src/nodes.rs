@@ -114,9 +114,10 @@ pub struct NodeCache {
     nodes: BTreeMap<String, Arc<NodeView>>,
     relist: Option<BTreeMap<String, Arc<NodeView>>>,
     synced: bool,
-    /// When each (node uid, pod CIDR) was first seen without a confirmed
-    /// route; drained by [`NodeCache::confirm_route`] for the latency metric.
-    first_seen: HashMap<(String, String), Instant>,
+    /// When each (node uid, pod CIDR) was first seen; `None` once its route
+    /// was confirmed, so later updates of the Node (heartbeats, the
+    /// controller's own condition patch) do not start a new measurement.
+    first_seen: HashMap<(String, String), Option<Instant>>,
     stats: CacheStats,
 }
 
@@ -189,7 +190,7 @@ impl NodeCache {
         for c in v.valid_pod_cidrs() {
             self.first_seen
                 .entry((v.uid.clone(), c.to_string()))
-                .or_insert(now);
+                .or_insert(Some(now));
         }
     }
 
@@ -197,7 +198,8 @@ impl NodeCache {
     /// CIDR was first seen, once per (node, CIDR).
     pub fn confirm_route(&mut self, uid: &str, cidr: &str) -> Option<std::time::Duration> {
         self.first_seen
-            .remove(&(uid.to_string(), cidr.to_string()))
+            .get_mut(&(uid.to_string(), cidr.to_string()))
+            .and_then(Option::take)
             .map(|t| t.elapsed())
     }
 
@@ -368,6 +370,10 @@ mod tests {
             c.confirm_route("uid-a", "10.0.0.0/24"),
             Some(std::time::Duration::from_millis(1500))
         );
+        assert_eq!(c.confirm_route("uid-a", "10.0.0.0/24"), None);
+        // Later updates of the same Node (a heartbeat) start no new measurement.
+        c.apply(NodeEvent::Apply(view("a", &["10.0.0.0/24"], &[])));
+        tokio::time::advance(std::time::Duration::from_millis(10)).await;
         assert_eq!(c.confirm_route("uid-a", "10.0.0.0/24"), None);
     }
 }
