@@ -99,10 +99,7 @@ pub fn run_scenario(scenario: &Scenario, modes: &[Mode]) -> Result<SimulationRep
             .iter()
             .map(|&mode| {
                 let timeline = &timeline;
-                (
-                    mode,
-                    s.spawn(move || run_mode(scenario, timeline, mode)),
-                )
+                (mode, s.spawn(move || run_mode(scenario, timeline, mode)))
             })
             .collect();
         handles

@@ -387,7 +387,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn missing_time_covers_waits_gaps_and_ends() {
         let start = Instant::now();
-        let obs = Observer::new(start, start + Duration::from_secs(100), Duration::from_secs(10));
+        let obs = Observer::new(
+            start,
+            start + Duration::from_secs(100),
+            Duration::from_secs(10),
+        );
         let c = Cidr::parse("10.0.0.0/24").ok();
         let d = Cidr::parse("10.0.1.0/24").ok();
         obs.node_visible("a", c.unwrap());

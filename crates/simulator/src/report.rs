@@ -86,19 +86,23 @@ impl SimulationReport {
     pub fn table(&self) -> String {
         let sc = &self.scenario;
         let mut out = String::new();
-        let _ = writeln!(out, "Scenario {}: {}", sc.name, sc.description);
+        if sc.description.is_empty() {
+            let _ = writeln!(out, "Scenario {}", sc.name);
+        } else {
+            let _ = writeln!(out, "Scenario {}: {}", sc.name, sc.description);
+        }
         let _ = writeln!(
             out,
-            "{} simulated, seed {}, {} nodes at start, {} over the day (peak {}), heartbeat every {}, resync every {} (watch, incremental)",
+            "{} simulated, seed {}, {} nodes at start, {} over the day (peak {}), heartbeats {}, resync every {} (watch, incremental)",
             format_duration(std::time::Duration::from_secs_f64(sc.duration_s)),
             sc.seed,
             group(u64::from(sc.initial_nodes)),
             group(sc.nodes_total),
             group(u64::from(sc.peak_nodes)),
             if sc.heartbeat_period_s > 0.0 {
-                secs(sc.heartbeat_period_s)
+                format!("every {}", secs(sc.heartbeat_period_s))
             } else {
-                "never".into()
+                "off".into()
             },
             secs(sc.resync_s),
         );
@@ -157,7 +161,9 @@ impl SimulationReport {
                 group(m.passes.cached)
             )
         });
-        row("node events: heartbeats", &|m| group(m.node_events.heartbeats));
+        row("node events: heartbeats", &|m| {
+            group(m.node_events.heartbeats)
+        });
         row("node events: triggers", &|m| group(m.node_events.triggers));
         row("node events: absorbed", &|m| group(m.node_events.absorbed));
         row("condition patches", &|m| group(m.condition_writes));

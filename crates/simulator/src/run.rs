@@ -8,16 +8,16 @@
 //! [`Probe`]. A day of cluster life costs what the controller's own work
 //! costs in CPU, nothing for the waiting.
 
-use std::collections::{BTreeMap, BinaryHeap};
 use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::index::sample;
-use rand::SeedableRng;
-use route_cloud::memory::{MemoryCloud, MemoryConfigError};
 use route_cloud::CloudRoutes;
+use route_cloud::memory::{MemoryCloud, MemoryConfigError};
 use route_controller::{
     BackoffConfig, Controller, ControllerConfig, Fence, Mode, NodeStore, PassKind, Timing,
 };
@@ -142,7 +142,11 @@ fn node_view(spec: &crate::timeline::NodeSpec, with_cidr: bool) -> NodeView {
 }
 
 /// Runs `scenario` (as `timeline`) in `mode` and measures it.
-pub fn run_mode(scenario: &Scenario, timeline: &Timeline, mode: Mode) -> Result<ModeReport, RunError> {
+pub fn run_mode(
+    scenario: &Scenario,
+    timeline: &Timeline,
+    mode: Mode,
+) -> Result<ModeReport, RunError> {
     let wall = std::time::Instant::now();
     let cloud = MemoryCloud::new(scenario.cloud.memory_config(scenario.seed))?;
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -179,7 +183,10 @@ async fn simulate_mode(
         obs.node_visible(&spec.name, spec.cidr);
         if scenario.routes_exist_at_start {
             let route = Route::new(&spec.name, Destination::Cidr(spec.cidr))
-                .with_addresses(view.addresses.clone(), scenario.cloud.reports_node_addresses)
+                .with_addresses(
+                    view.addresses.clone(),
+                    scenario.cloud.reports_node_addresses,
+                )
                 .named(format!("{CLUSTER}-{}-{}", spec.uid, spec.cidr));
             let mut route = route;
             route.cloud_target = spec.address.to_string();
@@ -245,7 +252,8 @@ async fn simulate_mode(
     if scenario.cloud.other_calls_per_hour > 0 {
         // Other clients of the same API budget; not the controller's calls.
         let other = cloud.with_caller("other-clients");
-        let every = Duration::from_secs_f64(3600.0 / f64::from(scenario.cloud.other_calls_per_hour));
+        let every =
+            Duration::from_secs_f64(3600.0 / f64::from(scenario.cloud.other_calls_per_hour));
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);
             loop {
@@ -263,7 +271,7 @@ async fn simulate_mode(
         obs: &obs,
         alive: vec![false; timeline.nodes.len()],
         heap: BinaryHeap::new(),
-        rng: StdRng::seed_from_u64(scenario.seed ^ 0x5eed_0f_bac),
+        rng: StdRng::seed_from_u64(scenario.seed ^ 0x0005_eed0_fbac),
         heartbeats: 0,
         removed: 0,
         strays: 0,
@@ -400,8 +408,9 @@ impl Driver<'_> {
             Action::AssignCidr(id) => {
                 let spec = &nodes[*id as usize];
                 if self.alive[*id as usize] {
-                    self.api
-                        .update(&spec.name, |v| v.pod_cidrs = vec![PodCidr::Valid(spec.cidr)]);
+                    self.api.update(&spec.name, |v| {
+                        v.pod_cidrs = vec![PodCidr::Valid(spec.cidr)]
+                    });
                     self.obs.node_visible(&spec.name, spec.cidr);
                 }
             }

@@ -23,7 +23,10 @@ pub const SHIPPED: &[(&str, &str)] = &[
         "autoscaling-5000",
         include_str!("../scenarios/autoscaling-5000.toml"),
     ),
-    ("flaky-hetzner", include_str!("../scenarios/flaky-hetzner.toml")),
+    (
+        "flaky-hetzner",
+        include_str!("../scenarios/flaky-hetzner.toml"),
+    ),
 ];
 
 /// Why a scenario cannot be used.
@@ -86,7 +89,9 @@ impl Serialize for Span {
 impl<'de> Deserialize<'de> for Span {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
-        parse_duration(&s).map(Span).map_err(serde::de::Error::custom)
+        parse_duration(&s)
+            .map(Span)
+            .map_err(serde::de::Error::custom)
     }
 }
 
@@ -110,9 +115,12 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
                 "invalid duration {text:?}: expected a number at {rest:?}"
             ));
         }
-        let value: f64 = rest[..num_len]
-            .parse()
-            .map_err(|_| format!("invalid duration {text:?}: bad number {:?}", &rest[..num_len]))?;
+        let value: f64 = rest[..num_len].parse().map_err(|_| {
+            format!(
+                "invalid duration {text:?}: bad number {:?}",
+                &rest[..num_len]
+            )
+        })?;
         rest = &rest[num_len..];
         let unit_len = rest
             .find(|c: char| c.is_ascii_digit() || c == '.')
@@ -149,7 +157,7 @@ pub fn format_duration(d: Duration) -> String {
     if ms == 0 {
         return "0s".into();
     }
-    if ms % 1000 != 0 {
+    if !ms.is_multiple_of(1000) {
         return format!("{ms}ms");
     }
     let mut s = (ms / 1000) as u64;
@@ -408,10 +416,12 @@ impl Scenario {
             origin: origin.to_string(),
             message: e.to_string().trim_end().to_string(),
         })?;
-        scenario.validate().map_err(|message| ScenarioError::Invalid {
-            origin: origin.to_string(),
-            message,
-        })?;
+        scenario
+            .validate()
+            .map_err(|message| ScenarioError::Invalid {
+                origin: origin.to_string(),
+                message,
+            })?;
         Ok(scenario)
     }
 

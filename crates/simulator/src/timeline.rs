@@ -401,7 +401,7 @@ impl Timeline {
             Action::AssignCidr(id) => cidr_at[*id as usize].is_some(),
             _ => true,
         });
-        actions.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+        actions.sort_by_key(|a| (a.0, a.1));
 
         let period_ms = u64::try_from(scenario.heartbeat_period.0.as_millis()).unwrap_or(u64::MAX);
         let mut hb = StdRng::seed_from_u64(u64::from(mix(scenario.seed, u64::MAX)));
