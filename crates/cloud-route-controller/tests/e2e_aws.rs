@@ -1,17 +1,21 @@
 //! End to end: the binary with `--cloud-provider aws` against the real API
 //! server and a moto EC2 server: routes land in the route table tagged for
 //! this cluster, follow Node deletions, and another cluster's table is never
-//! touched.
+//! touched. Through `provider_aws::testing::Proxy`: a route EC2 reports as a
+//! blackhole is replaced, and throttling answers slow the controller down
+//! without losing routes.
 
 mod common;
 
 use std::time::Duration;
 
 use common::{Controller, TempDir};
+use common::{free_port, http_get_async, metric_sum};
+use provider_aws::testing::{Instance, Logged, Proxy};
 use provider_aws::testing::{
     client, create_network, moto_endpoint, run_instances, table_routes, unique_cluster,
 };
-use test_cluster::{TestCluster, TestNode, wait_until};
+use test_cluster::{ClusterGuard, TestCluster, TestNode, wait_until};
 
 #[tokio::test]
 async fn nodes_get_routes_in_their_clusters_table_and_lose_them_on_deletion() {
@@ -107,4 +111,353 @@ async fn nodes_get_routes_in_their_clusters_table_and_lose_them_on_deletion() {
     assert!(ctl.is_running());
     let log = ctl.log_text();
     assert_eq!(ctl.stop(), Some(0), "{log}");
+}
+
+/// The pod-CIDR routes (`10.244.*`) of one table as (destination, target,
+/// state), sorted; the table's local route is left out.
+fn pod_routes(routes: Vec<(String, String, String)>) -> Vec<(String, String, String)> {
+    let mut v: Vec<_> = routes
+        .into_iter()
+        .filter(|(d, _, _)| d.starts_with("10.244."))
+        .collect();
+    v.sort();
+    v
+}
+
+/// Creates one Node per instance, named `<prefix>-<i>` with pod CIDR
+/// `10.244.<first_octet + i>.0/24`.
+async fn create_nodes(c: &ClusterGuard, prefix: &str, first_octet: usize, instances: &[Instance]) {
+    for (i, inst) in instances.iter().enumerate() {
+        c.create_node(
+            &TestNode::new(format!("{prefix}-{i}"))
+                .pod_cidrs([format!("10.244.{}.0/24", first_octet + i)])
+                .internal_ip(format!("10.30.1.{}", 10 + i))
+                .provider_id(&inst.provider_id),
+        )
+        .await
+        .unwrap();
+    }
+}
+
+/// Starts the binary for `cluster` against `endpoint` with `extra_yaml`
+/// appended to its cloud config and `extra` flags; metrics on a free port,
+/// whose base URL is returned.
+fn start_aws(
+    c: &ClusterGuard,
+    dir: &TempDir,
+    cluster: &str,
+    endpoint: &str,
+    extra_yaml: &str,
+    extra: &[&str],
+) -> (Controller, String) {
+    let cfg = dir.path().join("aws.yaml");
+    std::fs::write(
+        &cfg,
+        format!("region: us-east-1\nendpoint: {endpoint}\n{extra_yaml}"),
+    )
+    .unwrap();
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let mut args = vec![
+        "--cluster-cidr",
+        "10.244.0.0/16",
+        "--cluster-name",
+        cluster,
+        "--cloud-provider",
+        "aws",
+        "--cloud-config",
+        cfg.to_str().unwrap(),
+        "--leader-elect=false",
+        "--metrics-bind-address",
+        &metrics,
+    ];
+    args.extend_from_slice(extra);
+    let ctl = Controller::start_with_env(
+        c.kubeconfig_path(),
+        dir.path(),
+        "controller",
+        &args,
+        &[
+            ("AWS_ACCESS_KEY_ID", "testing"),
+            ("AWS_SECRET_ACCESS_KEY", "testing"),
+            ("AWS_REGION", "us-east-1"),
+        ],
+    );
+    (ctl, format!("http://{metrics}"))
+}
+
+/// The destination CIDR a route-writing request names (form-decoded).
+fn destination(r: &Logged) -> String {
+    r.param("DestinationCidrBlock").replace("%2F", "/")
+}
+
+fn is_route_write(r: &Logged) -> bool {
+    matches!(
+        r.action.as_str(),
+        "CreateRoute" | "ReplaceRoute" | "DeleteRoute"
+    )
+}
+
+async fn wait_network_available(c: &ClusterGuard, nodes: &[String], ctl: &Controller) {
+    wait_until(
+        Duration::from_secs(60),
+        "NetworkUnavailable=False on every node",
+        || async {
+            for n in nodes {
+                let cond = c.network_unavailable(n).await.ok()??;
+                if cond.status != "False" {
+                    return None;
+                }
+            }
+            Some(())
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
+}
+
+#[tokio::test]
+async fn a_blackhole_route_is_replaced_by_a_route_to_the_nodes_instance() {
+    let c = TestCluster::acquire().await.unwrap();
+    let endpoint = moto_endpoint().await.unwrap();
+    let ec2 = client(&endpoint).await;
+    let proxy = Proxy::start(&endpoint).await.unwrap();
+    let cluster = unique_cluster("e2e-bh");
+    let net = create_network(&ec2, "10.32.0.0/16", Some(&cluster))
+        .await
+        .unwrap();
+    let instances = run_instances(&ec2, &net, 3).await.unwrap();
+    create_nodes(&c, "aws-bh", 50, &instances).await;
+    let names: Vec<String> = (0..3).map(|i| format!("aws-bh-{i}")).collect();
+    let dir = TempDir::new("aws-bh");
+    // The incremental mode plans node changes against its cached table, so
+    // only a resync shows it the blackhole: make that frequent.
+    let (mut ctl, _) = start_aws(
+        &c,
+        &dir,
+        &cluster,
+        &proxy.url(),
+        "",
+        &["--min-resync-period", "5s"],
+    );
+    wait_until(Duration::from_secs(120), "3 routes", || async {
+        let r = pod_routes(table_routes(&ec2, &net.route_table_id).await.ok()?);
+        (r.len() == 3).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
+    wait_network_available(&c, &names, &ctl).await;
+    let victim = &names[1];
+    let dest = "10.244.51.0/24";
+    let before = c.network_unavailable(victim).await.unwrap().unwrap();
+
+    // EC2 now reports the route to node 1's instance as a blackhole, as it
+    // does while the instance behind a route is stopped or replaced.
+    let mark = proxy.log().len();
+    let t0 = std::time::Instant::now();
+    proxy.blackhole(&instances[1].id);
+    let rewrite = wait_until(
+        Duration::from_secs(60),
+        "the blackhole route rewritten",
+        || async {
+            let log = proxy.log();
+            log[mark..]
+                .iter()
+                .position(|r| {
+                    matches!(r.action.as_str(), "CreateRoute" | "ReplaceRoute")
+                        && destination(r) == dest
+                })
+                .map(|i| i + mark)
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
+    // The replacement is active from here on.
+    proxy.unblackhole(&instances[1].id);
+    let replaced_after = t0.elapsed();
+
+    let log = proxy.log();
+    let w = &log[rewrite];
+    assert_eq!(
+        w.param("InstanceId"),
+        instances[1].id,
+        "the new route targets the node's current instance: {}",
+        w.body
+    );
+    let listed = log[mark..rewrite]
+        .iter()
+        .position(|r| r.action == "DescribeRouteTables")
+        .map(|i| i + mark)
+        .expect("a list showed the blackhole before the rewrite");
+    if w.action == "CreateRoute" {
+        assert!(
+            log[listed..rewrite]
+                .iter()
+                .any(|r| r.action == "DeleteRoute" && destination(r) == dest),
+            "CreateRoute over a blackhole without deleting it first"
+        );
+    }
+    let writes: Vec<String> = log[mark..]
+        .iter()
+        .filter(|r| is_route_write(r))
+        .map(|r| format!("{} {}", r.action, destination(r)))
+        .collect();
+    assert!(
+        log[mark..]
+            .iter()
+            .filter(|r| is_route_write(r))
+            .all(|r| destination(r) == dest),
+        "only the blackhole's destination was written: {writes:?}"
+    );
+
+    // The next resync sees an active route and leaves it alone.
+    wait_until(Duration::from_secs(30), "the next resync", || async {
+        proxy.log()[rewrite..]
+            .iter()
+            .any(|r| r.action == "DescribeRouteTables")
+            .then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let log = proxy.log();
+    let later: Vec<&Logged> = log[rewrite + 1..]
+        .iter()
+        .filter(|r| is_route_write(r))
+        .collect();
+    assert!(later.is_empty(), "writes after the replacement: {later:?}");
+    let routes = pod_routes(table_routes(&ec2, &net.route_table_id).await.unwrap());
+    assert_eq!(routes.len(), 3, "{routes:?}");
+    assert!(
+        routes.contains(&(
+            dest.to_string(),
+            instances[1].id.clone(),
+            "active".to_string()
+        )),
+        "{routes:?}"
+    );
+    let after = c.network_unavailable(victim).await.unwrap().unwrap();
+    assert_eq!(after.status, "False");
+    assert_eq!(
+        after.last_transition_time, before.last_transition_time,
+        "NetworkUnavailable never flipped while the route was replaced"
+    );
+    eprintln!(
+        "blackhole replaced {replaced_after:?} after it appeared, with {writes:?}; {} requests since",
+        log.len() - mark
+    );
+    assert!(ctl.is_running());
+    let text = ctl.log_text();
+    assert_eq!(ctl.stop(), Some(0), "{text}");
+}
+
+#[tokio::test]
+async fn throttling_slows_the_controller_down_without_losing_routes() {
+    const NODES: usize = 10;
+    const PAUSE: Duration = Duration::from_millis(1000);
+    let c = TestCluster::acquire().await.unwrap();
+    let endpoint = moto_endpoint().await.unwrap();
+    let ec2 = client(&endpoint).await;
+    let proxy = Proxy::start(&endpoint).await.unwrap();
+    let cluster = unique_cluster("e2e-throttle");
+    let net = create_network(&ec2, "10.33.0.0/16", Some(&cluster))
+        .await
+        .unwrap();
+    let instances = run_instances(&ec2, &net, NODES as i32).await.unwrap();
+    let names: Vec<String> = (0..NODES).map(|i| format!("aws-t-{i}")).collect();
+    let dir = TempDir::new("aws-throttle");
+    proxy.throttle_every(3);
+    let (mut ctl, metrics) = start_aws(
+        &c,
+        &dir,
+        &cluster,
+        &proxy.url(),
+        &format!("rate_limit:\n  throttle_pause_ms: {}\n", PAUSE.as_millis()),
+        &[],
+    );
+    let t0 = std::time::Instant::now();
+    create_nodes(&c, "aws-t", 60, &instances).await;
+    wait_until(Duration::from_secs(180), "a route per node", || async {
+        let r = pod_routes(table_routes(&ec2, &net.route_table_id).await.ok()?);
+        (r.len() == NODES).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
+    let converged = t0.elapsed();
+    wait_network_available(&c, &names, &ctl).await;
+
+    let routes = pod_routes(table_routes(&ec2, &net.route_table_id).await.unwrap());
+    for (i, inst) in instances.iter().enumerate() {
+        let want = (
+            format!("10.244.{}.0/24", 60 + i),
+            inst.id.clone(),
+            "active".to_string(),
+        );
+        assert!(routes.contains(&want), "missing {want:?} in {routes:?}");
+    }
+
+    let log = proxy.log();
+    let throttled = log.iter().filter(|r| r.throttled).count();
+    assert_eq!(throttled, log.len() / 3, "every 3rd request was throttled");
+    assert!(
+        throttled >= 5,
+        "only {throttled} throttled of {}",
+        log.len()
+    );
+    // One table lookup, one source/dest check per instance, one route per node.
+    let minimum = 1 + 2 * NODES;
+    assert!(
+        log.len() <= 3 * minimum,
+        "{} requests for a minimum of {minimum}",
+        log.len()
+    );
+    // After a throttle, the same action waits out its pause; only requests
+    // already on the wire when the answer came back may arrive in between.
+    let in_flight = Duration::from_millis(200);
+    let mut gaps = Vec::new();
+    for (i, r) in log.iter().enumerate().filter(|(_, r)| r.throttled) {
+        let next = log[i + 1..]
+            .iter()
+            .find(|n| n.action == r.action && n.at.duration_since(r.at) > in_flight);
+        if let Some(n) = next {
+            let gap = n.at.duration_since(r.at);
+            assert!(
+                gap >= PAUSE - Duration::from_millis(20),
+                "{} was sent again {gap:?} after a throttle",
+                r.action
+            );
+            gaps.push(gap);
+        }
+    }
+    assert!(!gaps.is_empty());
+
+    let (code, body) = http_get_async(&metrics, "/metrics").await.unwrap();
+    assert_eq!(code, 200);
+    let reported = metric_sum(
+        &body,
+        "route_controller_cloud_requests_total",
+        &["provider=\"aws\"", "result=\"throttled\""],
+    );
+    assert_eq!(reported, throttled as f64, "{body}");
+    let all = metric_sum(
+        &body,
+        "route_controller_cloud_requests_total",
+        &["provider=\"aws\""],
+    );
+    assert_eq!(all, log.len() as f64, "every request counted once\n{body}");
+    let waited = metric_sum(&body, "route_controller_cloud_rate_limit_wait_seconds", &[]);
+    let mut by_action: std::collections::BTreeMap<&str, (usize, usize)> = Default::default();
+    for r in &log {
+        let e = by_action.entry(r.action.as_str()).or_default();
+        e.0 += 1;
+        e.1 += usize::from(r.throttled);
+    }
+    eprintln!(
+        "{NODES} routes in {converged:?}: {} requests (minimum {minimum}), {throttled} throttled, \
+         per action (sent, throttled) {by_action:?}, gaps after throttles {gaps:?}, \
+         rate-limit wait {waited}s",
+        log.len()
+    );
+    assert!(ctl.is_running());
+    let text = ctl.log_text();
+    assert_eq!(ctl.stop(), Some(0), "{text}");
 }
