@@ -1119,11 +1119,21 @@ async fn apiserver_killed_and_restarted_mid_run() {
     ready(kubeconfig2.clone()).await;
     let after = inv.converge(CONVERGE, &ctl).await;
     let log = ctl.log_text();
-    let relisted_after_gone = log.contains("410") || log.to_lowercase().contains("too old");
+    // The compaction was real: the watcher's resourceVersion was gone.
+    let gone = log
+        .lines()
+        .find(|l| l.contains("410") || l.to_lowercase().contains("too old"))
+        .map(str::to_string);
+    let relisted_after_gone = gone.is_some();
     eprintln!(
         "apiserver restart: first convergence {first:?}; down {down_for:?} (etcd compacted at revision {revision}); {mutations_while_down} mutations in all before the restart; converged {after:?} after it was back; 410 seen in the log: {relisted_after_gone}"
     );
     assert!(!log.contains("panicked"), "{log}");
+    assert!(
+        relisted_after_gone,
+        "no 410 Gone reached the watcher after the compaction:\n{log}"
+    );
+    eprintln!("the watcher saw: {}", gone.unwrap_or_default());
     inv.finish().await;
     assert_eq!(ctl.stop(), Some(0));
     drop(api2);
