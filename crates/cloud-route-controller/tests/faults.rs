@@ -1292,8 +1292,16 @@ async fn invalid_flags_and_config_files_exit_non_zero_with_a_clear_message() {
         &[
             "--cluster-cidr",
             "10.244.0.0/16",
+            "--leader-elect=true",
             "--leader-elect-renew-deadline",
             "20s",
+        ],
+        &[
+            "--cluster-cidr",
+            "10.244.0.0/16",
+            "--leader-elect=true",
+            "--leader-elect-retry-period",
+            "0s",
         ],
         &[
             "--cluster-cidr",
@@ -1388,7 +1396,10 @@ async fn invalid_flags_and_config_files_exit_non_zero_with_a_clear_message() {
     for (what, args) in &cases {
         // The case's flags, plus defaults for the flags it does not set.
         let mut full: Vec<&str> = vec!["--kubeconfig", &kubeconfig];
-        let sets = |flag: &str| args.iter().any(|a| a.starts_with(flag));
+        let sets = |flag: &str| {
+            args.iter()
+                .any(|a| a == flag || a.starts_with(&format!("{flag}=")))
+        };
         if !sets("--leader-elect") {
             full.push("--leader-elect=false");
         }
