@@ -288,6 +288,7 @@ impl Controller {
             }
             _ => match self.executor.list().await {
                 Ok(listed) => {
+                    self.scheduler.full_pass_listed();
                     if self.cfg.mode == Mode::Incremental {
                         if let Some(old) = &self.route_cache {
                             let drift = drift(old, &listed);

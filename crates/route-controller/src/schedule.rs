@@ -124,6 +124,8 @@ pub struct Scheduler {
     timing: Timing,
     last_start: Option<Instant>,
     last_full_start: Option<Instant>,
+    /// Consecutive full passes whose list failed; spaces the next attempts.
+    list_failures: u32,
     next_resync: Instant,
     pending: bool,
     full_needed: bool,
@@ -139,6 +141,7 @@ impl Scheduler {
             timing,
             last_start: None,
             last_full_start: None,
+            list_failures: 0,
             next_resync: now + timing.resync,
             pending: true,
             full_needed: true,
@@ -193,7 +196,7 @@ impl Scheduler {
             },
             Mode::Watch => {
                 let wanted = self.pending || self.resync_due || retry_due;
-                let earliest = self.last_start.map(|t| t + self.timing.min_interval);
+                let earliest = self.last_start.map(|t| t + self.spacing());
                 if wanted {
                     match earliest {
                         Some(e) if now < e => Decision::Sleep(Some(e)),
@@ -205,7 +208,7 @@ impl Scheduler {
             }
             Mode::Incremental => {
                 if self.full_needed || self.resync_due {
-                    let earliest = self.last_full_start.map(|t| t + self.timing.min_interval);
+                    let earliest = self.last_full_start.map(|t| t + self.spacing());
                     // A resync or first pass runs at once; only uncertainty
                     // storms are spaced, so that faults cannot cause list storms.
                     match earliest {
@@ -257,12 +260,32 @@ impl Scheduler {
         }
     }
 
-    /// A full pass could not list the cloud: try again (spaced like uncertainty).
+    /// A full pass could not list the cloud: try again, spaced like
+    /// uncertainty at first and doubling with every further failure up to
+    /// [`MAX_LIST_SPACING`], so a cloud that refuses every list (bad
+    /// credentials, an outage) is not asked every 10 s forever.
     pub fn full_pass_failed(&mut self) {
         self.full_needed = true;
         self.pending = true;
+        self.list_failures = self.list_failures.saturating_add(1);
+    }
+
+    /// A full pass listed the cloud.
+    pub fn full_pass_listed(&mut self) {
+        self.list_failures = 0;
+    }
+
+    fn spacing(&self) -> Duration {
+        let doublings = self.list_failures.saturating_sub(1).min(16);
+        self.timing
+            .min_interval
+            .saturating_mul(1 << doublings)
+            .min(MAX_LIST_SPACING.max(self.timing.min_interval))
     }
 }
+
+/// The longest wait between list attempts after repeated list failures.
+pub const MAX_LIST_SPACING: Duration = Duration::from_secs(300);
 
 /// Picks the resync interval once: uniform in `[min, 2 × min)`, like the
 /// cloud-controller-manager's informer resync.
@@ -345,6 +368,37 @@ mod tests {
             s.decide(t0 + Duration::from_secs(10)),
             Decision::Run(PassKind::Full, _)
         ));
+    }
+
+    #[test]
+    fn failing_lists_back_off_to_five_minutes_and_reset_on_success() {
+        let t0 = Instant::now();
+        let mut s = Scheduler::new(Mode::Incremental, timing(), t0);
+        let mut t = t0;
+        let mut gaps = Vec::new();
+        for _ in 0..8 {
+            let Decision::Run(PassKind::Full, _) = s.decide(t) else {
+                let Decision::Sleep(Some(next)) = s.decide(t) else {
+                    panic!()
+                };
+                gaps.push((next - t).as_secs());
+                t = next;
+                assert!(matches!(s.decide(t), Decision::Run(PassKind::Full, _)));
+                s.started(PassKind::Full, t);
+                s.full_pass_failed();
+                continue;
+            };
+            s.started(PassKind::Full, t);
+            s.full_pass_failed();
+        }
+        assert_eq!(gaps, vec![10, 20, 40, 80, 160, 300, 300]);
+        s.full_pass_listed();
+        s.started(PassKind::Full, t);
+        s.full_pass_failed();
+        assert_eq!(
+            s.decide(t),
+            Decision::Sleep(Some(t + Duration::from_secs(10)))
+        );
     }
 
     #[test]
