@@ -93,7 +93,7 @@ pub enum ConfigError {
     #[error("hcloud: no API token: set HCLOUD_TOKEN or `token_file`")]
     MissingToken,
     /// The token file could not be read.
-    #[error("hcloud: reading the token file {path}: {source}")]
+    #[error("hcloud: reading the token file {path}")]
     TokenFile {
         /// The file.
         path: PathBuf,
