@@ -39,6 +39,8 @@ pub enum Command {
     Run(RunArgs),
     /// Read the cluster and the cloud, print what the controller would change, change nothing.
     Plan(PlanArgs),
+    /// Simulate a scenario in every mode on a virtual clock (a day in seconds): cloud calls, node-to-route latency, a chart. Needs no cluster and no cloud.
+    Simulate(simulator::SimulateArgs),
 }
 
 /// Where the cluster and the cloud are.

@@ -23,6 +23,17 @@ fn main() -> ExitCode {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let cli = cli::Cli::parse();
     let (command, cluster) = match cli.command {
+        // The simulator builds its own paused-clock runtimes and needs no
+        // cluster flags, so it runs before (and outside) everything below.
+        Some(cli::Command::Simulate(s)) => {
+            return match simulator::simulate(s) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
         Some(cli::Command::Run(r)) => (Cmd::Run(r.clone()), r.cluster),
         Some(cli::Command::Plan(p)) => (Cmd::Plan(p.clone()), p.cluster),
         None => (Cmd::Run(cli.run.clone()), cli.run.cluster),
