@@ -163,7 +163,9 @@ async fn only_the_leader_mutates_and_leadership_moves_on_stop_and_on_kill() {
     // Node created once A has exited (a Node created while A is still
     // handling the signal may legitimately be routed by A).
     let a_log = a.ctl.log.clone();
-    let a_code = tokio::task::spawn_blocking(move || a.ctl.stop()).await.unwrap();
+    let a_code = tokio::task::spawn_blocking(move || a.ctl.stop())
+        .await
+        .unwrap();
     let stopped = Instant::now();
     add_node(&c, 4).await;
     let ctx = || {
