@@ -1,0 +1,139 @@
+//! Where a simulated day's CPU goes: the cost of one reconcile pass and of
+//! one absorbed heartbeat at a given cluster size, and of the pieces a pass
+//! is made of. `cargo run --release -p simulator --example pass_cost -- 5000`.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use route_cloud::CloudRoutes;
+use route_cloud::memory::MemoryCloud;
+use route_controller::{
+    Controller, ControllerConfig, Fence, Mode, NodeEvent, NodeStore, PassKind,
+    RecordingStatusWriter, SyncTrigger, Timing,
+};
+use route_core::{NodeAddress, NodeView, PlanConfig, parse_cluster_cidrs};
+
+fn node(i: usize) -> NodeView {
+    NodeView::new(
+        format!("node-{i:06}"),
+        format!("uid-{i:06}"),
+        &[&format!("10.{}.{}.0/24", 64 + i / 256, i % 256)],
+    )
+    .with_addresses(vec![
+        NodeAddress::internal_ip(format!("172.16.{}.{}", i / 250, i % 250 + 1)),
+        NodeAddress {
+            kind: "Hostname".into(),
+            address: format!("node-{i:06}"),
+        },
+    ])
+    .with_provider_id(format!("sim:///node-{i:06}"))
+    .with_condition("False", "RouteCreated")
+}
+
+fn per(label: &str, n: u32, f: impl FnMut()) {
+    let mut f = f;
+    let t = Instant::now();
+    for _ in 0..n {
+        f();
+    }
+    println!(
+        "{label:<44} {:>10.1} µs",
+        t.elapsed().as_secs_f64() * 1e6 / f64::from(n)
+    );
+}
+
+fn main() {
+    let n: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(5000);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let store = NodeStore::new(None);
+        store.apply(NodeEvent::Init);
+        for i in 0..n {
+            store.apply(NodeEvent::InitApply(node(i)));
+        }
+        store.apply(NodeEvent::InitDone);
+        let cloud = MemoryCloud::default();
+        let cfg = |mode| ControllerConfig {
+            cluster_name: "kubernetes".into(),
+            plan: PlanConfig {
+                cluster_cidrs: parse_cluster_cidrs("10.64.0.0/10").expect("cidr"),
+            },
+            mode,
+            timing: Timing {
+                period: std::time::Duration::from_secs(10),
+                min_interval: std::time::Duration::from_secs(10),
+                resync: std::time::Duration::from_secs(12 * 3600),
+            },
+            backoff: Default::default(),
+            status_concurrency: 10,
+        };
+        let status = Arc::new(RecordingStatusWriter::default());
+        let mut ctl = Controller::new(
+            cfg(Mode::Incremental),
+            store.clone(),
+            Arc::new(cloud.clone()) as Arc<dyn CloudRoutes>,
+            status,
+            Fence::default(),
+            None,
+        );
+        // The first pass creates every route; later ones find nothing to do.
+        ctl.pass(PassKind::Full, SyncTrigger::Periodic).await;
+        println!("{n} nodes, every route in place:");
+        let t = Instant::now();
+        for _ in 0..20 {
+            ctl.pass(PassKind::Full, SyncTrigger::Periodic).await;
+        }
+        println!(
+            "{:<44} {:>10.1} µs",
+            "Controller::pass, full (list + plan)",
+            t.elapsed().as_secs_f64() * 1e6 / 20.0
+        );
+        let t = Instant::now();
+        for _ in 0..20 {
+            ctl.pass(PassKind::Cached, SyncTrigger::NodeChange).await;
+        }
+        println!(
+            "{:<44} {:>10.1} µs",
+            "Controller::pass, cached (plan only)",
+            t.elapsed().as_secs_f64() * 1e6 / 20.0
+        );
+
+        let views = store.snapshot();
+        let routes = cloud.routes("kubernetes");
+        let plan_cfg = cfg(Mode::Incremental).plan;
+        println!("pieces of a pass:");
+        per("  NodeStore::snapshot", 20, || drop(store.snapshot()));
+        per("  deep copy of every NodeView (observe_nodes)", 20, || {
+            drop(
+                views
+                    .iter()
+                    .map(|v| (**v).clone())
+                    .collect::<Vec<NodeView>>(),
+            )
+        });
+        per("  copy of the route table (list / cache)", 20, || {
+            drop(routes.clone())
+        });
+        per("  route_core::plan", 20, || {
+            drop(route_core::plan(&views, &routes, &plan_cfg))
+        });
+        per("  Cidr::to_string for every node", 20, || {
+            for v in &views {
+                for c in v.valid_pod_cidrs() {
+                    drop(c.to_string());
+                }
+            }
+        });
+        let hb = node(n / 2);
+        per("one absorbed heartbeat (NodeStore::apply)", 100_000, || {
+            store.apply(NodeEvent::Apply(hb.clone()))
+        });
+    });
+}
