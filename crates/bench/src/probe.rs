@@ -172,6 +172,14 @@ fn dechunk(mut body: &str) -> String {
     out
 }
 
+/// The 1-minute load average (0 if unreadable).
+pub fn load_average() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
 /// The machine a run happened on.
 #[derive(Debug, Clone, Serialize)]
 pub struct Machine {

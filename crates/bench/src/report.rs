@@ -115,9 +115,9 @@ impl Report {
         }
         let _ = writeln!(
             out,
-            "\n| controller | burst: all routes after | burst latency p50 / p99 / max | trickle latency p50 / p99 / max | heartbeats/s (skipped) | heartbeat patch p99 |"
+            "\n| controller | burst: all routes after | burst latency p50 / p99 / max | trickle latency p50 / p99 / max | heartbeats/s (skipped) | heartbeat patch p99 | load avg start → end |"
         );
-        let _ = writeln!(out, "|---|--:|--:|--:|--:|--:|");
+        let _ = writeln!(out, "|---|--:|--:|--:|--:|--:|--:|");
         for r in self.runs.iter().filter(|r| r.error.is_none()) {
             let converge = match r.converge_seconds {
                 Some(c) => format!("{c:.1} s"),
@@ -140,13 +140,15 @@ impl Report {
             });
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {:.1} → {:.1} |",
                 r.label,
                 converge,
                 latency(r.burst_latency.as_ref()),
                 trickle,
                 hb,
                 hb_p99,
+                r.load_average[0],
+                r.load_average[1],
             );
         }
         out

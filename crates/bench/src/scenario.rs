@@ -342,6 +342,9 @@ pub struct RunResult {
     pub heartbeats: Option<HeartbeatReport>,
     /// The driver's own CPU during the run (it shares the machine).
     pub driver_cpu_seconds: f64,
+    /// 1-minute load average when the controller started and when it was
+    /// sampled: other work on the machine shows up here.
+    pub load_average: [f64; 2],
 }
 
 impl RunResult {
@@ -367,6 +370,7 @@ impl RunResult {
             controller_exit_ok: false,
             heartbeats: None,
             driver_cpu_seconds: 0.0,
+            load_average: [0.0; 2],
         }
     }
 }
@@ -417,6 +421,7 @@ async fn drive(
     let watch = start_watch(api.clone(), tracker.clone()).await?;
 
     let mut ctl = controller::start(setup, kind, plane.kubeconfig(), run_dir).await?;
+    let load_before = probe::load_average();
 
     let fleet = Arc::new(Fleet::default());
     let beats = Arc::new(Beats::default());
@@ -533,6 +538,7 @@ async fn drive(
     ensure_alive(&mut ctl)?;
 
     let sample = probe::sample_process(ctl.pid, ticks)?;
+    let load_after = probe::load_average();
     heartbeats.abort();
     let beats_elapsed = beats_began.elapsed();
     let started = ctl.started;
@@ -571,6 +577,7 @@ async fn drive(
         controller_exit_ok: outcome.exit_ok,
         heartbeats: Some(heartbeat),
         driver_cpu_seconds: driver_cpu(ticks) - driver_cpu_before,
+        load_average: [load_before, load_after],
     })
 }
 
