@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/cloud-route-controller/target
 
-.PHONY: test demo controlplane controlplane-down build fmt lint
+.PHONY: test demo bench simulate fuzz controlplane controlplane-down build fmt lint
 
 # The one test command (README, .ci/run).
 test:
@@ -10,6 +10,19 @@ test:
 
 demo:
 	scripts/demo.sh
+
+# Side by side with the upstream Go controller on a real API server (long).
+bench:
+	scripts/bench.sh
+
+# The three modes on a virtual clock (no cloud provider crates needed).
+simulate:
+	cargo run --release -p cloud-route-controller --no-default-features -- simulate crates/simulator/scenarios/autoscaling-5000.toml
+
+# Real coverage-guided fuzzing (needs a nightly toolchain); `make test` replays the targets on stable.
+fuzz:
+	cd fuzz && for t in memory_config hcloud_config openstack_config cidrs sim_answers; do \
+		cargo +nightly fuzz run -s none $$t corpus/$$t seeds/$$t -- -max_total_time=600 || exit 1; done
 
 build:
 	cargo build --release -p cloud-route-controller
