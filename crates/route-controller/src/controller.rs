@@ -282,24 +282,27 @@ impl Controller {
             list_error: None,
             conditions: Vec::new(),
         };
-        let routes = match (kind, &self.route_cache) {
-            (PassKind::Cached, Some(cached)) if self.cfg.mode == Mode::Incremental => {
-                cached.clone()
-            }
-            _ => match self.executor.list().await {
+        // The cached table is moved out for planning and back before the
+        // outcome is folded in, so a cached pass copies nothing.
+        let cached = match (kind, self.cfg.mode) {
+            (PassKind::Cached, Mode::Incremental) => self.route_cache.take(),
+            _ => None,
+        };
+        let routes = match cached {
+            Some(cached) => cached,
+            None => match self.executor.list().await {
                 Ok(listed) => {
                     self.scheduler.full_pass_listed();
-                    if self.cfg.mode == Mode::Incremental {
-                        if let Some(old) = &self.route_cache {
-                            let drift = drift(old, &listed);
-                            if drift > 0 {
-                                info!(
-                                    drift,
-                                    "full sync found routes that differ from the cached table"
-                                );
-                            }
+                    if self.cfg.mode == Mode::Incremental
+                        && let Some(old) = &self.route_cache
+                    {
+                        let drift = drift(old, &listed);
+                        if drift > 0 {
+                            info!(
+                                drift,
+                                "full sync found routes that differ from the cached table"
+                            );
                         }
-                        self.route_cache = Some(listed.clone());
                     }
                     listed
                 }
@@ -332,6 +335,9 @@ impl Controller {
             );
         }
         let outcome = self.executor.execute(&plan, &self.book, routes.len()).await;
+        if self.cfg.mode == Mode::Incremental {
+            self.route_cache = Some(routes);
+        }
         self.absorb(&plan, &outcome).await;
         report.conditions = self.write_conditions(&plan, &outcome).await;
 
