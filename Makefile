@@ -11,9 +11,10 @@ test:
 demo:
 	scripts/demo.sh
 
-# Side by side with the upstream Go controller on a real API server (long).
+# Side by side with the upstream Go controller on a real API server (long; not in `make test`).
+# Extra arguments: make bench ARGS="--nodes 5000"
 bench:
-	scripts/bench.sh
+	scripts/bench.sh $(ARGS)
 
 # The three modes on a virtual clock (no cloud provider crates needed).
 simulate:
