@@ -13,12 +13,8 @@ use test_cluster::{TestCluster, TestNode, wait_until};
 
 const NETWORK: u64 = 4711;
 
-#[tokio::test]
-async fn scale_up_of_500_nodes_never_gets_a_429_and_stops_at_the_route_limit() {
-    let c = TestCluster::acquire().await.unwrap();
-    let fake = FakeHcloud::start(FakeConfig::default()).await.unwrap();
-    fake.add_network(NETWORK, "k8s", "10.0.0.0/8", &["10.0.0.0/16"]);
-    let dir = TempDir::new("hcloud");
+/// Writes the fake's token and an hcloud `--cloud-config` pointing at it.
+fn write_config(dir: &TempDir, fake: &FakeHcloud) -> std::path::PathBuf {
     let token = dir.path().join("token");
     std::fs::write(&token, fake.token()).unwrap();
     let config = dir.path().join("hcloud.yaml");
@@ -31,6 +27,16 @@ async fn scale_up_of_500_nodes_never_gets_a_429_and_stops_at_the_route_limit() {
         ),
     )
     .unwrap();
+    config
+}
+
+#[tokio::test]
+async fn scale_up_of_500_nodes_never_gets_a_429_and_stops_at_the_route_limit() {
+    let c = TestCluster::acquire().await.unwrap();
+    let fake = FakeHcloud::start(FakeConfig::default()).await.unwrap();
+    fake.add_network(NETWORK, "k8s", "10.0.0.0/8", &["10.0.0.0/16"]);
+    let dir = TempDir::new("hcloud");
+    let config = write_config(&dir, &fake);
     for i in 0..500u64 {
         fake.add_server(
             1000 + i,
@@ -129,18 +135,7 @@ async fn ipv6_pod_cidrs_get_a_warning_not_a_request() {
     fake.add_network(NETWORK, "k8s", "10.0.0.0/8", &["10.0.0.0/16"]);
     fake.add_server(1, "v6", NETWORK, "10.0.0.9");
     let dir = TempDir::new("hcloud6");
-    let token = dir.path().join("token");
-    std::fs::write(&token, fake.token()).unwrap();
-    let config = dir.path().join("hcloud.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "network: \"{NETWORK}\"\nendpoint: {}\ntoken_file: {}\n",
-            fake.base_url(),
-            token.display()
-        ),
-    )
-    .unwrap();
+    let config = write_config(&dir, &fake);
     let ctl = Controller::start(
         c.kubeconfig_path(),
         dir.path(),
