@@ -50,7 +50,7 @@ pub async fn plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
         .context("listing Nodes")?
         .items
         .iter()
-        .map(node_view)
+        .map(|n| std::sync::Arc::new(node_view(n)))
         .collect();
     // Providers that recognise their routes by the Nodes (AWS instance ids,
     // OpenStack next hops) must see them before listing, as in `run`.

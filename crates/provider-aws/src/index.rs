@@ -6,6 +6,7 @@
 //! ([`route_cloud::CloudRoutes::observe_nodes`]) and from its own creations,
 //! instead of asking EC2 with `DescribeInstances` on every list.
 
+use std::borrow::Borrow;
 use std::collections::HashMap;
 
 use route_core::NodeView;
@@ -48,9 +49,10 @@ pub struct NodeIndex {
 impl NodeIndex {
     /// Replaces the observed part with `nodes`, dropping learned entries of
     /// nodes that no longer exist.
-    pub fn observe(&mut self, nodes: &[NodeView]) {
+    pub fn observe<N: Borrow<NodeView>>(&mut self, nodes: &[N]) {
         let mut observed = HashMap::with_capacity(nodes.len());
         for n in nodes {
+            let n = n.borrow();
             if let Some(id) = n
                 .provider_id
                 .as_deref()
@@ -64,7 +66,7 @@ impl NodeIndex {
             }
         }
         let names: std::collections::HashSet<&str> =
-            nodes.iter().map(|n| n.name.as_str()).collect();
+            nodes.iter().map(|n| n.borrow().name.as_str()).collect();
         self.learned.retain(|_, node| names.contains(node.as_str()));
         self.observed = observed;
         self.has_observed = true;
@@ -156,7 +158,7 @@ mod tests {
         );
         assert_eq!(ix.node_of("i-0000000c"), None, "node c is gone");
         assert_eq!(ix.instance_of("b"), Some("i-0000000b"));
-        ix.observe(&[]);
+        ix.observe::<NodeView>(&[]);
         assert_eq!(ix.node_of("i-0000000b"), None);
         assert_eq!(ix.node_of("i-0000000a"), None);
     }

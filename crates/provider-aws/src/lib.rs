@@ -27,8 +27,8 @@ mod index;
 pub mod testing;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -607,7 +607,7 @@ impl CloudRoutes for Ec2Routes {
         &self.stats
     }
 
-    fn observe_nodes(&self, nodes: &[NodeView]) {
+    fn observe_nodes(&self, nodes: &[Arc<NodeView>]) {
         self.state().index.observe(nodes);
     }
 

@@ -4,6 +4,7 @@
 //! EC2's throttling answer and marks routes as blackholes (moto reports every
 //! route as active).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use provider_aws::testing::{self, Proxy};
@@ -13,6 +14,12 @@ use route_core::{NodeView, Route};
 
 async fn endpoint() -> String {
     testing::moto_endpoint().await.expect("moto server")
+}
+
+/// Shows the provider these Nodes, as the controller's snapshot would.
+fn observe(p: &Ec2Routes, nodes: &[NodeView]) {
+    let snapshot: Vec<Arc<NodeView>> = nodes.iter().cloned().map(Arc::new).collect();
+    p.observe_nodes(&snapshot);
 }
 
 fn node(name: &str, instance: &testing::Instance, cidr: &str) -> NodeView {
@@ -61,7 +68,7 @@ async fn lists_creates_and_deletes_routes_with_one_request_each() {
     let cluster = testing::unique_cluster("crud");
     let a = node("node-a", &inst[0], "10.244.0.0/24");
     let b = node("node-b", &inst[1], "10.244.1.0/24");
-    p.observe_nodes(&[a.clone(), b.clone()]);
+    observe(&p, &[a.clone(), b.clone()]);
 
     assert_eq!(
         p.list_routes(&cluster).await.unwrap(),
@@ -169,7 +176,7 @@ async fn lists_creates_and_deletes_routes_with_one_request_each() {
     assert!(!left.contains(&"10.244.0.0/24".to_string()));
 
     // A node that left: its routes name no node any more.
-    p.observe_nodes(std::slice::from_ref(&a));
+    observe(&p, std::slice::from_ref(&a));
     let listed = p.list_routes(&cluster).await.unwrap();
     let orphan = listed.iter().find(|r| r.name == "10.244.1.0/24").unwrap();
     assert_eq!(orphan.target_node, "");
@@ -208,10 +215,13 @@ async fn without_observed_nodes_routes_are_named_by_private_dns() {
     assert_eq!(listed[0].target_node, inst[0].private_dns_name);
     assert_eq!(count(&p, "DescribeInstances"), 1);
     // Once nodes are shown, no more lookups.
-    p.observe_nodes(&[
-        NodeView::new(&inst[0].private_dns_name, "u", &["10.244.5.0/24"])
-            .with_provider_id(&inst[0].provider_id),
-    ]);
+    observe(
+        &p,
+        &[
+            NodeView::new(&inst[0].private_dns_name, "u", &["10.244.5.0/24"])
+                .with_provider_id(&inst[0].provider_id),
+        ],
+    );
     p.list_routes("c").await.unwrap();
     assert_eq!(count(&p, "DescribeInstances"), 1);
 
@@ -258,7 +268,7 @@ async fn finds_its_table_by_tag_and_never_touches_another_clusters() {
         .await
         .unwrap();
     let a = node("node-a", &inst_mine[0], "10.244.0.0/24");
-    p.observe_nodes(std::slice::from_ref(&a));
+    observe(&p, std::slice::from_ref(&a));
     assert_eq!(p.list_routes(&mine).await.unwrap(), vec![]);
     p.create_route(&mine, "u", &wanted(&a)).await.unwrap();
     let listed = p.list_routes(&mine).await.unwrap();
@@ -359,7 +369,7 @@ async fn blackhole_routes_are_reported_and_replaced() {
         .unwrap();
     let a_old = node("node-a", &inst[0], "10.244.0.0/24");
     let c_old = node("node-c", &inst[2], "10.244.2.0/24");
-    p.observe_nodes(&[a_old.clone(), c_old.clone()]);
+    observe(&p, &[a_old.clone(), c_old.clone()]);
     p.create_route("bh", "u", &wanted(&a_old)).await.unwrap();
     p.create_route("bh", "u", &wanted(&c_old)).await.unwrap();
 
@@ -374,7 +384,7 @@ async fn blackhole_routes_are_reported_and_replaced() {
     proxy.blackhole(&inst[0].id);
     proxy.blackhole(&inst[2].id);
     let a_new = node("node-a", &inst[1], "10.244.0.0/24");
-    p.observe_nodes(std::slice::from_ref(&a_new));
+    observe(&p, std::slice::from_ref(&a_new));
     let listed = p.list_routes("bh").await.unwrap();
     assert_eq!(listed.len(), 2);
     assert!(listed.iter().all(|r| r.blackhole), "{listed:?}");
@@ -433,7 +443,7 @@ async fn throttling_slows_the_client_down_without_losing_routes() {
     let nodes: Vec<NodeView> = (0..8)
         .map(|i| node(&format!("n{i}"), &inst[i % 4], &format!("10.244.{i}.0/24")))
         .collect();
-    p.observe_nodes(&nodes);
+    observe(&p, &nodes);
     proxy.throttle_every(3);
 
     // Retry like the controller does: throttled calls are simply repeated.

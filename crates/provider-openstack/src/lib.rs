@@ -687,8 +687,8 @@ impl CloudRoutes for OpenStackRoutes {
 
     /// Next hops are Node InternalIPs: the controller's snapshot is exactly
     /// the index ownership needs, refreshed before every list.
-    fn observe_nodes(&self, nodes: &[route_core::NodeView]) {
-        self.index.replace_from_views(nodes);
+    fn observe_nodes(&self, nodes: &[std::sync::Arc<route_core::NodeView>]) {
+        self.index.replace_from_views(nodes.iter().map(|n| &**n));
     }
 
     async fn list_routes(&self, cluster: &str) -> Result<Vec<Route>, CloudError> {

@@ -10,6 +10,7 @@ mod error;
 pub mod memory;
 pub mod ratelimit;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -104,7 +105,9 @@ pub trait CloudRoutes: Send + Sync + 'static {
     /// Providers whose routes name a cloud object rather than a node (AWS: an
     /// instance id) map it back through the Nodes' `spec.providerID` instead
     /// of asking the cloud on every list. The default ignores the nodes.
-    fn observe_nodes(&self, nodes: &[NodeView]) {
+    ///
+    /// The snapshot is shared, not copied: this runs before every full pass.
+    fn observe_nodes(&self, nodes: &[Arc<NodeView>]) {
         let _ = nodes;
     }
 }

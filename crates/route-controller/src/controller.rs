@@ -272,8 +272,7 @@ impl Controller {
         // Triggers that arrived before this snapshot are covered by it.
         let _ = futures::FutureExt::now_or_never(self.nodes.changed.notified());
         let nodes = self.nodes.snapshot();
-        let views: Vec<NodeView> = nodes.iter().map(|n| (**n).clone()).collect();
-        self.executor.cloud().observe_nodes(&views);
+        self.executor.cloud().observe_nodes(&nodes);
         let mut report = PassReport {
             kind,
             trigger,
@@ -523,16 +522,25 @@ impl Controller {
             })
             .collect();
         // Latency: every node whose routes are all in place now is confirmed.
-        for n in plan.nodes.iter().filter(|n| n.routed_after(failed)) {
-            let Some(v) = self.nodes_get(&n.node) else {
-                continue;
-            };
+        // Only Nodes still awaiting a route are looked at, so a pass on a
+        // settled cluster does no per-node work here.
+        {
             let mut cache = self.nodes.lock();
-            for c in v.valid_pod_cidrs() {
-                if let Some(d) = cache.confirm_route(&v.uid, &c.to_string())
-                    && let Some(m) = &self.metrics
-                {
-                    m.route_latency.observe(d.as_secs_f64());
+            if cache.awaiting_routes() {
+                for n in plan.nodes.iter().filter(|n| n.routed_after(failed)) {
+                    if !cache.awaits_route(&n.uid) {
+                        continue;
+                    }
+                    let Some(v) = cache.get(&n.node) else {
+                        continue;
+                    };
+                    for c in v.valid_pod_cidrs() {
+                        if let Some(d) = cache.confirm_route(&v.uid, c)
+                            && let Some(m) = &self.metrics
+                        {
+                            m.route_latency.observe(d.as_secs_f64());
+                        }
+                    }
                 }
             }
         }
@@ -677,8 +685,10 @@ fn node_ref_for_route(nodes: &NodeStore, route: &Route) -> Option<NodeRef> {
 
 /// Routes present in one table and not the other (by node, destination, blackhole).
 fn drift(cached: &[Route], listed: &[Route]) -> usize {
-    let key = |r: &Route| (r.target_node.clone(), r.destination.clone(), r.blackhole);
-    let mut counts: HashMap<_, i64> = HashMap::new();
+    fn key(r: &Route) -> (&str, &route_core::Destination, bool) {
+        (r.target_node.as_str(), &r.destination, r.blackhole)
+    }
+    let mut counts: HashMap<_, i64> = HashMap::with_capacity(cached.len());
     for r in cached {
         *counts.entry(key(r)).or_default() += 1;
     }

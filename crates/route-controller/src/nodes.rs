@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
-use route_core::{ConditionState, NetworkCondition, NodeAddress, NodeView, PodCidr};
+use route_core::{Cidr, ConditionState, NetworkCondition, NodeAddress, NodeView, PodCidr};
 use tokio::time::Instant;
 
 /// Converts a Node into the view routing needs.
@@ -31,10 +31,7 @@ pub fn node_view(node: &Node) -> NodeView {
             .and_then(|s| s.addresses.as_ref())
             .map(|v| {
                 v.iter()
-                    .map(|a| NodeAddress {
-                        kind: a.type_.clone(),
-                        address: a.address.clone(),
-                    })
+                    .map(|a| NodeAddress::new(&a.type_, a.address.clone()))
                     .collect()
             })
             .unwrap_or_default(),
@@ -43,34 +40,28 @@ pub fn node_view(node: &Node) -> NodeView {
         network_unavailable: status
             .and_then(|s| s.conditions.as_ref())
             .and_then(|cs| cs.iter().find(|c| c.type_ == "NetworkUnavailable"))
-            .map(|c| ConditionState {
-                status: c.status.clone(),
-                reason: c.reason.clone().unwrap_or_default(),
-            }),
+            .map(|c| ConditionState::new(&c.status, c.reason.as_deref().unwrap_or_default())),
     }
 }
 
-/// The part of a Node that decides its routes. Two views with the same
-/// fingerprint need the same routes; addresses compare as a set (kubelets
-/// may reorder them), pod CIDRs in order (the API keeps them ordered).
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Fingerprint {
-    uid: String,
-    pod_cidrs: Vec<PodCidr>,
-    addresses: Vec<NodeAddress>,
-}
-
-impl Fingerprint {
-    fn of(v: &NodeView) -> Self {
-        let mut addresses = v.addresses.clone();
-        addresses.sort();
-        addresses.dedup();
-        Self {
-            uid: v.uid.clone(),
-            pod_cidrs: v.pod_cidrs.clone(),
-            addresses,
-        }
+/// Whether two views of a Node need the same routes: same UID, same pod
+/// CIDRs in order (the API keeps them ordered), same addresses as a set
+/// (kubelets may reorder them). Runs on every heartbeat, so the common case
+/// (nothing changed at all) allocates nothing.
+fn same_routing(a: &NodeView, b: &NodeView) -> bool {
+    if a.uid != b.uid || a.pod_cidrs != b.pod_cidrs {
+        return false;
     }
+    if a.addresses == b.addresses {
+        return true;
+    }
+    fn set(v: &NodeView) -> Vec<&NodeAddress> {
+        let mut x: Vec<&NodeAddress> = v.addresses.iter().collect();
+        x.sort_unstable();
+        x.dedup();
+        x
+    }
+    set(a) == set(b)
 }
 
 /// Why the cache asks for a reconcile.
@@ -114,10 +105,15 @@ pub struct NodeCache {
     nodes: BTreeMap<String, Arc<NodeView>>,
     relist: Option<BTreeMap<String, Arc<NodeView>>>,
     synced: bool,
-    /// When each (node uid, pod CIDR) was first seen; `None` once its route
-    /// was confirmed, so later updates of the Node (heartbeats, the
+    /// Per Node UID, when each of its pod CIDRs was first seen; `None` once
+    /// its route was confirmed, so later updates of the Node (heartbeats, the
     /// controller's own condition patch) do not start a new measurement.
-    first_seen: HashMap<(String, String), Option<Instant>>,
+    /// Looked up for every managed Node in a pass while any awaits a route,
+    /// hence the fast hasher; keys are UIDs the API server assigned.
+    first_seen: HashMap<String, Vec<(Cidr, Option<Instant>)>, foldhash::fast::RandomState>,
+    /// How many `Some` entries `first_seen` holds: passes skip the latency
+    /// bookkeeping entirely while nothing awaits a route.
+    awaiting: usize,
     stats: CacheStats,
 }
 
@@ -153,8 +149,13 @@ impl NodeCache {
                 if let Some(buf) = self.relist.take() {
                     let live: std::collections::HashSet<&str> =
                         buf.values().map(|v| v.uid.as_str()).collect();
-                    self.first_seen
-                        .retain(|(uid, _), _| live.contains(uid.as_str()));
+                    self.first_seen.retain(|uid, _| live.contains(uid.as_str()));
+                    self.awaiting = self
+                        .first_seen
+                        .values()
+                        .flatten()
+                        .filter(|(_, t)| t.is_some())
+                        .count();
                     self.nodes = buf;
                 }
                 self.synced = true;
@@ -165,14 +166,16 @@ impl NodeCache {
             NodeEvent::Apply(v) => {
                 self.note_cidrs(&v);
                 let changed = match self.nodes.get(&v.name) {
-                    Some(old) => Fingerprint::of(old) != Fingerprint::of(&v),
+                    Some(old) => !same_routing(old, &v),
                     None => true,
                 };
                 self.nodes.insert(v.name.clone(), Arc::new(v));
                 changed.then_some(Trigger::NodeChanged)
             }
             NodeEvent::Delete(v) => {
-                self.first_seen.retain(|(uid, _), _| *uid != v.uid);
+                if let Some(gone) = self.first_seen.remove(v.uid.as_str()) {
+                    self.awaiting -= gone.iter().filter(|(_, t)| t.is_some()).count();
+                }
                 self.nodes.remove(&v.name);
                 Some(Trigger::NodeChanged)
             }
@@ -186,21 +189,44 @@ impl NodeCache {
     }
 
     fn note_cidrs(&mut self, v: &NodeView) {
+        let mut cidrs = v.pod_cidrs.iter().filter_map(|c| match c {
+            PodCidr::Valid(c) => Some(*c),
+            PodCidr::Invalid(_) => None,
+        });
+        let Some(first) = cidrs.next() else { return };
+        let seen = match self.first_seen.get_mut(v.uid.as_str()) {
+            Some(seen) => seen,
+            None => self.first_seen.entry(v.uid.clone()).or_default(),
+        };
         let now = Instant::now();
-        for c in v.valid_pod_cidrs() {
-            self.first_seen
-                .entry((v.uid.clone(), c.to_string()))
-                .or_insert(Some(now));
+        for c in std::iter::once(first).chain(cidrs) {
+            if !seen.iter().any(|(s, _)| *s == c) {
+                seen.push((c, Some(now)));
+                self.awaiting += 1;
+            }
         }
+    }
+
+    /// Some pod CIDR still awaits its first route.
+    pub fn awaiting_routes(&self) -> bool {
+        self.awaiting > 0
+    }
+
+    /// Some pod CIDR of the Node with this UID still awaits its first route.
+    pub fn awaits_route(&self, uid: &str) -> bool {
+        self.first_seen
+            .get(uid)
+            .is_some_and(|seen| seen.iter().any(|(_, t)| t.is_some()))
     }
 
     /// A route for this node and CIDR is confirmed; returns how long ago the
     /// CIDR was first seen, once per (node, CIDR).
-    pub fn confirm_route(&mut self, uid: &str, cidr: &str) -> Option<std::time::Duration> {
-        self.first_seen
-            .get_mut(&(uid.to_string(), cidr.to_string()))
-            .and_then(Option::take)
-            .map(|t| t.elapsed())
+    pub fn confirm_route(&mut self, uid: &str, cidr: Cidr) -> Option<std::time::Duration> {
+        let seen = self.first_seen.get_mut(uid)?;
+        let (_, t) = seen.iter_mut().find(|(c, _)| *c == cidr)?;
+        let t = t.take()?;
+        self.awaiting -= 1;
+        Some(t.elapsed())
     }
 
     /// The first full list has been seen.
@@ -287,10 +313,7 @@ mod tests {
     fn heartbeat_condition_and_label_changes_are_absorbed() {
         let mut c = synced(&[view("a", &["10.0.0.0/24"], &["10.1.0.1"])]);
         let mut hb = view("a", &["10.0.0.0/24"], &["10.1.0.1"]);
-        hb.network_unavailable = Some(ConditionState {
-            status: "False".into(),
-            reason: "RouteCreated".into(),
-        });
+        hb.network_unavailable = Some(ConditionState::new("False", "RouteCreated"));
         assert_eq!(c.apply(NodeEvent::Apply(hb)), None);
         assert_eq!(
             c.get("a")
@@ -361,19 +384,75 @@ mod tests {
         assert!(c.get("b").is_none());
     }
 
+    fn cidr(s: &str) -> Cidr {
+        Cidr::parse(s).unwrap()
+    }
+
     #[tokio::test(start_paused = true)]
     async fn route_latency_is_measured_once_from_first_sight() {
         let mut c = synced(&[]);
         c.apply(NodeEvent::Apply(view("a", &["10.0.0.0/24"], &[])));
         tokio::time::advance(std::time::Duration::from_millis(1500)).await;
         assert_eq!(
-            c.confirm_route("uid-a", "10.0.0.0/24"),
+            c.confirm_route("uid-a", cidr("10.0.0.0/24")),
             Some(std::time::Duration::from_millis(1500))
         );
-        assert_eq!(c.confirm_route("uid-a", "10.0.0.0/24"), None);
+        assert_eq!(c.confirm_route("uid-a", cidr("10.0.0.0/24")), None);
         // Later updates of the same Node (a heartbeat) start no new measurement.
         c.apply(NodeEvent::Apply(view("a", &["10.0.0.0/24"], &[])));
         tokio::time::advance(std::time::Duration::from_millis(10)).await;
-        assert_eq!(c.confirm_route("uid-a", "10.0.0.0/24"), None);
+        assert_eq!(c.confirm_route("uid-a", cidr("10.0.0.0/24")), None);
+        assert!(!c.awaiting_routes());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn awaiting_routes_counts_only_unconfirmed_cidrs_of_live_nodes() {
+        let mut c = synced(&[]);
+        assert!(!c.awaiting_routes());
+        c.apply(NodeEvent::Apply(view("a", &["10.0.0.0/24"], &[])));
+        c.apply(NodeEvent::Apply(view(
+            "b",
+            &["10.0.1.0/24", "fd00::/64"],
+            &[],
+        )));
+        assert!(c.awaits_route("uid-a") && c.awaits_route("uid-b"));
+        assert_eq!(
+            c.confirm_route("uid-b", cidr("10.0.1.0/24")),
+            Some(Default::default())
+        );
+        assert!(c.awaits_route("uid-b"), "the IPv6 CIDR still waits");
+        c.apply(NodeEvent::Delete(view("b", &[], &[])));
+        assert!(!c.awaits_route("uid-b"));
+        assert_eq!(
+            c.confirm_route("uid-a", cidr("10.0.0.0/24")),
+            Some(Default::default())
+        );
+        assert!(!c.awaiting_routes());
+        // A Node gone during a watch gap is forgotten at the relist.
+        c.apply(NodeEvent::Apply(view("d", &["10.0.3.0/24"], &[])));
+        c.apply(NodeEvent::Init);
+        c.apply(NodeEvent::InitApply(view("a", &["10.0.0.0/24"], &[])));
+        c.apply(NodeEvent::InitDone);
+        assert!(!c.awaiting_routes());
+    }
+
+    #[test]
+    fn reordered_or_repeated_addresses_are_not_a_change() {
+        let a = NodeAddress::internal_ip("10.1.0.1");
+        let h = NodeAddress {
+            kind: "Hostname".into(),
+            address: "a".into(),
+        };
+        let with = |addrs: &[&NodeAddress]| {
+            view("a", &["10.0.0.0/24"], &[])
+                .with_addresses(addrs.iter().map(|x| (*x).clone()).collect())
+        };
+        let mut c = synced(&[with(&[&a, &h])]);
+        assert_eq!(c.apply(NodeEvent::Apply(with(&[&h, &a, &a]))), None);
+        let changed = with(&[&h]);
+        assert_eq!(
+            c.apply(NodeEvent::Apply(changed)),
+            Some(Trigger::NodeChanged)
+        );
     }
 }

@@ -5,6 +5,7 @@
 //! each provider converts its cloud routes into [`Route`]s. Nothing here
 //! talks to Kubernetes or to a cloud.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -14,14 +15,34 @@ use crate::cidr::{Cidr, CidrError};
 /// One entry of a Node's `status.addresses`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct NodeAddress {
-    /// `InternalIP`, `ExternalIP`, `Hostname`, `InternalDNS`, `ExternalDNS`.
+    /// `InternalIP`, `ExternalIP`, `Hostname`, `InternalDNS`, `ExternalDNS`;
+    /// those are kept as static text ([`NodeAddress::new`]), since addresses
+    /// are copied with every route a cloud lists.
     #[serde(rename = "type")]
-    pub kind: String,
+    pub kind: Cow<'static, str>,
     /// The address as the kubelet or cloud-node controller reported it.
     pub address: String,
 }
 
 impl NodeAddress {
+    /// An address of this type; the well-known types are not copied.
+    pub fn new(kind: &str, address: impl Into<String>) -> Self {
+        const KNOWN: [&str; 5] = [
+            "InternalIP",
+            "ExternalIP",
+            "Hostname",
+            "InternalDNS",
+            "ExternalDNS",
+        ];
+        Self {
+            kind: match KNOWN.iter().find(|k| **k == kind) {
+                Some(k) => Cow::Borrowed(k),
+                None => Cow::Owned(kind.to_owned()),
+            },
+            address: address.into(),
+        }
+    }
+
     /// Shorthand for an `InternalIP` address.
     pub fn internal_ip(address: impl Into<String>) -> Self {
         Self {
@@ -52,12 +73,42 @@ impl PodCidr {
 }
 
 /// The status and reason of a Node's `NetworkUnavailable` condition, as last seen.
+///
+/// The well-known values are kept as static text (see [`ConditionState::new`]):
+/// every plan copies the condition of every Node, and this keeps that copy
+/// free of allocations.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ConditionState {
     /// `"True"`, `"False"` or `"Unknown"`.
-    pub status: String,
+    pub status: Cow<'static, str>,
     /// The reason of whoever wrote it last (this controller, a CNI, ...).
-    pub reason: String,
+    pub reason: Cow<'static, str>,
+}
+
+impl ConditionState {
+    /// A condition with this status and reason; well-known values are not copied.
+    pub fn new(status: &str, reason: &str) -> Self {
+        Self {
+            status: known_text(status),
+            reason: known_text(reason),
+        }
+    }
+}
+
+/// Static text for the values conditions nearly always carry, a copy otherwise.
+fn known_text(s: &str) -> Cow<'static, str> {
+    const KNOWN: [&str; 6] = [
+        "True",
+        "False",
+        "Unknown",
+        "RouteCreated",
+        "NoRouteCreated",
+        "",
+    ];
+    match KNOWN.iter().find(|k| **k == s) {
+        Some(k) => Cow::Borrowed(k),
+        None => Cow::Owned(s.to_owned()),
+    }
 }
 
 /// What routing needs to know about one Node.
@@ -107,10 +158,7 @@ impl NodeView {
 
     /// Builder: sets the current NetworkUnavailable condition.
     pub fn with_condition(mut self, status: &str, reason: &str) -> Self {
-        self.network_unavailable = Some(ConditionState {
-            status: status.into(),
-            reason: reason.into(),
-        });
+        self.network_unavailable = Some(ConditionState::new(status, reason));
         self
     }
 

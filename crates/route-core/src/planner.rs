@@ -38,6 +38,8 @@ use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::net::IpAddr;
 
+use foldhash::fast::RandomState as FastHash;
+
 use crate::cidr::Cidr;
 use crate::model::{Destination, NodeAddress, NodeView, PodCidr, Route};
 use crate::plan::{
@@ -138,10 +140,16 @@ struct NodeInfo {
 /// outcomes in node order (pod CIDR order within a node), conflicts by CIDR.
 pub fn plan<N: Borrow<NodeView>>(nodes: &[N], routes: &[Route], config: &PlanConfig) -> Plan {
     let cluster = config.cluster_cidrs.as_slice();
-    let mut plan = Plan::default();
+    let mut plan = Plan {
+        nodes: Vec::with_capacity(nodes.len()),
+        ..Plan::default()
+    };
 
     // Node index and slots.
-    let mut by_name: HashMap<&str, u32> = HashMap::with_capacity(nodes.len());
+    // Keys are Node names the planner was given, not attacker-chosen input
+    // to a long-lived table, so a fast hasher is safe here.
+    let mut by_name: HashMap<&str, u32, FastHash> =
+        HashMap::with_capacity_and_hasher(nodes.len(), FastHash::default());
     let mut info: Vec<NodeInfo> = Vec::with_capacity(nodes.len());
     let mut slots: Vec<Slot> = Vec::with_capacity(nodes.len() + nodes.len() / 2);
     for (ni, n) in nodes.iter().enumerate() {
@@ -496,10 +504,7 @@ mod tests {
     }
 
     fn ip(kind: &str, a: &str) -> NodeAddress {
-        NodeAddress {
-            kind: kind.into(),
-            address: a.into(),
-        }
+        NodeAddress::new(kind, a)
     }
 
     #[test]

@@ -3,6 +3,11 @@
 
 use clap::Parser;
 
+// The simulation is allocation-heavy (route tables and plans of thousands of
+// entries per pass); glibc malloc spends about as long as the work itself.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 struct Cli {
     #[command(flatten)]

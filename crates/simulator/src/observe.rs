@@ -364,7 +364,7 @@ impl CloudRoutes for Probe {
         r
     }
 
-    fn observe_nodes(&self, nodes: &[NodeView]) {
+    fn observe_nodes(&self, nodes: &[Arc<NodeView>]) {
         self.cloud.observe_nodes(nodes);
     }
 }
