@@ -16,6 +16,11 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+// Every pass builds a plan and (in full passes) a route table with one entry
+// per Node; mimalloc keeps that churn cheap and the heap from fragmenting.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     // One rustls crypto provider for the whole process (kube, reqwest and the
     // AWS SDK all use rustls); installing it first avoids rustls' panic when

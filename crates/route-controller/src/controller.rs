@@ -542,6 +542,8 @@ impl Controller {
                         }
                     }
                 }
+                let planned: HashSet<&str> = plan.nodes.iter().map(|n| n.node.as_str()).collect();
+                cache.forget_settled(|name| planned.contains(name));
             }
         }
         let status = self.status.clone();

@@ -90,6 +90,19 @@ pub enum NodeEvent {
     Delete(NodeView),
 }
 
+/// The pod CIDRs of one Node (by UID) and when each was first seen.
+#[derive(Debug, Default)]
+struct Seen {
+    name: String,
+    cidrs: Vec<(Cidr, Option<Instant>)>,
+}
+
+impl Seen {
+    fn awaiting(&self) -> usize {
+        self.cidrs.iter().filter(|(_, t)| t.is_some()).count()
+    }
+}
+
 /// Counters the cache keeps about what it absorbed (for tests and metrics).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct CacheStats {
@@ -110,7 +123,7 @@ pub struct NodeCache {
     /// controller's own condition patch) do not start a new measurement.
     /// Looked up for every managed Node in a pass while any awaits a route,
     /// hence the fast hasher; keys are UIDs the API server assigned.
-    first_seen: HashMap<String, Vec<(Cidr, Option<Instant>)>, foldhash::fast::RandomState>,
+    first_seen: HashMap<String, Seen, foldhash::fast::RandomState>,
     /// How many `Some` entries `first_seen` holds: passes skip the latency
     /// bookkeeping entirely while nothing awaits a route.
     awaiting: usize,
@@ -150,12 +163,7 @@ impl NodeCache {
                     let live: std::collections::HashSet<&str> =
                         buf.values().map(|v| v.uid.as_str()).collect();
                     self.first_seen.retain(|uid, _| live.contains(uid.as_str()));
-                    self.awaiting = self
-                        .first_seen
-                        .values()
-                        .flatten()
-                        .filter(|(_, t)| t.is_some())
-                        .count();
+                    self.awaiting = self.first_seen.values().map(Seen::awaiting).sum();
                     self.nodes = buf;
                 }
                 self.synced = true;
@@ -174,7 +182,7 @@ impl NodeCache {
             }
             NodeEvent::Delete(v) => {
                 if let Some(gone) = self.first_seen.remove(v.uid.as_str()) {
-                    self.awaiting -= gone.iter().filter(|(_, t)| t.is_some()).count();
+                    self.awaiting -= gone.awaiting();
                 }
                 self.nodes.remove(&v.name);
                 Some(Trigger::NodeChanged)
@@ -196,13 +204,42 @@ impl NodeCache {
         let Some(first) = cidrs.next() else { return };
         let seen = match self.first_seen.get_mut(v.uid.as_str()) {
             Some(seen) => seen,
-            None => self.first_seen.entry(v.uid.clone()).or_default(),
+            None => self.first_seen.entry(v.uid.clone()).or_insert(Seen {
+                name: v.name.clone(),
+                cidrs: Vec::new(),
+            }),
         };
         let now = Instant::now();
         for c in std::iter::once(first).chain(cidrs) {
-            if !seen.iter().any(|(s, _)| *s == c) {
-                seen.push((c, Some(now)));
+            if !seen.cidrs.iter().any(|(s, _)| *s == c) {
+                seen.cidrs.push((c, Some(now)));
                 self.awaiting += 1;
+            }
+        }
+    }
+
+    /// Stops waiting for the routes of Nodes a plan left out as settled
+    /// (`planned` says which names it listed) whose condition already says
+    /// `RouteCreated`: their routes were made before this controller saw
+    /// them (a previous leader, a restart), so there is no latency to measure.
+    pub fn forget_settled(&mut self, planned: impl Fn(&str) -> bool) {
+        if self.awaiting == 0 {
+            return;
+        }
+        for (uid, seen) in &mut self.first_seen {
+            if seen.awaiting() == 0 || planned(&seen.name) {
+                continue;
+            }
+            let settled = self.nodes.get(&seen.name).is_some_and(|v| {
+                v.uid == *uid
+                    && NetworkCondition::RouteCreated.already_set(v.network_unavailable.as_ref())
+            });
+            if settled {
+                for (_, t) in &mut seen.cidrs {
+                    if t.take().is_some() {
+                        self.awaiting -= 1;
+                    }
+                }
             }
         }
     }
@@ -216,14 +253,14 @@ impl NodeCache {
     pub fn awaits_route(&self, uid: &str) -> bool {
         self.first_seen
             .get(uid)
-            .is_some_and(|seen| seen.iter().any(|(_, t)| t.is_some()))
+            .is_some_and(|seen| seen.awaiting() > 0)
     }
 
     /// A route for this node and CIDR is confirmed; returns how long ago the
     /// CIDR was first seen, once per (node, CIDR).
     pub fn confirm_route(&mut self, uid: &str, cidr: Cidr) -> Option<std::time::Duration> {
         let seen = self.first_seen.get_mut(uid)?;
-        let (_, t) = seen.iter_mut().find(|(c, _)| *c == cidr)?;
+        let (_, t) = seen.cidrs.iter_mut().find(|(c, _)| *c == cidr)?;
         let t = t.take()?;
         self.awaiting -= 1;
         Some(t.elapsed())
@@ -434,6 +471,25 @@ mod tests {
         c.apply(NodeEvent::InitApply(view("a", &["10.0.0.0/24"], &[])));
         c.apply(NodeEvent::InitDone);
         assert!(!c.awaiting_routes());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn forget_settled_drops_only_unplanned_nodes_already_marked_routed() {
+        let routed = |name: &str, cidr: &str| {
+            view(name, &[cidr], &[]).with_condition("False", "RouteCreated")
+        };
+        let mut c = synced(&[
+            routed("old", "10.0.0.0/24"),
+            view("new", &["10.0.1.0/24"], &[]),
+            routed("planned", "10.0.2.0/24"),
+        ]);
+        c.forget_settled(|name| name == "planned");
+        // A route from before this controller saw the Node: nothing to measure.
+        assert!(!c.awaits_route("uid-old"));
+        // No condition yet, or named by the plan: still measured.
+        assert!(c.awaits_route("uid-new"));
+        assert!(c.awaits_route("uid-planned"));
+        assert!(c.awaiting_routes());
     }
 
     #[test]

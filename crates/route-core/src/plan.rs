@@ -145,7 +145,8 @@ impl NetworkCondition {
 
 /// The condition bookkeeping for one node whose `NetworkUnavailable` this
 /// controller manages (upstream: every node with pod CIDRs, and every node
-/// without pod CIDRs that some route targets).
+/// without pod CIDRs that some route targets) and that this plan concerns:
+/// it has creations, or its condition is not yet what the plan gives it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeOutcome {
     /// Node name.
@@ -188,7 +189,10 @@ pub struct Plan {
     pub deletions: Vec<Deletion>,
     /// Routes to create; each may start once the deletions it lists succeeded.
     pub creations: Vec<Creation>,
-    /// Condition bookkeeping, one entry per managed node, in node order.
+    /// Condition bookkeeping, in node order: one entry per managed node
+    /// that has creations or whose condition must change. A managed node
+    /// left out is settled: every route in place and the condition saying
+    /// `RouteCreated` (or, when it cannot be routed, `NoRouteCreated`).
     pub nodes: Vec<NodeOutcome>,
     /// Pod CIDRs claimed by more than one node.
     pub conflicts: Vec<Conflict>,

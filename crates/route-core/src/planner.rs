@@ -43,8 +43,8 @@ use foldhash::fast::RandomState as FastHash;
 use crate::cidr::Cidr;
 use crate::model::{Destination, NodeAddress, NodeView, PodCidr, Route};
 use crate::plan::{
-    Conflict, Creation, CreationReason, Deletion, DeletionReason, InvalidPodCidr, NodeOutcome,
-    OutsideCidr, Plan, PlanConfig,
+    Conflict, Creation, CreationReason, Deletion, DeletionReason, InvalidPodCidr, NetworkCondition,
+    NodeOutcome, OutsideCidr, Plan, PlanConfig,
 };
 
 /// Whether a route with this destination is this cluster's to delete: its
@@ -140,10 +140,7 @@ struct NodeInfo {
 /// outcomes in node order (pod CIDR order within a node), conflicts by CIDR.
 pub fn plan<N: Borrow<NodeView>>(nodes: &[N], routes: &[Route], config: &PlanConfig) -> Plan {
     let cluster = config.cluster_cidrs.as_slice();
-    let mut plan = Plan {
-        nodes: Vec::with_capacity(nodes.len()),
-        ..Plan::default()
-    };
+    let mut plan = Plan::default();
 
     // Node index and slots.
     // Keys are Node names the planner was given, not attacker-chosen input
@@ -338,7 +335,19 @@ pub fn plan<N: Borrow<NodeView>>(nodes: &[N], routes: &[Route], config: &PlanCon
                 }
             }
         }
-        if !n.pod_cidrs.is_empty() || i.targeted {
+        // A node whose routes are all in place and whose condition already
+        // says so needs nothing from this plan. Leaving it out keeps a plan of
+        // a settled cluster as small as what changed, not as large as the
+        // cluster (every pass of every mode builds one).
+        let settled = creations.is_empty() && {
+            let want = if unroutable {
+                NetworkCondition::NoRouteCreated
+            } else {
+                NetworkCondition::RouteCreated
+            };
+            want.already_set(n.network_unavailable.as_ref())
+        };
+        if !settled && (!n.pod_cidrs.is_empty() || i.targeted) {
             plan.nodes.push(NodeOutcome {
                 node: n.name.clone(),
                 uid: n.uid.clone(),

@@ -13,6 +13,10 @@ use route_controller::{
 };
 use route_core::{NodeAddress, NodeView, PlanConfig, parse_cluster_cidrs};
 
+// The allocator of the `cloud-route-controller` binary.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn node(i: usize) -> NodeView {
     NodeView::new(
         format!("node-{i:06}"),

@@ -3,8 +3,8 @@
 
 use clap::Parser;
 
-// The simulation is allocation-heavy (route tables and plans of thousands of
-// entries per pass); glibc malloc spends about as long as the work itself.
+// The allocator of the `cloud-route-controller` binary, so this example
+// measures what `cloud-route-controller simulate` does.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
