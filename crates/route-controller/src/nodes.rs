@@ -173,12 +173,21 @@ impl NodeCache {
             }
             NodeEvent::Apply(v) => {
                 self.note_cidrs(&v);
-                let changed = match self.nodes.get(&v.name) {
-                    Some(old) => !same_routing(old, &v),
-                    None => true,
-                };
-                self.nodes.insert(v.name.clone(), Arc::new(v));
-                changed.then_some(Trigger::NodeChanged)
+                match self.nodes.get_mut(v.name.as_str()) {
+                    // Most events are heartbeats that change nothing this
+                    // cache keeps: the stored view stays where it is, so the
+                    // cache neither allocates nor scatters across the heap.
+                    Some(old) if **old == v => None,
+                    Some(old) => {
+                        let changed = !same_routing(old, &v);
+                        *old = Arc::new(v);
+                        changed.then_some(Trigger::NodeChanged)
+                    }
+                    None => {
+                        self.nodes.insert(v.name.clone(), Arc::new(v));
+                        Some(Trigger::NodeChanged)
+                    }
+                }
             }
             NodeEvent::Delete(v) => {
                 if let Some(gone) = self.first_seen.remove(v.uid.as_str()) {
