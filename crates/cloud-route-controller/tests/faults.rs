@@ -260,7 +260,7 @@ impl Invariants {
                     .cidr()
                     .is_some_and(|c| in_cluster(&c) && (self.ipv6 || c.family() == IpFamily::V4))
             })
-            .map(|r| (r.target_node, r.destination.to_string()))
+            .map(|r| (r.target_node.to_string(), r.destination.to_string()))
             .collect();
         let missing: Vec<_> = want.difference(&have).collect();
         let extra: Vec<_> = have.difference(&want).collect();
@@ -1187,7 +1187,7 @@ async fn bad_pod_cidrs_are_warned_about_and_never_routed() {
         .cloud
         .routes(CLUSTER)
         .into_iter()
-        .map(|r| r.target_node)
+        .map(|r| r.target_node.to_string())
         .collect();
     for name in ["outside", "twin-a", "twin-b"] {
         assert!(!routed.iter().any(|r| r == name), "{name} got a route");

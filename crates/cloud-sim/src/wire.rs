@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use route_cloud::memory::{ErrorRate, MemoryConfig, Operation, RateLimitConfig};
 use route_cloud::{Capabilities, CloudError, ErrorKind};
-use route_core::{Destination, NodeAddress, Route};
+use route_core::{Destination, NodeAddress, Route, Text};
 use serde::{Deserialize, Deserializer, Serialize};
 
 /// The header that carries the caller's identity (recorded in the call log).
@@ -55,14 +55,14 @@ pub struct WireRoute {
 impl From<&Route> for WireRoute {
     fn from(r: &Route) -> Self {
         Self {
-            name: r.name.clone(),
-            target_node: r.target_node.clone(),
+            name: r.name.to_string(),
+            target_node: r.target_node.to_string(),
             destination: r.destination.to_string(),
             blackhole: r.blackhole,
             target_node_addresses: r.target_node_addresses.clone(),
             enable_node_addresses: r.enable_node_addresses,
-            cloud_target: r.cloud_target.clone(),
-            target_provider_id: r.target_provider_id.clone(),
+            cloud_target: r.cloud_target.to_string(),
+            target_provider_id: r.target_provider_id.as_deref().map(String::from),
         }
     }
 }
@@ -70,14 +70,14 @@ impl From<&Route> for WireRoute {
 impl From<WireRoute> for Route {
     fn from(w: WireRoute) -> Self {
         Route {
-            name: w.name,
-            target_node: w.target_node,
+            name: w.name.into(),
+            target_node: w.target_node.into(),
             destination: Destination::parse(&w.destination),
             blackhole: w.blackhole,
             target_node_addresses: w.target_node_addresses,
             enable_node_addresses: w.enable_node_addresses,
-            cloud_target: w.cloud_target,
-            target_provider_id: w.target_provider_id,
+            cloud_target: w.cloud_target.into(),
+            target_provider_id: w.target_provider_id.map(Text::from),
         }
     }
 }

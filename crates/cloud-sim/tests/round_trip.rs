@@ -26,7 +26,7 @@ fn want(node: &str, dest: &str) -> Route {
         ],
         false,
     );
-    r.target_provider_id = Some(format!("memory://{node}"));
+    r.target_provider_id = Some(format!("memory://{node}").into());
     r
 }
 
@@ -518,7 +518,7 @@ async fn batches_report_each_change() {
         .await
         .unwrap()
         .into_iter()
-        .map(|r| r.target_node)
+        .map(|r| r.target_node.to_string())
         .collect();
     nodes.sort();
     assert_eq!(nodes, ["b", "c"]);

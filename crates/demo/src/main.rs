@@ -160,7 +160,7 @@ impl World {
                     .iter()
                     .find(|a| a.kind == "InternalIP")
                     .or(r.target_node_addresses.first())
-                    .map(|a| a.address.clone())
+                    .map(|a| a.address.to_string())
                     .unwrap_or_else(|| "-".into());
                 (r.destination.clone(), (r.target_node.clone(), addr))
             })

@@ -450,7 +450,7 @@ impl Ec2Routes {
         let req = self.client.describe_instances().filters(
             Filter::builder()
                 .name("private-dns-name")
-                .values(&route.target_node)
+                .values(route.target_node.as_str())
                 .build(),
         );
         let out = self.call(Op::DescribeInstances, || req.send()).await?;
@@ -569,7 +569,7 @@ fn to_route(r: &aws_sdk_ec2::types::Route, index: &NodeIndex) -> Option<Route> {
         .unwrap_or_default();
     let mut route = Route::new(node, Destination::parse(dest)).named(dest);
     route.blackhole = blackhole;
-    route.cloud_target = target.to_string();
+    route.cloud_target = target.to_string().into();
     Some(route)
 }
 
@@ -628,7 +628,7 @@ impl CloudRoutes for Ec2Routes {
         let blackholes = routes
             .iter()
             .filter(|r| r.blackhole)
-            .map(|r| r.name.clone())
+            .map(|r| r.name.to_string())
             .collect();
         if let Some(id) = table.route_table_id() {
             st.blackholes.insert(id.to_string(), blackholes);
@@ -694,7 +694,7 @@ impl CloudRoutes for Ec2Routes {
         drop(st);
         info!(cluster, destination = %dest, instance, node = %route.target_node, "created route");
         let mut created = Route::new(route.target_node.clone(), dest).named(dest_text);
-        created.cloud_target = instance;
+        created.cloud_target = instance.into();
         created.target_provider_id = route.target_provider_id.clone();
         Ok(created)
     }

@@ -29,7 +29,7 @@ fn node(name: &str, instance: &testing::Instance, cidr: &str) -> NodeView {
 /// The route the planner would ask for: node, CIDR and provider id.
 fn wanted(n: &NodeView) -> Route {
     let mut r = Route::new(n.name.clone(), n.valid_pod_cidrs()[0]);
-    r.target_provider_id = n.provider_id.clone();
+    r.target_provider_id = n.provider_id.as_deref().map(Into::into);
     r
 }
 
@@ -170,7 +170,7 @@ async fn lists_creates_and_deletes_routes_with_one_request_each() {
         .await
         .unwrap()
         .into_iter()
-        .map(|r| r.name)
+        .map(|r| r.name.to_string())
         .collect();
     assert_eq!(left.len(), 2);
     assert!(!left.contains(&"10.244.0.0/24".to_string()));

@@ -270,7 +270,7 @@ impl HcloudRoutes {
         let server = self
             .find_server(|c| match server_id {
                 Some(id) => c.by_id.get(&id).cloned(),
-                None => c.by_name.get(&name).cloned(),
+                None => c.by_name.get(name.as_str()).cloned(),
             })
             .await?;
         match server.and_then(|s| s.ip.map(|ip| (ip, Some(s.id)))) {
@@ -383,7 +383,7 @@ impl HcloudRoutes {
     fn to_route(&self, r: &NetworkRoute, servers: &ServerCache, cache: &Cache) -> Route {
         let mut route =
             Route::from_text("", &r.destination).named(format!("{}-{}", r.gateway, r.destination));
-        route.cloud_target = r.gateway.clone();
+        route.cloud_target = r.gateway.clone().into();
         let Some(gw) = parse_ip_sloppy(&r.gateway) else {
             route.blackhole = true;
             return route;
@@ -394,15 +394,15 @@ impl HcloudRoutes {
             // What we created stands unless the server list shows the IP moved
             // to another server since.
             (Some(l), s) if s.is_none_or(|s| l.server_id.is_none_or(|id| id == s.id)) => {
-                route.target_node = l.node.clone();
+                route.target_node = l.node.clone().into();
                 route.target_provider_id = s
                     .map(|s| s.id)
                     .or(l.server_id)
-                    .map(|id| format!("{PROVIDER_ID_PREFIX}{id}"));
+                    .map(|id| format!("{PROVIDER_ID_PREFIX}{id}").into());
             }
             (_, Some(s)) => {
-                route.target_node = s.name.clone();
-                route.target_provider_id = Some(format!("{PROVIDER_ID_PREFIX}{}", s.id));
+                route.target_node = s.name.clone().into();
+                route.target_provider_id = Some(format!("{PROVIDER_ID_PREFIX}{}", s.id).into());
             }
             (_, None) => route.blackhole = true,
         }
@@ -494,16 +494,16 @@ impl CloudRoutes for HcloudRoutes {
         self.cache().learned.insert(
             gateway,
             Learned {
-                node: route.target_node.clone(),
+                node: route.target_node.to_string(),
                 server_id,
             },
         );
         let mut created = Route::new(route.target_node.clone(), Destination::Cidr(cidr))
             .named(format!("{}-{}", body.gateway, body.destination))
             .with_addresses(vec![NodeAddress::internal_ip(body.gateway.clone())], false);
-        created.cloud_target = body.gateway;
+        created.cloud_target = body.gateway.into();
         created.target_provider_id = server_id
-            .map(|id| format!("{PROVIDER_ID_PREFIX}{id}"))
+            .map(|id| format!("{PROVIDER_ID_PREFIX}{id}").into())
             .or_else(|| route.target_provider_id.clone());
         Ok(created)
     }

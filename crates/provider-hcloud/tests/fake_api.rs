@@ -23,12 +23,12 @@ fn node_route(i: u32) -> Route {
             NodeAddress::internal_ip(format!("10.0.0.{}", i + 2)),
             NodeAddress {
                 kind: "ExternalIP".into(),
-                address: format!("203.0.113.{}", i + 2),
+                address: format!("203.0.113.{}", i + 2).into(),
             },
         ],
         false,
     );
-    r.target_provider_id = Some(format!("hcloud://{}", 100 + i));
+    r.target_provider_id = Some(format!("hcloud://{}", 100 + i).into());
     r
 }
 

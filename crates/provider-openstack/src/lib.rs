@@ -313,22 +313,22 @@ impl OpenStackRoutes {
                     .map(|(n, _)| n)
                     .unwrap_or_default();
                 return Some(Route {
-                    name,
-                    target_node,
+                    name: name.into(),
+                    target_node: target_node.into(),
                     destination,
                     blackhole: false,
                     target_node_addresses: Vec::new(),
                     enable_node_addresses: false,
-                    cloud_target: raw.nexthop.clone(),
+                    cloud_target: raw.nexthop.clone().into(),
                     target_provider_id: None,
                 });
             }
         };
         let mut route = Route::new("", cidr).named(name);
-        route.cloud_target = hop.to_string();
+        route.cloud_target = hop.to_string().into();
         match self.attribute(hop) {
             Some((node, addresses)) => {
-                route.target_node = node;
+                route.target_node = node.into();
                 route.target_node_addresses = addresses;
                 route.enable_node_addresses = true;
             }
@@ -610,7 +610,7 @@ impl OpenStackRoutes {
                             .insert(
                                 hop,
                                 Learned {
-                                    node: r.target_node.clone(),
+                                    node: r.target_node.to_string(),
                                     addresses: r.target_node_addresses.clone(),
                                 },
                             );
@@ -713,7 +713,7 @@ impl CloudRoutes for OpenStackRoutes {
         for m in &state.malformed {
             let text = m.to_string();
             out.push(Route {
-                name: text.clone(),
+                name: text.clone().into(),
                 ..Route::new("", Destination::Unparsable(text))
             });
         }

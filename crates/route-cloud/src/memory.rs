@@ -427,7 +427,7 @@ impl State {
             caller: Arc::clone(caller),
             cluster: cluster.to_string(),
             op,
-            target_node: route.map(|r| r.target_node.clone()),
+            target_node: route.map(|r| r.target_node.to_string()),
             destination: route.map(|r| r.destination.clone()),
             batch,
             result,
@@ -507,7 +507,7 @@ impl State {
             .or_else(|| route.target_provider_id.clone())
             .unwrap_or_else(|| route.target_node.clone());
         let stored = Route {
-            name: format!("{cluster}-{name_hint}-{cidr_text}"),
+            name: format!("{cluster}-{name_hint}-{cidr_text}").into(),
             target_node: route.target_node.clone(),
             destination: route.destination.clone(),
             blackhole: false,
@@ -710,7 +710,7 @@ impl MemoryCloud {
         let mut s = self.lock();
         let table = s.tables.entry(cluster.to_string()).or_default();
         if route.name.is_empty() {
-            route.name = format!("{cluster}-external-{}", table.len());
+            route.name = format!("{cluster}-external-{}", table.len()).into();
         }
         table
             .insert(
@@ -959,7 +959,7 @@ mod tests {
             ],
             false,
         );
-        r.target_provider_id = Some(format!("memory://{node}"));
+        r.target_provider_id = Some(format!("memory://{node}").into());
         r
     }
 
@@ -1299,7 +1299,11 @@ mod tests {
         assert_eq!(out[2].as_ref().unwrap().as_ref().unwrap().target_node, "b");
         assert!(out[3].as_ref().unwrap().is_some());
         assert_eq!(out[4].as_ref().unwrap_err().kind, ErrorKind::InvalidRequest);
-        let mut nodes: Vec<String> = c.routes(C).into_iter().map(|r| r.target_node).collect();
+        let mut nodes: Vec<String> = c
+            .routes(C)
+            .into_iter()
+            .map(|r| r.target_node.to_string())
+            .collect();
         nodes.sort();
         assert_eq!(nodes, ["b", "c"]);
 

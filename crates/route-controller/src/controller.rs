@@ -460,7 +460,7 @@ impl Controller {
                     let unit = rand::rng().random::<f64>();
                     let at = self.book.failed(key.clone(), e, now, unit);
                     let node = NodeRef {
-                        name: c.route.target_node.clone(),
+                        name: c.route.target_node.to_string(),
                         uid: c.name_hint.clone(),
                     };
                     // Upstream's wording, plus when the next attempt is.
@@ -646,7 +646,11 @@ impl Controller {
             ));
         }
         for r in &plan.unparsable_routes {
-            let key = (r.name.clone(), "UnparsableRoute", r.destination.to_string());
+            let key = (
+                r.name.to_string(),
+                "UnparsableRoute",
+                r.destination.to_string(),
+            );
             if !self.warned.contains(&key) {
                 warn!(route = %r.name, destination = %r.destination, "ignoring cloud route with an unparsable destination; it is never deleted");
             }

@@ -46,9 +46,9 @@ impl OpKey {
     /// The key of a planned deletion.
     pub fn delete(d: &Deletion) -> Self {
         OpKey::Delete {
-            name: d.route.name.clone(),
+            name: d.route.name.to_string(),
             destination: d.route.destination.to_string(),
-            target: d.route.target_node.clone(),
+            target: d.route.target_node.to_string(),
         }
     }
 }

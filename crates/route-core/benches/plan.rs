@@ -41,7 +41,7 @@ fn cluster(n: usize, dual_stack: bool) -> Cluster {
                 NodeAddress::internal_ip(format!("172.16.{}.{}", (i >> 8) & 0xff, i & 0xff)),
                 NodeAddress {
                     kind: "Hostname".into(),
-                    address: name,
+                    address: name.into(),
                 },
             ])
             .with_provider_id(format!("hcloud://{}", 10_000_000 + i))

@@ -12,6 +12,7 @@ pub mod cidr;
 pub mod model;
 pub mod plan;
 pub mod planner;
+pub mod text;
 
 pub use cidr::{Cidr, CidrError, IpFamily};
 pub use model::{
@@ -22,3 +23,4 @@ pub use plan::{
     NodeOutcome, OutsideCidr, Plan, PlanConfig,
 };
 pub use planner::{is_responsible_for_route, plan, routable_pod_cidr, same_addresses};
+pub use text::Text;

@@ -11,6 +11,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::cidr::{Cidr, CidrError};
+use crate::text::Text;
 
 /// One entry of a Node's `status.addresses`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -21,12 +22,12 @@ pub struct NodeAddress {
     #[serde(rename = "type")]
     pub kind: Cow<'static, str>,
     /// The address as the kubelet or cloud-node controller reported it.
-    pub address: String,
+    pub address: Text,
 }
 
 impl NodeAddress {
     /// An address of this type; the well-known types are not copied.
-    pub fn new(kind: &str, address: impl Into<String>) -> Self {
+    pub fn new(kind: &str, address: impl Into<Text>) -> Self {
         const KNOWN: [&str; 5] = [
             "InternalIP",
             "ExternalIP",
@@ -44,7 +45,7 @@ impl NodeAddress {
     }
 
     /// Shorthand for an `InternalIP` address.
-    pub fn internal_ip(address: impl Into<String>) -> Self {
+    pub fn internal_ip(address: impl Into<Text>) -> Self {
         Self {
             kind: "InternalIP".into(),
             address: address.into(),
@@ -236,9 +237,9 @@ impl From<Cidr> for Destination {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Route {
     /// The provider's name for the route; empty on routes the planner wants created.
-    pub name: String,
+    pub name: Text,
     /// The Kubernetes node name the route sends traffic to; may be empty.
-    pub target_node: String,
+    pub target_node: Text,
     /// The destination (a pod CIDR).
     pub destination: Destination,
     /// The cloud reports the route as a blackhole (its target is gone).
@@ -250,33 +251,33 @@ pub struct Route {
     pub enable_node_addresses: bool,
     /// What the route points at in the cloud's own terms (instance id,
     /// next-hop IP, gateway). Opaque to the planner.
-    pub cloud_target: String,
+    pub cloud_target: Text,
     /// The target node's `spec.providerID` (filled on routes to create).
-    pub target_provider_id: Option<String>,
+    pub target_provider_id: Option<Text>,
 }
 
 impl Route {
     /// A route to `node` for `destination`, with nothing else set.
-    pub fn new(target_node: impl Into<String>, destination: impl Into<Destination>) -> Self {
+    pub fn new(target_node: impl Into<Text>, destination: impl Into<Destination>) -> Self {
         Self {
-            name: String::new(),
+            name: Text::default(),
             target_node: target_node.into(),
             destination: destination.into(),
             blackhole: false,
             target_node_addresses: Vec::new(),
             enable_node_addresses: false,
-            cloud_target: String::new(),
+            cloud_target: Text::default(),
             target_provider_id: None,
         }
     }
 
     /// Parses `destination` from text (cloud answers); never fails.
-    pub fn from_text(target_node: impl Into<String>, destination: &str) -> Self {
+    pub fn from_text(target_node: impl Into<Text>, destination: &str) -> Self {
         Self::new(target_node, Destination::parse(destination))
     }
 
     /// Builder: sets the name.
-    pub fn named(mut self, name: impl Into<String>) -> Self {
+    pub fn named(mut self, name: impl Into<Text>) -> Self {
         self.name = name.into();
         self
     }

@@ -46,6 +46,7 @@ use crate::plan::{
     Conflict, Creation, CreationReason, Deletion, DeletionReason, InvalidPodCidr, NetworkCondition,
     NodeOutcome, OutsideCidr, Plan, PlanConfig,
 };
+use crate::text::Text;
 
 /// Whether a route with this destination is this cluster's to delete: its
 /// first or last address lies inside one of the cluster CIDRs (upstream's
@@ -319,14 +320,14 @@ pub fn plan<N: Borrow<NodeView>>(nodes: &[N], routes: &[Route], config: &PlanCon
                     creations.push(plan.creations.len());
                     plan.creations.push(Creation {
                         route: Route {
-                            name: String::new(),
-                            target_node: n.name.clone(),
+                            name: Text::default(),
+                            target_node: n.name.as_str().into(),
                             destination: Destination::Cidr(s.cidr),
                             blackhole: false,
                             target_node_addresses: n.addresses.clone(),
                             enable_node_addresses: false,
-                            cloud_target: String::new(),
-                            target_provider_id: n.provider_id.clone(),
+                            cloud_target: Text::default(),
+                            target_provider_id: n.provider_id.as_deref().map(Text::from),
                         },
                         name_hint: n.uid.clone(),
                         after: deletions_by_cidr.get(&s.cidr).cloned().unwrap_or_default(),

@@ -305,7 +305,7 @@ proptest! {
         let got: Vec<(String, Cidr)> = p
             .creations
             .iter()
-            .map(|c| (c.route.target_node.clone(), c.route.destination.cidr().unwrap()))
+            .map(|c| (c.route.target_node.to_string(), c.route.destination.cidr().unwrap()))
             .collect();
         let got_set: BTreeSet<_> = got.iter().cloned().collect();
         prop_assert_eq!(got.len(), got_set.len(), "a pair is created twice");

@@ -27,7 +27,7 @@ fn node(i: usize) -> NodeView {
         NodeAddress::internal_ip(format!("172.16.{}.{}", i / 250, i % 250 + 1)),
         NodeAddress {
             kind: "Hostname".into(),
-            address: format!("node-{i:06}"),
+            address: format!("node-{i:06}").into(),
         },
     ])
     .with_provider_id(format!("sim:///node-{i:06}"))

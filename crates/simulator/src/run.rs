@@ -135,7 +135,7 @@ fn node_view(spec: &crate::timeline::NodeSpec, with_cidr: bool) -> NodeView {
             NodeAddress::internal_ip(spec.address.to_string()),
             NodeAddress {
                 kind: "Hostname".into(),
-                address: spec.name.clone(),
+                address: spec.name.clone().into(),
             },
         ])
         .with_provider_id(format!("sim:///{}", spec.name))
@@ -189,8 +189,8 @@ async fn simulate_mode(
                 )
                 .named(format!("{CLUSTER}-{}-{}", spec.uid, spec.cidr));
             let mut route = route;
-            route.cloud_target = spec.address.to_string();
-            route.target_provider_id = view.provider_id.clone();
+            route.cloud_target = spec.address.to_string().into();
+            route.target_provider_id = view.provider_id.as_deref().map(Into::into);
             cloud.insert_route(CLUSTER, route);
             obs.preexisting(&spec.name);
         }
@@ -424,7 +424,7 @@ impl Driver<'_> {
                 let spec = &nodes[*id as usize];
                 self.api.update(&spec.name, |v| {
                     if let Some(a) = v.addresses.iter_mut().find(|a| a.kind == "InternalIP") {
-                        a.address = addr.to_string();
+                        a.address = addr.to_string().into();
                     }
                 });
             }

@@ -54,7 +54,7 @@ pub fn comparable(routes: &[Route]) -> Vec<(String, String, Vec<NodeAddress>)> {
             let mut a = r.target_node_addresses.clone();
             a.sort();
             a.dedup();
-            (r.target_node.clone(), r.destination.to_string(), a)
+            (r.target_node.to_string(), r.destination.to_string(), a)
         })
         .collect();
     v.sort();
