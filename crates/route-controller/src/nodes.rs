@@ -91,7 +91,7 @@ pub enum NodeEvent {
 }
 
 /// The pod CIDRs of one Node (by UID) and when each was first seen.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Seen {
     name: String,
     cidrs: Vec<(Cidr, Option<Instant>)>,
