@@ -105,19 +105,12 @@ impl Cidr {
     pub fn last(&self) -> IpAddr {
         match self.addr {
             IpAddr::V4(a) => {
-                let host = if self.prefix == 0 {
-                    u32::MAX
-                } else {
-                    u32::MAX >> self.prefix
-                };
+                // `checked_shr` because a /32 shifts by the full width.
+                let host = u32::MAX.checked_shr(u32::from(self.prefix)).unwrap_or(0);
                 IpAddr::V4(Ipv4Addr::from(u32::from(a) | host))
             }
             IpAddr::V6(a) => {
-                let host = if self.prefix == 0 {
-                    u128::MAX
-                } else {
-                    u128::MAX >> self.prefix
-                };
+                let host = u128::MAX.checked_shr(u32::from(self.prefix)).unwrap_or(0);
                 IpAddr::V6(Ipv6Addr::from(u128::from(a) | host))
             }
         }
@@ -179,19 +172,11 @@ impl<'de> Deserialize<'de> for Cidr {
 fn mask(addr: IpAddr, prefix: u8) -> IpAddr {
     match addr {
         IpAddr::V4(a) => {
-            let m = if prefix == 0 {
-                0
-            } else {
-                u32::MAX << (32 - u32::from(prefix))
-            };
+            let m = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
             IpAddr::V4(Ipv4Addr::from(u32::from(a) & m))
         }
         IpAddr::V6(a) => {
-            let m = if prefix == 0 {
-                0
-            } else {
-                u128::MAX << (128 - u32::from(prefix))
-            };
+            let m = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
             IpAddr::V6(Ipv6Addr::from(u128::from(a) & m))
         }
     }
@@ -271,6 +256,25 @@ mod tests {
             v6.last().to_string(),
             "a00:1ff:ffff:ffff:ffff:ffff:ffff:ffff"
         );
+    }
+
+    #[test]
+    fn host_route_last_address_is_itself_not_a_shift_overflow() {
+        // Regression: a /32 or /128 route in the table (a VIP, a host route)
+        // made `last()` shift by the full width and killed the controller.
+        let h4 = Cidr::parse("10.244.1.7/32").unwrap();
+        assert_eq!(h4.network().to_string(), "10.244.1.7");
+        assert_eq!(h4.last().to_string(), "10.244.1.7");
+        let h6 = Cidr::parse("fd00::7/128").unwrap();
+        assert_eq!(h6.last().to_string(), "fd00::7");
+        let all6 = Cidr::parse("::/0").unwrap();
+        assert_eq!(
+            all6.last().to_string(),
+            "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"
+        );
+        let c = Cidr::parse("10.244.0.0/16").unwrap();
+        assert!(c.covers(&h4) && c.contains(h4.last()));
+        assert!(!h4.covers(&c) && h4.overlaps(&c));
     }
 
     #[test]
