@@ -64,6 +64,7 @@ pub async fn plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
         &routes,
         &PlanConfig {
             cluster_cidrs: cidrs,
+            needs: cloud.capabilities().needs,
         },
     );
     let conditions: Vec<ConditionChange<'_>> = plan
@@ -105,6 +106,7 @@ fn table(r: &Report<'_>) -> String {
         && r.conditions.is_empty()
         && p.conflicts.is_empty()
         && p.outside_cluster.is_empty()
+        && p.awaiting_node_data.is_empty()
     {
         let _ = writeln!(s, "The cloud and the Nodes are in step: no change needed.");
     }
@@ -194,6 +196,13 @@ fn table(r: &Report<'_>) -> String {
             s,
             "OUTSIDE CLUSTER CIDR: node {} has pod CIDR {}; no route will be created for it",
             o.node, o.cidr
+        );
+    }
+    for a in &p.awaiting_node_data {
+        let _ = writeln!(
+            s,
+            "WAITING FOR NODE DATA: node {} has pod CIDR {} but no {} yet; its route is created when it arrives",
+            a.node, a.cidr, a.missing
         );
     }
     for i in &p.invalid_pod_cidrs {

@@ -118,7 +118,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let status = Arc::new(KubeStatusWriter::new(client, identity.clone()));
     let cfg = ControllerConfig {
         cluster_name: args.cluster.cluster_name.clone(),
-        plan: PlanConfig { cluster_cidrs },
+        plan: PlanConfig {
+            cluster_cidrs,
+            ..PlanConfig::default()
+        },
         mode,
         timing: Timing {
             period: args.route_reconciliation_period,

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use route_cloud::memory::{ErrorRate, MemoryConfig, Operation, RateLimitConfig};
 use route_cloud::{Capabilities, CloudError, ErrorKind};
-use route_core::{Destination, NodeAddress, Route, Text};
+use route_core::{Destination, NodeAddress, Route, TargetNeeds, Text};
 use serde::{Deserialize, Deserializer, Serialize};
 
 /// The header that carries the caller's identity (recorded in the call log).
@@ -220,6 +220,9 @@ pub struct WireCapabilities {
     pub supports_ipv6: bool,
     /// [`Capabilities::max_routes`].
     pub max_routes: Option<usize>,
+    /// [`Capabilities::needs`]; absent from older servers.
+    #[serde(default)]
+    pub needs: TargetNeeds,
 }
 
 impl From<&Capabilities> for WireCapabilities {
@@ -230,6 +233,7 @@ impl From<&Capabilities> for WireCapabilities {
             reports_node_addresses: c.reports_node_addresses,
             supports_ipv6: c.supports_ipv6,
             max_routes: c.max_routes,
+            needs: c.needs,
         }
     }
 }
@@ -243,6 +247,7 @@ impl From<WireCapabilities> for Capabilities {
             reports_node_addresses: w.reports_node_addresses,
             supports_ipv6: w.supports_ipv6,
             max_routes: w.max_routes,
+            needs: w.needs,
         }
     }
 }

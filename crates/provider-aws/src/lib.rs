@@ -39,7 +39,7 @@ use aws_sdk_ec2::config::timeout::TimeoutConfig;
 use aws_sdk_ec2::types::{AttributeBooleanValue, Filter, RouteState, RouteTable};
 use route_cloud::ratelimit::TokenBucket;
 use route_cloud::{Capabilities, CloudError, CloudRoutes, ErrorKind, RequestStats};
-use route_core::{Cidr, Destination, NodeView, Route};
+use route_core::{Cidr, Destination, NodeView, Route, TargetNeeds};
 use tracing::{debug, info, warn};
 
 pub use config::{AwsConfig, Budget, ConfigError, RateLimitConfig};
@@ -600,6 +600,8 @@ impl CloudRoutes for Ec2Routes {
             reports_node_addresses: false,
             supports_ipv6: true,
             max_routes: self.config.max_routes,
+            // The route's target is the instance of `spec.providerID`.
+            needs: TargetNeeds::ProviderId,
         }
     }
 

@@ -35,7 +35,7 @@ use async_trait::async_trait;
 use reqwest::Method;
 use route_cloud::{Capabilities, CloudError, CloudRoutes, ErrorKind, RequestStats};
 use route_core::cidr::parse_ip_sloppy;
-use route_core::{Cidr, Destination, IpFamily, NodeAddress, Route};
+use route_core::{Cidr, Destination, IpFamily, NodeAddress, Route, TargetNeeds};
 use tokio::sync::{Mutex, OnceCell};
 use tokio::time::Instant;
 
@@ -423,6 +423,9 @@ impl CloudRoutes for HcloudRoutes {
             reports_node_addresses: false,
             supports_ipv6: false,
             max_routes: Some(MAX_ROUTES_PER_NETWORK),
+            // The server is found by providerID, InternalIP or name; with
+            // hcloud's cloud-controller-manager the Node name is the server's.
+            needs: TargetNeeds::Nothing,
         }
     }
 

@@ -44,7 +44,7 @@ use reqwest::Method;
 use route_cloud::{
     Batch, BatchResult, Capabilities, CloudError, CloudRoutes, ErrorKind, RequestStats,
 };
-use route_core::{Destination, IpFamily, NodeAddress, Route};
+use route_core::{Destination, IpFamily, NodeAddress, Route, TargetNeeds};
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
 
@@ -678,6 +678,8 @@ impl CloudRoutes for OpenStackRoutes {
             reports_node_addresses: true,
             supports_ipv6: true,
             max_routes: self.config.max_routes,
+            // The next hop is the node's InternalIP of the route's family.
+            needs: TargetNeeds::InternalIp,
         }
     }
 

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use route_core::{NodeView, Route};
+use route_core::{NodeView, Route, TargetNeeds};
 
 pub use error::{CloudError, ErrorKind};
 
@@ -33,6 +33,9 @@ pub struct Capabilities {
     pub supports_ipv6: bool,
     /// The most routes the cloud accepts for one cluster, if it has a limit.
     pub max_routes: Option<usize>,
+    /// What a Node must carry before a route to it can be created; the
+    /// planner waits for it instead of sending a creation the cloud refuses.
+    pub needs: TargetNeeds,
 }
 
 impl Default for Capabilities {
@@ -43,6 +46,7 @@ impl Default for Capabilities {
             reports_node_addresses: false,
             supports_ipv6: true,
             max_routes: None,
+            needs: TargetNeeds::Nothing,
         }
     }
 }

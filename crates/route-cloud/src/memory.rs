@@ -27,7 +27,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use route_core::{Destination, IpFamily, Route};
+use route_core::{Destination, IpFamily, Route, TargetNeeds};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
@@ -241,6 +241,10 @@ pub struct MemoryConfig {
     /// Eventual consistency: a newly created route is missing from this many
     /// following lists of its cluster (default 0).
     pub list_lag: u32,
+    /// What a creation needs from its Node (default nothing): `provider_id`
+    /// refuses creations without `spec.providerID` as AWS does,
+    /// `internal_ip` those without an InternalIP of the family as OpenStack does.
+    pub needs: TargetNeeds,
 }
 
 impl Default for MemoryConfig {
@@ -257,6 +261,7 @@ impl Default for MemoryConfig {
             error_rates: ErrorRates::default(),
             seed: 0,
             list_lag: 0,
+            needs: TargetNeeds::Nothing,
         }
     }
 }
@@ -467,6 +472,29 @@ impl State {
                 ErrorKind::InvalidRequest,
                 format!("destination {cidr}: this cloud accepts IPv4 destinations only"),
             ));
+        }
+        let refused = match self.config.needs {
+            TargetNeeds::Nothing => None,
+            TargetNeeds::ProviderId => route
+                .target_provider_id
+                .as_deref()
+                .is_none_or(|p| p.trim().is_empty())
+                .then(|| format!("node {:?} has no spec.providerID", route.target_node)),
+            TargetNeeds::InternalIp => (!route.target_node_addresses.iter().any(|a| {
+                a.kind == "InternalIP"
+                    && route_core::cidr::parse_ip_sloppy(&a.address)
+                        .is_some_and(|ip| ip.is_ipv4() == (cidr.family() == IpFamily::V4))
+            }))
+            .then(|| {
+                format!(
+                    "node {:?} has no {} InternalIP to route {cidr} to",
+                    route.target_node,
+                    cidr.family()
+                )
+            }),
+        };
+        if let Some(msg) = refused {
+            return Err(CloudError::new(ErrorKind::InvalidRequest, msg));
         }
         let max_routes = self.config.max_routes;
         let reports = self.config.reports_node_addresses;
@@ -873,6 +901,7 @@ impl CloudRoutes for MemoryCloud {
             reports_node_addresses: s.config.reports_node_addresses,
             supports_ipv6: s.config.supports_ipv6,
             max_routes: s.config.max_routes,
+            needs: s.config.needs,
         }
     }
 

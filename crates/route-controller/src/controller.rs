@@ -164,6 +164,10 @@ impl Controller {
         fence: Fence,
         metrics: Option<Arc<Metrics>>,
     ) -> Self {
+        let mut cfg = cfg;
+        // The planner waits for what this provider needs on a Node rather
+        // than send creations the cloud would refuse.
+        cfg.plan.needs = cloud.capabilities().needs;
         let scheduler = Scheduler::new(cfg.mode, cfg.timing, Instant::now());
         let book = RetryBook::new(cfg.backoff);
         let executor = Executor::new(cloud, cfg.cluster_name.clone(), fence);

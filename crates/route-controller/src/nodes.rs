@@ -45,11 +45,13 @@ pub fn node_view(node: &Node) -> NodeView {
 }
 
 /// Whether two views of a Node need the same routes: same UID, same pod
-/// CIDRs in order (the API keeps them ordered), same addresses as a set
-/// (kubelets may reorder them). Runs on every heartbeat, so the common case
-/// (nothing changed at all) allocates nothing.
+/// CIDRs in order (the API keeps them ordered), same providerID (a route
+/// waiting for it, or pointing at the instance it names, must be planned
+/// again), same addresses as a set (kubelets may reorder them). Runs on
+/// every heartbeat, so the common case (nothing changed at all) allocates
+/// nothing.
 fn same_routing(a: &NodeView, b: &NodeView) -> bool {
-    if a.uid != b.uid || a.pod_cidrs != b.pod_cidrs {
+    if a.uid != b.uid || a.pod_cidrs != b.pod_cidrs || a.provider_id != b.provider_id {
         return false;
     }
     if a.addresses == b.addresses {

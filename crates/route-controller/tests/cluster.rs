@@ -59,6 +59,7 @@ fn start(c: &ClusterGuard, mode: Mode, cloud: &MemoryCloud, resync: Duration) ->
         cluster_name: CLUSTER.into(),
         plan: PlanConfig {
             cluster_cidrs: parse_cluster_cidrs("10.244.0.0/16,fd00:10::/56").unwrap(),
+            ..PlanConfig::default()
         },
         mode,
         // Shorter than production so the test does not sit idle; the exact

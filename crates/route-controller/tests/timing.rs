@@ -54,6 +54,7 @@ fn start(mode: Mode, cloud: MemoryCloud, initial: &[NodeView]) -> Harness {
         cluster_name: CLUSTER.into(),
         plan: PlanConfig {
             cluster_cidrs: parse_cluster_cidrs("10.244.0.0/16").unwrap(),
+            ..PlanConfig::default()
         },
         mode,
         timing: Timing {

@@ -76,7 +76,10 @@ fn cluster(n: usize, dual_stack: bool) -> Cluster {
     Cluster {
         nodes,
         routes,
-        config: PlanConfig { cluster_cidrs },
+        config: PlanConfig {
+            cluster_cidrs,
+            ..PlanConfig::default()
+        },
     }
 }
 

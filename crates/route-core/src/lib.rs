@@ -19,8 +19,8 @@ pub use model::{
     ConditionState, Destination, NodeAddress, NodeView, PodCidr, Route, parse_cluster_cidrs,
 };
 pub use plan::{
-    Conflict, Creation, CreationReason, Deletion, DeletionReason, InvalidPodCidr, NetworkCondition,
-    NodeOutcome, OutsideCidr, Plan, PlanConfig,
+    AwaitingNodeData, Conflict, Creation, CreationReason, Deletion, DeletionReason, InvalidPodCidr,
+    MissingNodeData, NetworkCondition, NodeOutcome, OutsideCidr, Plan, PlanConfig, TargetNeeds,
 };
 pub use planner::{is_responsible_for_route, plan, routable_pod_cidr, same_addresses};
 pub use text::Text;

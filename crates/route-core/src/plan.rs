@@ -14,12 +14,96 @@ use crate::cidr::Cidr;
 use crate::model::{ConditionState, Route};
 
 /// Planner settings.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlanConfig {
     /// `--cluster-cidr`: one CIDR, or one per IP family. Routes are this
     /// cluster's to delete only when they fall inside one of them; pod CIDRs
     /// outside all of them get no route.
     pub cluster_cidrs: Vec<Cidr>,
+    /// What the provider needs on a Node before it can route to it. The
+    /// controller takes it from the provider's capabilities.
+    #[serde(default)]
+    pub needs: TargetNeeds,
+}
+
+/// What a provider needs on a Node to create a route to it.
+///
+/// With `--cloud-provider=external` a Node is registered without
+/// `spec.providerID` and often without addresses; node IPAM gives it a pod
+/// CIDR at once and the cloud-controller-manager fills in the rest seconds
+/// later. A creation sent in that window is refused, so the planner does not
+/// plan one: the Node is listed in [`Plan::awaiting_node_data`] and gets its
+/// route in the pass its data arrives in, with no backoff to sit out.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TargetNeeds {
+    /// The provider can route to any Node by name (memory, hcloud).
+    #[default]
+    Nothing,
+    /// `spec.providerID` (AWS: the instance id).
+    ProviderId,
+    /// An `InternalIP` of the route's address family (OpenStack: the next hop).
+    InternalIp,
+}
+
+impl TargetNeeds {
+    /// What `node` still lacks for a route of `family`, if anything.
+    pub fn missing(
+        self,
+        node: &crate::model::NodeView,
+        family: crate::cidr::IpFamily,
+    ) -> Option<MissingNodeData> {
+        match self {
+            TargetNeeds::Nothing => None,
+            TargetNeeds::ProviderId => node
+                .provider_id
+                .as_deref()
+                .is_none_or(|p| p.trim().is_empty())
+                .then_some(MissingNodeData::ProviderId),
+            TargetNeeds::InternalIp => {
+                let has = node.addresses.iter().any(|a| {
+                    a.kind == "InternalIP"
+                        && crate::cidr::parse_ip_sloppy(a.address.trim()).is_some_and(|ip| {
+                            match family {
+                                crate::cidr::IpFamily::V4 => ip.is_ipv4(),
+                                crate::cidr::IpFamily::V6 => ip.is_ipv6(),
+                            }
+                        })
+                });
+                (!has).then_some(MissingNodeData::InternalIp(family))
+            }
+        }
+    }
+}
+
+/// The Node data a route waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MissingNodeData {
+    /// `spec.providerID` is not set yet.
+    ProviderId,
+    /// No `InternalIP` of this family in `status.addresses` yet.
+    InternalIp(crate::cidr::IpFamily),
+}
+
+impl std::fmt::Display for MissingNodeData {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MissingNodeData::ProviderId => f.write_str("spec.providerID"),
+            MissingNodeData::InternalIp(fam) => write!(f, "an {fam} InternalIP"),
+        }
+    }
+}
+
+/// A pod CIDR whose route waits for Node data the provider needs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AwaitingNodeData {
+    /// The node.
+    pub node: String,
+    /// The pod CIDR.
+    pub cidr: Cidr,
+    /// What is missing.
+    pub missing: MissingNodeData,
 }
 
 /// Why a route is to be deleted.
@@ -38,6 +122,10 @@ pub enum DeletionReason {
     AddressesChanged,
     /// Another route for the same node and CIDR is kept.
     Duplicate,
+    /// The route points at another instance than the node's `spec.providerID`
+    /// (the Node was re-created under the same name on a new instance):
+    /// delete, then re-create.
+    TargetChanged,
 }
 
 /// Why a route is to be created.
@@ -50,6 +138,8 @@ pub enum CreationReason {
     AddressesChanged,
     /// Replaces a blackhole route for a CIDR the node still owns.
     ReplacesBlackhole,
+    /// Re-creation after [`DeletionReason::TargetChanged`].
+    TargetChanged,
 }
 
 /// One route to delete.
@@ -157,7 +247,7 @@ pub struct NodeOutcome {
     pub creations: Vec<usize>,
     /// Some pod CIDR of this node cannot get a route in this plan (no pod
     /// CIDRs at all, a conflict with no existing route to this node, outside
-    /// the cluster CIDRs, not a CIDR).
+    /// the cluster CIDRs, not a CIDR, Node data the provider needs missing).
     pub unroutable: bool,
     /// The condition as last seen on the Node.
     pub current: Option<ConditionState>,
@@ -202,6 +292,10 @@ pub struct Plan {
     pub invalid_pod_cidrs: Vec<InvalidPodCidr>,
     /// Cloud routes whose destination is not a CIDR; never touched.
     pub unparsable_routes: Vec<Route>,
+    /// Pod CIDRs without a route because the Node lacks data the provider
+    /// needs ([`TargetNeeds`]); planned again when the data arrives.
+    #[serde(default)]
+    pub awaiting_node_data: Vec<AwaitingNodeData>,
 }
 
 impl Plan {

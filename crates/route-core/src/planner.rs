@@ -29,6 +29,15 @@
 //!    are reported in [`Plan::invalid_pod_cidrs`].
 //! 8. Ordering is explicit: a creation lists, in [`Creation::after`], every
 //!    deletion with the same destination; nothing else is ordered.
+//! 9. A kept route that names another instance than the node's
+//!    `spec.providerID` (a Node re-created under the same name on a new
+//!    instance) is replaced ([`DeletionReason::TargetChanged`]); upstream
+//!    matches by node name and CIDR only and keeps routing to the old one.
+//! 10. A node that lacks what the provider needs to route to it
+//!    ([`crate::TargetNeeds`]: a providerID, an InternalIP of the family) gets no
+//!    creation until the data arrives ([`Plan::awaiting_node_data`]);
+//!    upstream sends the creation, which the cloud refuses. A route it
+//!    already has is kept rather than replaced by one that cannot be made.
 //!
 //! Nodes being deleted are planned like live nodes, as upstream does: their
 //! routes go when the Node object goes.
@@ -43,8 +52,8 @@ use foldhash::fast::RandomState as FastHash;
 use crate::cidr::Cidr;
 use crate::model::{Destination, NodeAddress, NodeView, PodCidr, Route};
 use crate::plan::{
-    Conflict, Creation, CreationReason, Deletion, DeletionReason, InvalidPodCidr, NetworkCondition,
-    NodeOutcome, OutsideCidr, Plan, PlanConfig,
+    AwaitingNodeData, Conflict, Creation, CreationReason, Deletion, DeletionReason, InvalidPodCidr,
+    MissingNodeData, NetworkCondition, NodeOutcome, OutsideCidr, Plan, PlanConfig,
 };
 use crate::text::Text;
 
@@ -95,6 +104,16 @@ pub fn same_addresses(a: &[NodeAddress], b: &[NodeAddress]) -> bool {
     x == y
 }
 
+/// Whether a route naming instance `route` may stand for a node whose
+/// `spec.providerID` is `node`. Unknown on either side is no evidence of a
+/// change; providers fill `Route::target_provider_id` only when they know it.
+fn same_target(route: Option<&str>, node: Option<&str>) -> bool {
+    match (route.map(str::trim), node.map(str::trim)) {
+        (Some(r), Some(n)) if !r.is_empty() && !n.is_empty() => r == n,
+        _ => true,
+    }
+}
+
 /// What a distinct valid pod CIDR of a node can get.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum SlotState {
@@ -116,8 +135,13 @@ struct Slot {
     state: SlotState,
     /// Index of the route kept for this (node, CIDR), or [`NONE`].
     kept: u32,
-    /// The kept route's addresses match the node's (or the provider does not track them).
+    /// The kept route's addresses match the node's (or the provider does not
+    /// track them) and it names the node's instance (or either is unknown).
     kept_matches: bool,
+    /// The kept route names another instance than the node's providerID.
+    kept_target_changed: bool,
+    /// What the node lacks for the provider to create this route.
+    missing: Option<MissingNodeData>,
     /// A blackhole route for this (node, CIDR) is being deleted.
     blackhole_seen: bool,
 }
@@ -203,6 +227,8 @@ pub fn plan<N: Borrow<NodeView>>(nodes: &[N], routes: &[Route], config: &PlanCon
                         state,
                         kept: NONE,
                         kept_matches: false,
+                        kept_target_changed: false,
+                        missing: config.needs.missing(n, c.family()),
                         blackhole_seen: false,
                     });
                 }
@@ -254,25 +280,41 @@ pub fn plan<N: Borrow<NodeView>>(nodes: &[N], routes: &[Route], config: &PlanCon
             continue;
         };
         let slot = &mut slots[s as usize];
-        let node_addrs = &nodes[slot.node as usize].borrow().addresses;
-        let matches =
-            !r.enable_node_addresses || same_addresses(&r.target_node_addresses, node_addrs);
+        let target = nodes[slot.node as usize].borrow();
+        let target_changed = !same_target(
+            r.target_provider_id.as_deref(),
+            target.provider_id.as_deref(),
+        );
+        let matches = !target_changed
+            && (!r.enable_node_addresses
+                || same_addresses(&r.target_node_addresses, &target.addresses));
         if slot.kept == NONE {
             slot.kept = ri as u32;
             slot.kept_matches = matches;
+            slot.kept_target_changed = target_changed;
         } else if matches && !slot.kept_matches {
             decision[slot.kept as usize] = Some(DeletionReason::Duplicate);
             slot.kept = ri as u32;
             slot.kept_matches = true;
+            slot.kept_target_changed = false;
         } else {
             decision[ri] = Some(DeletionReason::Duplicate);
         }
     }
     // Only a route that will be re-created is replaced when its addresses
-    // changed; in a conflict or outside the cluster a stale route beats none.
+    // or instance changed; in a conflict, outside the cluster, or while the
+    // node lacks what a new route needs, a stale route beats none.
     for s in &slots {
-        if s.state == SlotState::Routable && s.kept != NONE && !s.kept_matches {
-            decision[s.kept as usize] = Some(DeletionReason::AddressesChanged);
+        if s.state == SlotState::Routable
+            && s.kept != NONE
+            && !s.kept_matches
+            && s.missing.is_none()
+        {
+            decision[s.kept as usize] = Some(if s.kept_target_changed {
+                DeletionReason::TargetChanged
+            } else {
+                DeletionReason::AddressesChanged
+            });
         }
     }
 
@@ -307,11 +349,25 @@ pub fn plan<N: Borrow<NodeView>>(nodes: &[N], routes: &[Route], config: &PlanCon
                 SlotState::Outside => unroutable = true,
                 SlotState::Conflict => unroutable |= s.kept == NONE,
                 SlotState::Routable => {
+                    if s.kept != NONE && s.kept_matches {
+                        continue;
+                    }
+                    if let Some(missing) = s.missing {
+                        // A stale route still routes; none at all does not.
+                        unroutable |= s.kept == NONE;
+                        plan.awaiting_node_data.push(AwaitingNodeData {
+                            node: n.name.clone(),
+                            cidr: s.cidr,
+                            missing,
+                        });
+                        continue;
+                    }
                     let reason = if s.kept != NONE {
-                        if s.kept_matches {
-                            continue;
+                        if s.kept_target_changed {
+                            CreationReason::TargetChanged
+                        } else {
+                            CreationReason::AddressesChanged
                         }
-                        CreationReason::AddressesChanged
                     } else if s.blackhole_seen {
                         CreationReason::ReplacesBlackhole
                     } else {
@@ -592,6 +648,7 @@ mod tests {
         ];
         let config = PlanConfig {
             cluster_cidrs: vec![c("10.0.0.0/8")],
+            ..PlanConfig::default()
         };
         let p = plan(&nodes, &[], &config);
         assert_eq!(
@@ -621,6 +678,7 @@ mod tests {
         ];
         let config = PlanConfig {
             cluster_cidrs: vec![c("10.0.0.0/8")],
+            ..PlanConfig::default()
         };
         let p = plan(&nodes, &[], &config);
         let groups: Vec<(String, Vec<String>)> = p

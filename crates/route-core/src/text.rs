@@ -45,7 +45,8 @@ impl Borrow<str> for Text {
 
 impl fmt::Display for Text {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        // `pad`, not `write_str`: tables format names with a width.
+        f.pad(&self.0)
     }
 }
 
@@ -136,6 +137,13 @@ impl<'de> Deserialize<'de> for Text {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn plan_table_columns_pad_names_and_target_nodes() {
+        // Regression: `plan`'s table printed NAME and TARGET NODE unpadded.
+        assert_eq!(format!("[{:<6}]", Text::from("ab")), "[ab    ]");
+        assert_eq!(format!("[{:>4}]", Text::from("ab")), "[  ab]");
+    }
 
     #[test]
     fn copies_share_and_compare_as_text() {

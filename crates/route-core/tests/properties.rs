@@ -17,8 +17,14 @@ use route_core::{
 };
 
 /// Pod CIDR texts: inside the v4 cluster CIDR (with one wider block that
-/// nests over two others), outside it, IPv6 inside/outside, and garbage.
-const POD_CIDRS: [&str; 14] = [
+/// nests over two others, and host routes nested in blocks), outside it,
+/// IPv6 inside/outside, the whole address space, and garbage.
+const POD_CIDRS: [&str; 19] = [
+    "10.0.1.7/32", // a host inside 10.0.1.0/24
+    "10.0.255.255/32",
+    "fd00:0:0:1::7/128", // a host inside fd00:0:0:1::/64
+    "0.0.0.0/0",
+    "::/0",
     "10.0.0.0/24",
     "10.0.1.0/24",
     "10.0.2.0/24",
@@ -35,8 +41,12 @@ const POD_CIDRS: [&str; 14] = [
     "10.0.6.0/24",
 ];
 
-/// Route destinations: every pod CIDR plus foreign and unparsable ones.
-const ROUTE_DESTS: [&str; 6] = [
+/// Route destinations: every pod CIDR plus foreign, host and unparsable ones.
+const ROUTE_DESTS: [&str; 10] = [
+    "192.168.7.7/32",
+    "fd01::7/128",
+    "10.0.9.9/32",
+    "0.0.0.0/1",
     "172.16.0.0/24",
     "10.0.0.0/8",
     "not-a-cidr",
@@ -151,7 +161,10 @@ fn world() -> impl Strategy<Value = World> {
             World {
                 nodes,
                 routes,
-                config: PlanConfig { cluster_cidrs },
+                config: PlanConfig {
+                    cluster_cidrs,
+                    ..PlanConfig::default()
+                },
             }
         },
     )

@@ -67,6 +67,7 @@ fn main() {
             cluster_name: "kubernetes".into(),
             plan: PlanConfig {
                 cluster_cidrs: parse_cluster_cidrs("10.64.0.0/10").expect("cidr"),
+                ..PlanConfig::default()
             },
             mode,
             timing: Timing {

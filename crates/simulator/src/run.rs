@@ -201,6 +201,7 @@ async fn simulate_mode(
         cluster_name: CLUSTER.into(),
         plan: PlanConfig {
             cluster_cidrs: scenario.cluster().into_iter().collect(),
+            ..PlanConfig::default()
         },
         mode,
         timing: Timing {

@@ -405,6 +405,7 @@ impl CloudSpec {
             },
             seed,
             list_lag: self.list_lag,
+            ..MemoryConfig::default()
         }
     }
 }

@@ -11,6 +11,7 @@ pub fn cidr(s: &str) -> Cidr {
 pub fn config(cidrs: &[&str]) -> PlanConfig {
     PlanConfig {
         cluster_cidrs: cidrs.iter().map(|c| cidr(c)).collect(),
+        ..PlanConfig::default()
     }
 }
 
