@@ -123,6 +123,10 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 10)]
     pub concurrent_status_updates: usize,
 
+    /// How long the route of a Node that disappeared is kept before it is deleted, so a Node re-created under the same name with the same pod CIDR keeps its route (Go duration; 0 deletes at once). Deletions that free a CIDR another Node needs never wait.
+    #[arg(long, default_value = "2s", value_parser = duration::parse)]
+    pub route_deletion_grace: Duration,
+
     /// How long in-flight cloud calls may take to finish after SIGTERM.
     #[arg(long, default_value = "30s", value_parser = duration::parse)]
     pub shutdown_grace_period: Duration,

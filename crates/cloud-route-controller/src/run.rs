@@ -130,6 +130,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         },
         backoff: BackoffConfig::default(),
         status_concurrency: args.concurrent_status_updates,
+        deletion_grace: args.route_deletion_grace,
     };
     let controller = Controller::new(cfg, nodes, cloud, status, fence.clone(), Some(metrics))
         .with_first_sync(first_sync);

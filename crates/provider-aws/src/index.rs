@@ -67,7 +67,19 @@ impl NodeIndex {
         }
         let names: std::collections::HashSet<&str> =
             nodes.iter().map(|n| n.borrow().name.as_str()).collect();
-        self.learned.retain(|_, node| names.contains(node.as_str()));
+        // A Node re-created under the same name on a new instance names that
+        // instance in its providerID: what was learned of the old one no
+        // longer holds, and its routes must not pass for the new Node's.
+        let current: HashMap<&str, &str> = observed
+            .iter()
+            .map(|(i, n)| (n.as_str(), i.as_str()))
+            .collect();
+        self.learned.retain(|instance, node| {
+            names.contains(node.as_str())
+                && current
+                    .get(node.as_str())
+                    .is_none_or(|i| *i == instance.as_str())
+        });
         self.observed = observed;
         self.has_observed = true;
     }
@@ -107,6 +119,20 @@ impl NodeIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn node_recreated_on_a_new_instance_forgets_the_old_instance() {
+        // Regression: a route to the old instance kept passing for the
+        // re-created Node's, so it was never replaced.
+        let mut idx = NodeIndex::default();
+        idx.learn("i-0aaa", "node-1");
+        let n = NodeView::new("node-1", "uid-2", &["10.0.1.0/24"])
+            .with_provider_id("aws:///eu-west-1a/i-0bbb");
+        idx.observe(&[n]);
+        assert_eq!(idx.node_of("i-0aaa"), None);
+        assert_eq!(idx.node_of("i-0bbb"), Some("node-1"));
+        assert_eq!(idx.instance_of("node-1"), Some("i-0bbb"));
+    }
 
     #[test]
     fn parses_the_provider_id_forms() {

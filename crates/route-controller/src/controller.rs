@@ -13,12 +13,14 @@ use route_cloud::{CloudError, CloudRoutes, ErrorKind};
 use route_core::{NetworkCondition, NodeView, Plan, PlanConfig, Route};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use crate::execute::{Executor, Fence, OpResult, Outcome};
+use crate::hold::Holds;
 use crate::metrics::{EventLabels, Metrics, PassLabels, ReasonLabels, SyncLabels};
 use crate::nodes::{NodeCache, NodeEvent, Trigger};
 use crate::retry::{BackoffConfig, OpKey, RetryBook};
@@ -40,7 +42,13 @@ pub struct ControllerConfig {
     pub backoff: BackoffConfig,
     /// Concurrent NetworkUnavailable patches.
     pub status_concurrency: usize,
+    /// `--route-deletion-grace`: how long the route of a Node that
+    /// disappeared is kept, so a same-name re-creation keeps its route.
+    pub deletion_grace: Duration,
 }
+
+/// The default of `--route-deletion-grace`.
+pub const DEFAULT_DELETION_GRACE: Duration = Duration::from_secs(2);
 
 /// The Node side: the cache plus the notification the loop waits on.
 /// Written by one feeder (the watcher or a simulator), read by the loop.
@@ -148,6 +156,7 @@ pub struct Controller {
     metrics: Option<Arc<Metrics>>,
     scheduler: Scheduler,
     book: RetryBook,
+    holds: Holds,
     route_cache: Option<Vec<Route>>,
     warned: HashSet<(String, &'static str, String)>,
     reports: Option<tokio::sync::mpsc::UnboundedSender<PassReport>>,
@@ -170,6 +179,7 @@ impl Controller {
         cfg.plan.needs = cloud.capabilities().needs;
         let scheduler = Scheduler::new(cfg.mode, cfg.timing, Instant::now());
         let book = RetryBook::new(cfg.backoff);
+        let holds = Holds::new(cfg.deletion_grace, cfg.backoff.max);
         let executor = Executor::new(cloud, cfg.cluster_name.clone(), fence);
         Self {
             cfg,
@@ -179,6 +189,7 @@ impl Controller {
             metrics,
             scheduler,
             book,
+            holds,
             route_cache: None,
             warned: HashSet::new(),
             reports: None,
@@ -291,6 +302,7 @@ impl Controller {
             (PassKind::Cached, Mode::Incremental) => self.route_cache.take(),
             _ => None,
         };
+        let listed = cached.is_none();
         let routes = match cached {
             Some(cached) => cached,
             None => match self.executor.list().await {
@@ -337,7 +349,29 @@ impl Controller {
                 "executing plan"
             );
         }
-        let outcome = self.executor.execute(&plan, &self.book, routes.len()).await;
+        let room = self
+            .executor
+            .cloud()
+            .capabilities()
+            .max_routes
+            .map(|max| max.saturating_sub(routes.len()));
+        let held = self.holds.hold(&plan, Instant::now(), listed, room);
+        for (node, uid, cidr, next) in &held.new_recurrences {
+            let node = NodeRef {
+                name: node.clone(),
+                uid: uid.clone(),
+            };
+            let message = format!(
+                "route {cidr} for node {} was replaced and is a blackhole again (its instance may be stopped or gone); next repair in {:?}",
+                node.name,
+                next.saturating_duration_since(Instant::now())
+            );
+            self.emit(&node, reasons::ROUTE_BLACKHOLED, message).await;
+        }
+        let outcome = self
+            .executor
+            .execute(&plan, &self.book, &held, routes.len())
+            .await;
         if self.cfg.mode == Mode::Incremental {
             self.route_cache = Some(routes);
         }
@@ -375,7 +409,11 @@ impl Controller {
             }
         }
         self.record_sync(trigger, outcome_label, kind, started);
-        self.scheduler.retry_at(self.book.next_due());
+        let wake = match (self.book.next_due(), held.until) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self.scheduler.retry_at(wake);
         if kind == PassKind::Full
             && let Some(f) = &self.first_sync
         {
@@ -455,6 +493,11 @@ impl Controller {
             match r {
                 OpResult::Done(created) => {
                     self.book.succeeded(&key);
+                    if c.reason == route_core::CreationReason::ReplacesBlackhole
+                        && let Some(cidr) = c.route.destination.cidr()
+                    {
+                        self.holds.repaired(&c.name_hint, cidr, now);
+                    }
                     if let Some(cache) = &mut self.route_cache {
                         cache.push(created.clone().unwrap_or_else(|| c.route.clone()));
                     }

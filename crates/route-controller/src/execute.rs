@@ -20,6 +20,7 @@ use tokio::sync::{Mutex, Semaphore};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
+use crate::hold::Held;
 use crate::retry::{OpKey, RetryBook};
 
 /// The result of one planned operation.
@@ -277,25 +278,38 @@ impl Executor {
     }
 
     /// Executes `plan`, skipping operations whose backoff is not due in
-    /// `book`. `existing_routes` is the size of the route table the plan was
-    /// made from: with a provider route limit, creations that cannot fit are
-    /// refused here, without spending a request on a certain refusal.
-    pub async fn execute(&self, plan: &Plan, book: &RetryBook, existing_routes: usize) -> Outcome {
+    /// `book` and those `held` back. `existing_routes` is the size of the
+    /// route table the plan was made from: with a provider route limit,
+    /// creations that cannot fit are refused here, without spending a
+    /// request on a certain refusal.
+    pub async fn execute(
+        &self,
+        plan: &Plan,
+        book: &RetryBook,
+        held: &Held,
+        existing_routes: usize,
+    ) -> Outcome {
         let now = Instant::now();
         let caps = self.cloud.capabilities();
+        let is_held = |flags: &[bool], i: usize| flags.get(i).copied().unwrap_or(false);
         let del_due: Vec<bool> = plan
             .deletions
             .iter()
-            .map(|d| book.is_due(&OpKey::delete(d), now))
+            .enumerate()
+            .map(|(i, d)| !is_held(&held.deletions, i) && book.is_due(&OpKey::delete(d), now))
             .collect();
         let mut cre_due: Vec<bool> = plan
             .creations
             .iter()
-            .map(|c| book.is_due(&OpKey::create(c), now))
+            .enumerate()
+            .map(|(i, c)| !is_held(&held.creations, i) && book.is_due(&OpKey::create(c), now))
             .collect();
         let mut over_limit = vec![false; plan.creations.len()];
         if let Some(max) = caps.max_routes {
-            let mut room = max.saturating_sub(existing_routes.saturating_sub(plan.deletions.len()));
+            // Only deletions attempted in this pass may free room; a held or
+            // backed-off one leaves its route in the table.
+            let freed = del_due.iter().filter(|d| **d).count();
+            let mut room = max.saturating_sub(existing_routes.saturating_sub(freed));
             for (i, due) in cre_due.iter_mut().enumerate() {
                 if !*due {
                     continue;

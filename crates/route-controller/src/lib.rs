@@ -13,6 +13,7 @@
 
 pub mod controller;
 pub mod execute;
+pub mod hold;
 pub mod metrics;
 pub mod nodes;
 pub mod retry;

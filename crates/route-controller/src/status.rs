@@ -29,6 +29,9 @@ pub mod reasons {
     pub const POD_CIDR_OUTSIDE_CLUSTER: &str = "PodCIDROutsideClusterCIDR";
     /// A pod CIDR is not a CIDR.
     pub const INVALID_POD_CIDR: &str = "InvalidPodCIDR";
+    /// A route was repaired and is a blackhole again (its instance is
+    /// stopped or gone); repairs now back off.
+    pub const ROUTE_BLACKHOLED: &str = "RouteBlackholed";
 }
 
 /// A failure to write to the cluster.

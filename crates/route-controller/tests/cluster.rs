@@ -71,6 +71,7 @@ fn start(c: &ClusterGuard, mode: Mode, cloud: &MemoryCloud, resync: Duration) ->
         },
         backoff: BackoffConfig::default(),
         status_concurrency: 10,
+        deletion_grace: route_controller::controller::DEFAULT_DELETION_GRACE,
     };
     let (tx, reports) = mpsc::unbounded_channel();
     let (leader_tx, leader_rx) = watch::channel(true);

@@ -67,6 +67,7 @@ fn start(mode: Mode, cloud: MemoryCloud, initial: &[NodeView]) -> Harness {
             ..Default::default()
         },
         status_concurrency: 10,
+        deletion_grace: route_controller::controller::DEFAULT_DELETION_GRACE,
     };
     let (tx, reports) = mpsc::unbounded_channel();
     let (leader_tx, leader_rx) = watch::channel(true);
@@ -426,4 +427,165 @@ async fn full_route_table_refuses_locally_and_frees_up_on_deletion() {
     sleep(Duration::from_millis(10)).await;
     assert_eq!(h.cloud.routes(CLUSTER).len(), 3);
     assert_eq!(h.cloud.stats().total("create"), 4);
+}
+
+fn creations_and_deletions(h: &Harness) -> (u64, u64) {
+    (
+        h.cloud.stats().total("create"),
+        h.cloud.stats().total("delete"),
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn node_recreated_with_same_name_cidr_and_instance_keeps_its_route_in_every_mode() {
+    // Regression: in incremental mode the delete was acted on at once, so the
+    // Node went ~0.5 s without a route before the create.
+    for mode in [Mode::Incremental, Mode::Watch, Mode::Periodic] {
+        let first = node(0).with_provider_id("aws:///eu-west-1a/i-0aaa");
+        let h = start(mode, MemoryCloud::default(), std::slice::from_ref(&first));
+        sleep(Duration::from_secs(1)).await;
+        assert_eq!(h.cloud.routes(CLUSTER).len(), 1, "{mode:?}");
+        let before = creations_and_deletions(&h);
+        h.nodes.apply(NodeEvent::Delete(first.clone()));
+        sleep(Duration::from_millis(500)).await;
+        let mut again = first.clone();
+        again.uid = "uid-0-again".into();
+        h.nodes.apply(NodeEvent::Apply(again));
+        sleep(Duration::from_secs(60)).await;
+        assert_eq!(
+            creations_and_deletions(&h),
+            before,
+            "{mode:?}: no route mutation"
+        );
+        assert_eq!(h.cloud.routes(CLUSTER).len(), 1);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn deleted_node_loses_its_route_after_the_grace() {
+    let h = start(Mode::Incremental, MemoryCloud::default(), &[node(0)]);
+    sleep(Duration::from_secs(1)).await;
+    h.nodes.apply(NodeEvent::Delete(node(0)));
+    sleep(Duration::from_millis(1_900)).await;
+    assert_eq!(h.cloud.routes(CLUSTER).len(), 1, "kept within the grace");
+    sleep(Duration::from_millis(200)).await;
+    assert!(h.cloud.routes(CLUSTER).is_empty(), "deleted once it passed");
+    assert_eq!(h.cloud.stats().total("delete"), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn node_recreated_with_same_name_and_cidr_on_a_new_instance_gets_a_route_to_it() {
+    // Regression: the kept route pointed at the old instance while the
+    // condition said RouteCreated; no cloud call was made for the CIDR.
+    for mode in [Mode::Incremental, Mode::Watch, Mode::Periodic] {
+        let first = node(0).with_provider_id("aws:///eu-west-1a/i-0aaa");
+        let h = start(mode, MemoryCloud::default(), std::slice::from_ref(&first));
+        sleep(Duration::from_secs(1)).await;
+        h.nodes.apply(NodeEvent::Delete(first.clone()));
+        sleep(Duration::from_millis(300)).await;
+        let mut again = first.clone().with_provider_id("aws:///eu-west-1a/i-0bbb");
+        again.uid = "uid-0-again".into();
+        h.nodes.apply(NodeEvent::Apply(again));
+        sleep(Duration::from_secs(15)).await;
+        let routes = h.cloud.routes(CLUSTER);
+        assert_eq!(routes.len(), 1, "{mode:?}");
+        assert_eq!(
+            routes[0].target_provider_id.as_deref(),
+            Some("aws:///eu-west-1a/i-0bbb"),
+            "{mode:?}: the route follows the new instance"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn pod_cidr_before_provider_id_routes_as_soon_as_it_arrives() {
+    // Regression: the creation was refused (no providerID), non-retryable
+    // errors backed off to 5 minutes and the providerID did not trigger.
+    let cloud = MemoryCloud::new(MemoryConfig {
+        needs: route_core::TargetNeeds::ProviderId,
+        ..Default::default()
+    })
+    .unwrap();
+    for mode in [Mode::Incremental, Mode::Watch, Mode::Periodic] {
+        let cloud = MemoryCloud::new(cloud.config()).unwrap();
+        let early = NodeView::new("node-0", "uid-0", &["10.244.0.0/26"]);
+        let h = start(mode, cloud, &[]);
+        sleep(Duration::from_secs(1)).await;
+        h.nodes.apply(NodeEvent::Apply(early.clone()));
+        sleep(Duration::from_secs(3)).await;
+        assert!(h.cloud.routes(CLUSTER).is_empty());
+        assert_eq!(
+            h.cloud.stats().total("create"),
+            0,
+            "{mode:?}: no creation is sent that the cloud must refuse"
+        );
+        assert!(
+            h.status.recorded().events.is_empty(),
+            "{mode:?}: waiting is not a failure"
+        );
+        h.nodes.apply(NodeEvent::Apply(
+            early
+                .clone()
+                .with_addresses(vec![NodeAddress::internal_ip("10.0.0.1")])
+                .with_provider_id("aws:///eu-west-1a/i-0aaa"),
+        ));
+        let t = Instant::now();
+        while h.cloud.routes(CLUSTER).is_empty() && t.elapsed() < Duration::from_secs(60) {
+            sleep(Duration::from_millis(50)).await;
+        }
+        let waited = t.elapsed();
+        // Watch and periodic passes are at least 10 s apart, as upstream's.
+        let bound = if mode == Mode::Incremental {
+            Duration::from_secs(1)
+        } else {
+            Duration::from_secs(10)
+        };
+        assert!(
+            waited <= bound,
+            "{mode:?}: route {waited:?} after the providerID (bound {bound:?})"
+        );
+        let (_, last) = h.status.recorded().conditions.last().cloned().unwrap();
+        assert_eq!(last, NetworkCondition::RouteCreated, "{mode:?}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn blackhole_of_a_stopped_instance_is_repaired_with_backoff_not_every_pass() {
+    // Regression: a route whose instance is stopped was deleted and
+    // re-created on every periodic pass (12 mutations a minute).
+    let h = start(Mode::Periodic, MemoryCloud::default(), &[node(0)]);
+    sleep(Duration::from_secs(1)).await;
+    let dest = h.cloud.routes(CLUSTER)[0].destination.clone();
+    // The instance is stopped: whatever the route is replaced with points at
+    // it again and the cloud reports a blackhole.
+    let stop = {
+        let cloud = h.cloud.clone();
+        let dest = dest.clone();
+        tokio::spawn(async move {
+            loop {
+                cloud.blackhole_route(CLUSTER, &dest);
+                sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    let before = h.mutations();
+    sleep(Duration::from_secs(60)).await;
+    let mutations = h.mutations() - before;
+    stop.abort();
+    // Periodic passes every 10 s: 6 in the minute. Repairs at 0 s, 30 s
+    // (floor), then the next is due 60 s after that: at most 2 repairs of
+    // 2 mutations each, instead of 6 × 2.
+    assert!(
+        mutations <= 4,
+        "{mutations} mutations in 60 s for one unrepairable blackhole"
+    );
+    let events = h.status.recorded().events;
+    let blackholed: Vec<_> = events
+        .iter()
+        .filter(|(_, r, _)| r == "RouteBlackholed")
+        .collect();
+    assert_eq!(blackholed.len(), 1, "reported once: {events:?}");
+    // Once the instance runs again, the next repair sticks and the book forgets it.
+    sleep(Duration::from_secs(120)).await;
+    assert!(!h.cloud.routes(CLUSTER)[0].blackhole);
 }

@@ -34,10 +34,10 @@
 //!    instance) is replaced ([`DeletionReason::TargetChanged`]); upstream
 //!    matches by node name and CIDR only and keeps routing to the old one.
 //! 10. A node that lacks what the provider needs to route to it
-//!    ([`crate::TargetNeeds`]: a providerID, an InternalIP of the family) gets no
-//!    creation until the data arrives ([`Plan::awaiting_node_data`]);
-//!    upstream sends the creation, which the cloud refuses. A route it
-//!    already has is kept rather than replaced by one that cannot be made.
+//!     ([`crate::TargetNeeds`]: a providerID, an InternalIP of the family)
+//!     gets no creation until the data arrives ([`Plan::awaiting_node_data`]);
+//!     upstream sends the creation, which the cloud refuses. A route it
+//!     already has is kept rather than replaced by one that cannot be made.
 //!
 //! Nodes being deleted are planned like live nodes, as upstream does: their
 //! routes go when the Node object goes.

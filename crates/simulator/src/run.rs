@@ -214,6 +214,7 @@ async fn simulate_mode(
             ..BackoffConfig::default()
         },
         status_concurrency: scenario.controller.status_concurrency,
+        deletion_grace: route_controller::controller::DEFAULT_DELETION_GRACE,
     };
     let (tx, mut rx) = mpsc::unbounded_channel();
     let (_leader, leader_rx) = watch::channel(true);

@@ -1,0 +1,262 @@
+//! Operations the loop holds back on purpose, as opposed to the retry
+//! book's failed ones: a deletion whose Node just disappeared, and the repair
+//! of a blackhole that came back.
+//!
+//! Owned by the reconcile loop, like the [`crate::retry::RetryBook`]. Each
+//! pass asks which of its plan's operations are held and when the earliest
+//! hold ends, so the loop wakes itself then.
+//!
+//! - **Deletion grace.** A Node deleted and re-created under the same name
+//!   with the same pod CIDR (a replaced VM, a kubelet re-registering) would
+//!   lose its route for the time of a delete and a create. A deletion whose
+//!   only cause is that its Node is gone waits `grace`; if the Node is back by
+//!   then, the route is simply kept. Deletions that free a CIDR another Node
+//!   needs, blackholes and address changes never wait: waiting would harm.
+//! - **Blackholes that cannot be repaired.** A route whose instance is
+//!   stopped is a blackhole; replacing it points it at the same stopped
+//!   instance and the next listing shows a blackhole again. The first repair
+//!   is immediate; each recurrence waits twice as long as the one before,
+//!   from [`BLACKHOLE_REPAIR_FLOOR`] up to the backoff maximum, and is
+//!   reported once. Until the cloud-node-lifecycle controller deletes the
+//!   Node, that is all that can be done.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use route_core::{Cidr, CreationReason, DeletionReason, Plan};
+use tokio::time::Instant;
+
+use crate::retry::OpKey;
+
+/// The least wait before repairing a blackhole that came back.
+pub const BLACKHOLE_REPAIR_FLOOR: Duration = Duration::from_secs(30);
+
+/// Which operations of one plan are held, and until when.
+#[derive(Debug, Default, Clone)]
+pub struct Held {
+    /// One flag per `plan.deletions`.
+    pub deletions: Vec<bool>,
+    /// One flag per `plan.creations`.
+    pub creations: Vec<bool>,
+    /// When the earliest hold ends.
+    pub until: Option<Instant>,
+    /// Blackholes found to have come back in this pass, first time each:
+    /// (node name, node UID, CIDR, next repair).
+    pub new_recurrences: Vec<(String, String, Cidr, Instant)>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Repair {
+    /// Successful replacements so far.
+    repairs: u32,
+    /// When the last one succeeded.
+    last: Instant,
+    /// The recurrence has been reported.
+    reported: bool,
+}
+
+/// See the module docs.
+#[derive(Debug)]
+pub struct Holds {
+    grace: Duration,
+    max_wait: Duration,
+    /// Deletions held for grace, by when they were first planned.
+    gone_since: HashMap<OpKey, Instant>,
+    /// Blackhole repairs by (node UID, CIDR).
+    repairs: HashMap<(String, Cidr), Repair>,
+}
+
+impl Holds {
+    /// Deletions of gone Nodes wait `grace`; blackhole repairs wait at most `max_wait`.
+    pub fn new(grace: Duration, max_wait: Duration) -> Self {
+        Self {
+            grace,
+            max_wait: max_wait.max(BLACKHOLE_REPAIR_FLOOR),
+            gone_since: HashMap::new(),
+            repairs: HashMap::new(),
+        }
+    }
+
+    /// Which operations of `plan` are held at `now`. `full` says the plan was
+    /// made from a fresh listing, which is the only evidence that a repaired
+    /// blackhole is healthy again. `room` is how many routes the table can
+    /// still take (`None`: no limit): when the plan's creations fit only if
+    /// gone Nodes' routes go, those deletions do not wait.
+    pub fn hold(&mut self, plan: &Plan, now: Instant, full: bool, room: Option<usize>) -> Held {
+        let mut held = Held {
+            deletions: vec![false; plan.deletions.len()],
+            creations: vec![false; plan.creations.len()],
+            ..Held::default()
+        };
+        let earliest = |t: Instant, held: &mut Held| {
+            held.until = Some(held.until.map_or(t, |u| u.min(t)));
+        };
+
+        // Deletion grace.
+        let needed: HashSet<usize> = plan
+            .creations
+            .iter()
+            .flat_map(|c| c.after.iter().copied())
+            .collect();
+        let mut planned = HashSet::new();
+        let other_deletions = plan
+            .deletions
+            .iter()
+            .filter(|d| d.reason != DeletionReason::NodeGone)
+            .count();
+        let short_of_room =
+            room.is_some_and(|r| plan.creations.len() > r.saturating_add(other_deletions));
+        if !self.grace.is_zero() && !short_of_room {
+            for (i, d) in plan.deletions.iter().enumerate() {
+                if d.reason != DeletionReason::NodeGone || needed.contains(&i) {
+                    continue;
+                }
+                let key = OpKey::delete(d);
+                let since = *self.gone_since.entry(key.clone()).or_insert(now);
+                planned.insert(key);
+                let until = since + self.grace;
+                if now < until {
+                    held.deletions[i] = true;
+                    earliest(until, &mut held);
+                }
+            }
+        }
+        self.gone_since.retain(|k, _| planned.contains(k));
+
+        // Blackholes that came back.
+        let mut replacing = HashSet::new();
+        for (i, c) in plan.creations.iter().enumerate() {
+            if c.reason != CreationReason::ReplacesBlackhole {
+                continue;
+            }
+            let Some(cidr) = c.route.destination.cidr() else {
+                continue;
+            };
+            let key = (c.name_hint.clone(), cidr);
+            replacing.insert(key.clone());
+            let Some(r) = self.repairs.get_mut(&key) else {
+                continue;
+            };
+            let wait = BLACKHOLE_REPAIR_FLOOR
+                .saturating_mul(1u32 << (r.repairs.saturating_sub(1)).min(16))
+                .min(self.max_wait);
+            let until = r.last + wait;
+            if now < until {
+                held.creations[i] = true;
+                for &d in &c.after {
+                    if plan.deletions[d].reason == DeletionReason::Blackhole {
+                        held.deletions[d] = true;
+                    }
+                }
+                earliest(until, &mut held);
+            }
+            if !r.reported {
+                r.reported = true;
+                held.new_recurrences.push((
+                    c.route.target_node.to_string(),
+                    c.name_hint.clone(),
+                    cidr,
+                    until.max(now),
+                ));
+            }
+        }
+        if full {
+            // A listing without the blackhole: repaired for good, or the
+            // Node is gone. Either way, forget it.
+            self.repairs.retain(|k, _| replacing.contains(k));
+        }
+        held
+    }
+
+    /// A blackhole replacement for the Node with this UID succeeded at `now`.
+    pub fn repaired(&mut self, uid: &str, cidr: Cidr, now: Instant) {
+        let r = self
+            .repairs
+            .entry((uid.to_string(), cidr))
+            .or_insert(Repair {
+                repairs: 0,
+                last: now,
+                reported: false,
+            });
+        r.repairs = r.repairs.saturating_add(1);
+        r.last = now;
+    }
+
+    /// Blackholes repaired at least once and seen again, not yet healthy.
+    pub fn recurring_blackholes(&self) -> usize {
+        self.repairs.values().filter(|r| r.reported).count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use route_core::{NodeView, PlanConfig, Route, parse_cluster_cidrs, plan};
+
+    fn cfg() -> PlanConfig {
+        PlanConfig {
+            cluster_cidrs: parse_cluster_cidrs("10.244.0.0/16").unwrap(),
+            ..PlanConfig::default()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn gone_nodes_route_waits_the_grace_and_a_needed_cidr_does_not() {
+        let mut h = Holds::new(Duration::from_secs(2), Duration::from_secs(300));
+        let gone = Route::from_text("node-1", "10.244.1.0/24").named("r1");
+        let moved = Route::from_text("node-2", "10.244.2.0/24").named("r2");
+        let nodes = [NodeView::new("node-3", "u3", &["10.244.2.0/24"])];
+        let p = plan(&nodes, &[gone, moved], &cfg());
+        assert_eq!(p.deletions.len(), 2);
+        let t0 = Instant::now();
+        let held = h.hold(&p, t0, true, None);
+        // The first frees nothing anyone needs; the second frees node-3's CIDR.
+        assert_eq!(held.deletions, vec![true, false]);
+        assert_eq!(held.until, Some(t0 + Duration::from_secs(2)));
+        let later = h.hold(&p, t0 + Duration::from_secs(2), false, None);
+        assert_eq!(later.deletions, vec![false, false]);
+        // A full table: node-3's creation fits only once the gone routes go.
+        let mut h = Holds::new(Duration::from_secs(2), Duration::from_secs(300));
+        let full = h.hold(&p, t0, true, Some(0));
+        assert_eq!(full.deletions, vec![false, false]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn blackhole_repairs_back_off_after_the_first_and_report_once() {
+        let mut h = Holds::new(Duration::from_secs(2), Duration::from_secs(300));
+        let nodes = [NodeView::new("node-1", "u1", &["10.244.1.0/24"])];
+        let bh = Route::from_text("node-1", "10.244.1.0/24")
+            .named("r1")
+            .blackholed();
+        let p = plan(&nodes, &[bh], &cfg());
+        let cidr = p.creations[0].route.destination.cidr().unwrap();
+        let t0 = Instant::now();
+        let first = h.hold(&p, t0, true, None);
+        assert!(
+            !first.creations[0] && !first.deletions[0],
+            "first repair is immediate"
+        );
+        h.repaired("u1", cidr, t0);
+        // The next listing shows it blackholed again.
+        let t1 = t0 + Duration::from_secs(10);
+        let again = h.hold(&p, t1, true, None);
+        assert!(again.creations[0] && again.deletions[0]);
+        assert_eq!(again.until, Some(t0 + BLACKHOLE_REPAIR_FLOOR));
+        assert_eq!(again.new_recurrences.len(), 1);
+        assert_eq!(h.recurring_blackholes(), 1);
+        let t2 = t0 + BLACKHOLE_REPAIR_FLOOR;
+        assert!(!h.hold(&p, t2, true, None).creations[0]);
+        h.repaired("u1", cidr, t2);
+        let third = h.hold(&p, t2 + Duration::from_secs(10), true, None);
+        assert_eq!(third.until, Some(t2 + 2 * BLACKHOLE_REPAIR_FLOOR));
+        assert!(third.new_recurrences.is_empty(), "reported once");
+        // Healthy in a listing: forgotten.
+        let healthy = plan(
+            &nodes,
+            &[Route::from_text("node-1", "10.244.1.0/24")],
+            &cfg(),
+        );
+        h.hold(&healthy, t2 + Duration::from_secs(20), true, None);
+        assert_eq!(h.recurring_blackholes(), 0);
+    }
+}
