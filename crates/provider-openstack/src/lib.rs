@@ -693,6 +693,25 @@ impl CloudRoutes for OpenStackRoutes {
         self.index.replace_from_views(nodes.iter().map(|n| &**n));
     }
 
+    fn refresh_route(&self, route: &Route) -> Option<Route> {
+        if !route.enable_node_addresses || route.blackhole {
+            return None;
+        }
+        let cidr = route.destination.cidr()?;
+        let fresh = self.to_route(&RawRoute {
+            destination: cidr.to_string(),
+            nexthop: route.cloud_target.to_string(),
+        })?;
+        // Same route, same next hop: only what the provider reports about
+        // its node may differ.
+        (fresh.target_node_addresses != route.target_node_addresses
+            || fresh.target_node != route.target_node)
+            .then(|| Route {
+                name: route.name.clone(),
+                ..fresh
+            })
+    }
+
     async fn list_routes(&self, cluster: &str) -> Result<Vec<Route>, CloudError> {
         let state = self.get_router(ops::LIST).await?;
         // Forget created targets whose routes are all gone.

@@ -553,3 +553,66 @@ async fn password_auth_gets_a_token_and_the_network_endpoint_from_the_catalog() 
     );
     assert_eq!(seen[0]["auth"]["scope"]["project"]["name"], "demo");
 }
+
+#[tokio::test]
+async fn cached_route_follows_a_new_external_ip_instead_of_being_replaced() {
+    // Regression: in incremental mode cached routes kept the node addresses
+    // of the moment they were listed, so an ExternalIP added later planned a
+    // delete + create of an identical route.
+    let (_admin, router, url) = setup("refresh").await;
+    let mut c = config(&url, &router, UpdateMode::Auto);
+    c.node_subnets = vec![route_core::Cidr::parse("10.0.0.0/24").unwrap()];
+    let p = OpenStackRoutes::new(c).unwrap();
+    let idx = p.node_index();
+    idx.replace_all([("n1", vec![NodeAddress::internal_ip("10.0.0.5")])]);
+    p.create_route(
+        CLUSTER,
+        "uid-1",
+        &node_route("n1", "10.0.0.5", "10.244.1.0/24"),
+    )
+    .await
+    .unwrap();
+    let cached = p.list_routes(CLUSTER).await.unwrap();
+    assert_eq!(cached.len(), 1);
+
+    let now = vec![
+        NodeAddress::internal_ip("10.0.0.5"),
+        NodeAddress::new("ExternalIP", "203.0.113.5"),
+    ];
+    idx.replace_all([("n1", now.clone())]);
+    let node = route_core::NodeView::new("n1", "uid-1", &["10.244.1.0/24"]).with_addresses(now);
+    let cfg = route_core::PlanConfig {
+        cluster_cidrs: vec![route_core::Cidr::parse("10.244.0.0/16").unwrap()],
+        needs: p.capabilities().needs,
+    };
+    let stale = route_core::plan(std::slice::from_ref(&node), &cached, &cfg);
+    assert_eq!(
+        stale.deletions.len(),
+        1,
+        "the stale cache alone would churn"
+    );
+
+    let refreshed: Vec<Route> = cached
+        .iter()
+        .map(|r| p.refresh_route(r).unwrap_or_else(|| r.clone()))
+        .collect();
+    let writes_before = writes(&p);
+    assert!(
+        route_core::plan(std::slice::from_ref(&node), &refreshed, &cfg).is_noop(),
+        "same next hop: nothing to replace"
+    );
+    assert_eq!(writes(&p), writes_before, "refreshing sends no request");
+    assert_eq!(refreshed[0].name, cached[0].name);
+
+    // A real change of the next hop is still a replacement.
+    idx.replace_all([("n1", vec![NodeAddress::internal_ip("10.0.0.9")])]);
+    let moved = route_core::NodeView::new("n1", "uid-1", &["10.244.1.0/24"])
+        .with_addresses(vec![NodeAddress::internal_ip("10.0.0.9")]);
+    let refreshed: Vec<Route> = cached
+        .iter()
+        .map(|r| p.refresh_route(r).unwrap_or_else(|| r.clone()))
+        .collect();
+    let plan = route_core::plan(&[moved], &refreshed, &cfg);
+    assert_eq!(plan.deletions.len(), 1);
+    assert_eq!(plan.creations.len(), 1);
+}

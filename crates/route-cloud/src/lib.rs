@@ -114,6 +114,18 @@ pub trait CloudRoutes: Send + Sync + 'static {
     fn observe_nodes(&self, nodes: &[Arc<NodeView>]) {
         let _ = nodes;
     }
+
+    /// The route as a `list_routes` now would show it, worked out from what
+    /// the provider already knows, without a request; `None` when nothing
+    /// it reports could have changed (the default). A cached route table
+    /// keeps what was true when it was listed; a provider that derives a
+    /// route's target node addresses from the Nodes (OpenStack: the next
+    /// hop's node) refreshes them here, so a later change of the Node's
+    /// other addresses does not look like a route to replace.
+    fn refresh_route(&self, route: &Route) -> Option<Route> {
+        let _ = route;
+        None
+    }
 }
 
 /// A per-request timeout every provider applies unless configured otherwise.

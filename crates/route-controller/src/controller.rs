@@ -304,7 +304,17 @@ impl Controller {
         };
         let listed = cached.is_none();
         let routes = match cached {
-            Some(cached) => cached,
+            Some(mut cached) => {
+                let cloud = self.executor.cloud();
+                if cloud.capabilities().reports_node_addresses {
+                    for r in cached.iter_mut() {
+                        if let Some(fresh) = cloud.refresh_route(r) {
+                            *r = fresh;
+                        }
+                    }
+                }
+                cached
+            }
             None => match self.executor.list().await {
                 Ok(listed) => {
                     self.scheduler.full_pass_listed();

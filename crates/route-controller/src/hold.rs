@@ -10,7 +10,11 @@
 //!   with the same pod CIDR (a replaced VM, a kubelet re-registering) would
 //!   lose its route for the time of a delete and a create. A deletion whose
 //!   only cause is that its Node is gone waits `grace`; if the Node is back by
-//!   then, the route is simply kept. Deletions that free a CIDR another Node
+//!   then, the route is simply kept. The same holds for a live Node that
+//!   seems to have lost its pod CIDR: pod CIDRs cannot change once set, so
+//!   that is a stale view (a relist served from the API server's watch cache
+//!   can be older than what the watch already showed) and the watch catches
+//!   up within the grace. Deletions that free a CIDR or room another Node
 //!   needs, blackholes and address changes never wait: waiting would harm.
 //! - **Blackholes that cannot be repaired.** A route whose instance is
 //!   stopped is a blackhole; replacing it points it at the same stopped
@@ -27,6 +31,15 @@ use route_core::{Cidr, CreationReason, DeletionReason, Plan};
 use tokio::time::Instant;
 
 use crate::retry::OpKey;
+
+/// Deletions that may wait for the grace: their Node, or its pod CIDR, is
+/// gone from the view, which a re-creation or a stale relist explains.
+fn may_wait(reason: DeletionReason) -> bool {
+    matches!(
+        reason,
+        DeletionReason::NodeGone | DeletionReason::CidrNotAssigned
+    )
+}
 
 /// The least wait before repairing a blackhole that came back.
 pub const BLACKHOLE_REPAIR_FLOOR: Duration = Duration::from_secs(30);
@@ -102,13 +115,13 @@ impl Holds {
         let other_deletions = plan
             .deletions
             .iter()
-            .filter(|d| d.reason != DeletionReason::NodeGone)
+            .filter(|d| !may_wait(d.reason))
             .count();
         let short_of_room =
             room.is_some_and(|r| plan.creations.len() > r.saturating_add(other_deletions));
         if !self.grace.is_zero() && !short_of_room {
             for (i, d) in plan.deletions.iter().enumerate() {
-                if d.reason != DeletionReason::NodeGone || needed.contains(&i) {
+                if !may_wait(d.reason) || needed.contains(&i) {
                     continue;
                 }
                 let key = OpKey::delete(d);

@@ -107,7 +107,13 @@ impl StatusWriter for KubeStatusWriter {
         node: &NodeRef,
         cond: NetworkCondition,
     ) -> Result<(), StatusError> {
-        let patch = condition_patch(cond, Timestamp::now());
+        let mut patch = condition_patch(cond, Timestamp::now());
+        // The UID is a precondition: a Node deleted and re-created under the
+        // same name since the plan was made is not the Node it was made for,
+        // and the API server refuses the patch (409) instead of applying it.
+        if !node.uid.is_empty() {
+            patch["metadata"] = serde_json::json!({ "uid": node.uid });
+        }
         self.nodes
             .patch_status(
                 &node.name,

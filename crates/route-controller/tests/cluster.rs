@@ -355,3 +355,123 @@ async fn two_hundred_heartbeats_cause_no_reconcile_and_no_cloud_call() {
         }
     }
 }
+
+#[tokio::test]
+async fn external_cloud_provider_order_routes_the_node_when_its_provider_id_arrives() {
+    // Regression: with --cloud-provider=external the pod CIDR comes before
+    // the providerID; the refused creation backed off to 5 minutes and the
+    // providerID did not even trigger (route 298 s after it was set).
+    let c = TestCluster::acquire().await.unwrap();
+    for mode in [Mode::Incremental, Mode::Watch] {
+        // Shaped like AWS: routes name the instance of the providerID and
+        // carry no node addresses.
+        let cloud = MemoryCloud::new(route_cloud::memory::MemoryConfig {
+            needs: route_core::TargetNeeds::ProviderId,
+            reports_node_addresses: false,
+            ..Default::default()
+        })
+        .unwrap();
+        let ctl = start(&c, mode, &cloud, hour());
+        let name = format!("late-{}", mode.as_str());
+        // The kubelet registers: tainted, no providerID, no addresses; node
+        // IPAM assigns the pod CIDR at once.
+        c.create_node(
+            &TestNode::new(&name)
+                .pod_cidrs(["10.244.40.0/24"])
+                .uninitialized(),
+        )
+        .await
+        .unwrap();
+        wait_condition(&c, &name, "True", "NoRouteCreated").await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(
+            cloud.stats().total("create"),
+            0,
+            "{mode:?}: no creation the cloud must refuse"
+        );
+        // Seconds later the cloud-controller-manager's node controller fills
+        // in providerID and addresses and removes the taint.
+        c.nodes()
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({
+                    "spec": {"providerID": "aws:///eu-west-1a/i-0late", "taints": null}
+                })),
+            )
+            .await
+            .unwrap();
+        c.nodes()
+            .patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({
+                    "status": {"addresses": [{"type": "InternalIP", "address": "10.0.40.1"}]}
+                })),
+            )
+            .await
+            .unwrap();
+        wait_routes(&cloud, &name, 1, "route after the providerID").await;
+        wait_condition(&c, &name, "False", "RouteCreated").await;
+        let r = &routes_of(&cloud, &name)[0];
+        assert_eq!(
+            r.target_provider_id.as_deref(),
+            Some("aws:///eu-west-1a/i-0late")
+        );
+        assert_eq!(
+            cloud.stats().total("create"),
+            1,
+            "{mode:?}: exactly one creation"
+        );
+        let events = c.node_events(&name).await.unwrap();
+        assert!(
+            events
+                .iter()
+                .all(|e| e.reason.as_deref() != Some("FailedToCreateRoute")),
+            "{mode:?}: waiting for node data is not a failure"
+        );
+        ctl.stop().await;
+        c.delete_node(&name).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn condition_patch_for_a_recreated_node_of_the_same_name_is_refused() {
+    // Regression: the nodes/status patch carried no UID precondition and
+    // could land on a Node re-created under the same name.
+    use route_controller::{NodeRef, StatusWriter};
+    let c = TestCluster::acquire().await.unwrap();
+    let old = c
+        .create_node(&TestNode::new("again").pod_cidrs(["10.244.41.0/24"]))
+        .await
+        .unwrap();
+    let old_uid = old.metadata.uid.clone().unwrap();
+    c.delete_node("again").await.unwrap();
+    let new = c
+        .create_node(&TestNode::new("again").pod_cidrs(["10.244.41.0/24"]))
+        .await
+        .unwrap();
+    let writer = KubeStatusWriter::new(c.client(), "test");
+    let stale = NodeRef {
+        name: "again".into(),
+        uid: old_uid,
+    };
+    let r = writer
+        .set_condition(&stale, route_core::NetworkCondition::RouteCreated)
+        .await;
+    assert!(
+        r.is_err(),
+        "a patch meant for the old Node must fail: {r:?}"
+    );
+    assert!(c.network_unavailable("again").await.unwrap().is_none());
+    let current = NodeRef {
+        name: "again".into(),
+        uid: new.metadata.uid.clone().unwrap(),
+    };
+    writer
+        .set_condition(&current, route_core::NetworkCondition::RouteCreated)
+        .await
+        .unwrap();
+    assert!(c.network_unavailable("again").await.unwrap().is_some());
+    c.delete_node("again").await.unwrap();
+}

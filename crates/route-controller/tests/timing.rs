@@ -589,3 +589,23 @@ async fn blackhole_of_a_stopped_instance_is_repaired_with_backoff_not_every_pass
     sleep(Duration::from_secs(120)).await;
     assert!(!h.cloud.routes(CLUSTER)[0].blackhole);
 }
+
+#[tokio::test(start_paused = true)]
+async fn relist_from_a_stale_watch_cache_keeps_the_newest_nodes_route() {
+    // A relist served from the API server's watch cache (resourceVersion 0)
+    // can predate what the watch already showed; the watch then replays the
+    // newer events. The Node missing from the stale list must keep its route.
+    let h = start(Mode::Incremental, MemoryCloud::default(), &[node(0)]);
+    sleep(Duration::from_secs(1)).await;
+    h.nodes.apply(NodeEvent::Apply(node(1)));
+    sleep(Duration::from_secs(1)).await;
+    assert_eq!(h.cloud.routes(CLUSTER).len(), 2);
+    h.nodes.apply(NodeEvent::Init);
+    h.nodes.apply(NodeEvent::InitApply(node(0)));
+    h.nodes.apply(NodeEvent::InitDone);
+    sleep(Duration::from_millis(200)).await;
+    h.nodes.apply(NodeEvent::Apply(node(1)));
+    sleep(Duration::from_secs(30)).await;
+    assert_eq!(h.cloud.stats().total("delete"), 0);
+    assert_eq!(h.cloud.routes(CLUSTER).len(), 2);
+}

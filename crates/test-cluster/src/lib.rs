@@ -41,7 +41,7 @@ use tokio::sync::{Mutex, MutexGuard, OnceCell};
 use tracing::info;
 
 pub use controlplane::{BIN_DIR_ENV, Binaries, ControlPlane, StartOptions};
-pub use nodes::{NETWORK_UNAVAILABLE, TestNode, condition};
+pub use nodes::{NETWORK_UNAVAILABLE, TestNode, UNINITIALIZED_TAINT, condition};
 
 /// Points the fixture at a running cluster instead of starting one.
 pub const KUBECONFIG_ENV: &str = "CRC_TEST_KUBECONFIG";

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus};
+use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
@@ -21,7 +21,14 @@ pub struct TestNode {
     pub addresses: Vec<(String, String)>,
     pub provider_id: Option<String>,
     pub labels: BTreeMap<String, String>,
+    /// `(key, effect)` taints.
+    pub taints: Vec<(String, String)>,
 }
+
+/// The taint a kubelet with `--cloud-provider=external` registers with; the
+/// cloud-controller-manager's node controller removes it once it has filled
+/// in the providerID and addresses.
+pub const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialized";
 
 impl TestNode {
     pub fn new(name: impl Into<String>) -> Self {
@@ -60,6 +67,18 @@ impl TestNode {
         self
     }
 
+    pub fn taint(mut self, key: impl Into<String>, effect: impl Into<String>) -> Self {
+        self.taints.push((key.into(), effect.into()));
+        self
+    }
+
+    /// As the kubelet registers with `--cloud-provider=external`: tainted
+    /// uninitialized (providerID and addresses come from the
+    /// cloud-controller-manager later).
+    pub fn uninitialized(self) -> Self {
+        self.taint(UNINITIALIZED_TAINT, "NoSchedule")
+    }
+
     /// The Node object sent on create.
     pub fn to_node(&self) -> Node {
         let now = Time(now_seconds());
@@ -73,6 +92,17 @@ impl TestNode {
                 pod_cidr: self.pod_cidrs.first().cloned(),
                 pod_cidrs: (!self.pod_cidrs.is_empty()).then(|| self.pod_cidrs.clone()),
                 provider_id: self.provider_id.clone(),
+                taints: (!self.taints.is_empty()).then(|| {
+                    self.taints
+                        .iter()
+                        .map(|(key, effect)| Taint {
+                            key: key.clone(),
+                            effect: effect.clone(),
+                            value: Some("true".into()),
+                            time_added: None,
+                        })
+                        .collect()
+                }),
                 ..Default::default()
             }),
             status: Some(NodeStatus {
