@@ -70,10 +70,13 @@ struct ServerCache {
 }
 
 /// Who a gateway belongs to, learned from this provider's own creations.
+/// It stands in for the server list until a list fetched later says
+/// otherwise, and is forgotten once no route uses the gateway.
 #[derive(Debug, Clone)]
 struct Learned {
     node: String,
     server_id: Option<u64>,
+    at: Instant,
 }
 
 #[derive(Debug, Default)]
@@ -390,9 +393,12 @@ impl HcloudRoutes {
         };
         route.target_node_addresses = vec![NodeAddress::internal_ip(gw.to_string())];
         let server = servers.by_ip.get(&gw);
+        let listed_since = |l: &Learned| servers.fetched.is_some_and(|t| t > l.at);
         match (cache.learned.get(&gw), server) {
-            // What we created stands unless the server list shows the IP moved
-            // to another server since.
+            // What we created stands unless a server list fetched since shows
+            // the IP on another server, or on none (the server is gone: a
+            // blackhole, as on clouds that report one).
+            (Some(l), None) if listed_since(l) => route.blackhole = true,
             (Some(l), s) if s.is_none_or(|s| l.server_id.is_none_or(|id| id == s.id)) => {
                 route.target_node = l.node.clone().into();
                 route.target_provider_id = s
@@ -453,7 +459,8 @@ impl CloudRoutes for HcloudRoutes {
         if unknown && self.may_refresh(&servers) {
             self.refresh_servers(&mut servers).await?;
         }
-        let cache = self.cache();
+        let mut cache = self.cache();
+        cache.learned.retain(|gw, _| gateways.contains(gw));
         Ok(network
             .routes
             .iter()
@@ -499,6 +506,7 @@ impl CloudRoutes for HcloudRoutes {
             Learned {
                 node: route.target_node.to_string(),
                 server_id,
+                at: Instant::now(),
             },
         );
         let mut created = Route::new(route.target_node.clone(), Destination::Cidr(cidr))

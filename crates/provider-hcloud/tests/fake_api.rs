@@ -545,3 +545,52 @@ async fn the_token_never_appears_in_debug_errors_or_logs() {
         assert!(!text.contains("other-token"), "token leaked: {text}");
     }
 }
+
+#[tokio::test]
+async fn route_to_a_deleted_server_is_a_blackhole_once_the_server_list_says_so() {
+    // Regression: the gateways this provider created were never forgotten
+    // and won over the server list, so a route to a deleted server's IP was
+    // never reported as a blackhole.
+    let fake = fake_with(FakeConfig::default(), 2).await;
+    let p = provider(
+        &fake,
+        HcloudConfig {
+            server_refresh_min_interval_secs: 0,
+            ..client_config(&fake)
+        },
+    );
+    p.create_route("c", "uid-0", &node_route(0)).await.unwrap();
+    let listed = p.list_routes("c").await.unwrap();
+    assert!(!listed[0].blackhole);
+    assert_eq!(
+        fake.count("list_servers"),
+        0,
+        "created routes need no lookup"
+    );
+
+    // The server is deleted; a stranger's route makes the provider fetch the
+    // server list, which no longer has the gateway.
+    fake.remove_server(100);
+    fake.insert_route(NET, "10.244.99.0/24", "10.0.0.250");
+    let listed = p.list_routes("c").await.unwrap();
+    assert!(fake.count("list_servers") >= 1);
+    let ours = listed
+        .iter()
+        .find(|r| r.destination == dest("10.244.0.0/24"))
+        .unwrap();
+    assert!(ours.blackhole, "{ours:?}");
+
+    // Once the route is gone, so is what was learned about its gateway: a
+    // new server on that IP is named by the server list alone.
+    p.delete_route("c", ours).await.unwrap();
+    p.list_routes("c").await.unwrap();
+    fake.add_server(300, "node-new", NET, "10.0.0.2");
+    fake.insert_route(NET, "10.244.0.0/24", "10.0.0.2");
+    let listed = p.list_routes("c").await.unwrap();
+    let r = listed
+        .iter()
+        .find(|r| r.destination == dest("10.244.0.0/24"))
+        .unwrap();
+    assert_eq!(r.target_node, "node-new");
+    assert!(!r.blackhole);
+}
