@@ -161,8 +161,10 @@ struct State {
     /// Destinations (as EC2 writes them) listed as blackholes, per table, so a
     /// create over one replaces it in one call.
     blackholes: HashMap<String, HashSet<String>>,
-    /// Instances whose source/destination check this process turned off.
-    source_dest_off: HashSet<String>,
+    /// Instances whose source/destination check this process turned off, or being turned
+    /// off: concurrent creations for one instance (a dual-stack Node's two
+    /// routes) share one `ModifyInstanceAttribute`.
+    source_dest_off: HashMap<String, Arc<tokio::sync::OnceCell<()>>>,
     index: NodeIndex,
 }
 
@@ -481,17 +483,24 @@ impl Ec2Routes {
     }
 
     async fn disable_source_dest_check(&self, instance: &str) -> Result<(), CloudError> {
-        if self.state().source_dest_off.contains(instance) {
-            return Ok(());
-        }
-        let req = self
-            .client
-            .modify_instance_attribute()
-            .instance_id(instance)
-            .source_dest_check(AttributeBooleanValue::builder().value(false).build());
-        self.call(Op::ModifyInstanceAttribute, || req.send())
-            .await?;
-        self.state().source_dest_off.insert(instance.to_string());
+        let once = self
+            .state()
+            .source_dest_off
+            .entry(instance.to_string())
+            .or_default()
+            .clone();
+        // A failed attempt leaves the cell empty, so the next creation tries again.
+        once.get_or_try_init(|| async {
+            let req = self
+                .client
+                .modify_instance_attribute()
+                .instance_id(instance)
+                .source_dest_check(AttributeBooleanValue::builder().value(false).build());
+            self.call(Op::ModifyInstanceAttribute, || req.send())
+                .await
+                .map(|_| ())
+        })
+        .await?;
         Ok(())
     }
 

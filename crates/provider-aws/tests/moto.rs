@@ -501,3 +501,34 @@ async fn throttling_slows_the_client_down_without_losing_routes() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_creations_for_one_instance_turn_off_source_dest_check_once() {
+    // Regression: a dual-stack Node's two routes are created concurrently
+    // and both sent ModifyInstanceAttribute. What matters is two creations
+    // for one instance in flight together; two IPv4 CIDRs show it without
+    // depending on the emulator's IPv6 routes.
+    let ep = endpoint().await;
+    let ec2 = testing::client(&ep).await;
+    let net = testing::create_network(&ec2, "10.12.0.0/16", None)
+        .await
+        .unwrap();
+    let inst = testing::run_instances(&ec2, &net, 1).await.unwrap();
+    let p = testing::provider(&ep, config_for(Some(&net.route_table_id)))
+        .await
+        .unwrap();
+    let cluster = testing::unique_cluster("once");
+    let n = node("node-a", &inst[0], "10.244.0.0/24");
+    observe(&p, std::slice::from_ref(&n));
+    let first = wanted(&n);
+    let mut second = wanted(&n);
+    second.destination = "10.244.1.0/24".parse::<route_core::Cidr>().unwrap().into();
+    let (a, b) = tokio::join!(
+        p.create_route(&cluster, "uid-node-a", &first),
+        p.create_route(&cluster, "uid-node-a", &second)
+    );
+    a.unwrap();
+    b.unwrap();
+    assert_eq!(count(&p, "ModifyInstanceAttribute"), 1);
+    assert_eq!(count(&p, "CreateRoute"), 2);
+}
