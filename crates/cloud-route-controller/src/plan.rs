@@ -65,6 +65,7 @@ pub async fn plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
         &PlanConfig {
             cluster_cidrs: cidrs,
             needs: cloud.capabilities().needs,
+            replace_blackholes: cloud.capabilities().replaces_blackholes,
         },
     );
     let conditions: Vec<ConditionChange<'_>> = plan

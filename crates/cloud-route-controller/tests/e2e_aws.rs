@@ -288,14 +288,14 @@ async fn a_blackhole_route_is_replaced_by_a_route_to_the_nodes_instance() {
         .position(|r| r.action == "DescribeRouteTables")
         .map(|i| i + mark)
         .expect("a list showed the blackhole before the rewrite");
-    if w.action == "CreateRoute" {
-        assert!(
-            log[listed..rewrite]
-                .iter()
-                .any(|r| r.action == "DeleteRoute" && destination(r) == dest),
-            "CreateRoute over a blackhole without deleting it first"
-        );
-    }
+    // One ReplaceRoute: no DeleteRoute first, no moment without a route.
+    assert_eq!(w.action, "ReplaceRoute", "{}", w.body);
+    assert!(
+        !log[listed..rewrite]
+            .iter()
+            .any(|r| r.action == "DeleteRoute" && destination(r) == dest),
+        "the blackhole was deleted before it was replaced"
+    );
     let writes: Vec<String> = log[mark..]
         .iter()
         .filter(|r| is_route_write(r))

@@ -223,6 +223,9 @@ pub struct WireCapabilities {
     /// [`Capabilities::needs`]; absent from older servers.
     #[serde(default)]
     pub needs: TargetNeeds,
+    /// [`Capabilities::replaces_blackholes`]; absent from older servers.
+    #[serde(default)]
+    pub replaces_blackholes: bool,
 }
 
 impl From<&Capabilities> for WireCapabilities {
@@ -234,6 +237,7 @@ impl From<&Capabilities> for WireCapabilities {
             supports_ipv6: c.supports_ipv6,
             max_routes: c.max_routes,
             needs: c.needs,
+            replaces_blackholes: c.replaces_blackholes,
         }
     }
 }
@@ -248,6 +252,7 @@ impl From<WireCapabilities> for Capabilities {
             supports_ipv6: w.supports_ipv6,
             max_routes: w.max_routes,
             needs: w.needs,
+            replaces_blackholes: w.replaces_blackholes,
         }
     }
 }

@@ -611,6 +611,8 @@ impl CloudRoutes for Ec2Routes {
             max_routes: self.config.max_routes,
             // The route's target is the instance of `spec.providerID`.
             needs: TargetNeeds::ProviderId,
+            // A creation over a listed blackhole is one `ReplaceRoute`.
+            replaces_blackholes: true,
         }
     }
 

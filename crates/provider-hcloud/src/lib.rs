@@ -432,6 +432,7 @@ impl CloudRoutes for HcloudRoutes {
             // The server is found by providerID, InternalIP or name; with
             // hcloud's cloud-controller-manager the Node name is the server's.
             needs: TargetNeeds::Nothing,
+            replaces_blackholes: false,
         }
     }
 

@@ -680,6 +680,7 @@ impl CloudRoutes for OpenStackRoutes {
             max_routes: self.config.max_routes,
             // The next hop is the node's InternalIP of the route's family.
             needs: TargetNeeds::InternalIp,
+            replaces_blackholes: false,
         }
     }
 

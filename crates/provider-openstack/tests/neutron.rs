@@ -584,6 +584,7 @@ async fn cached_route_follows_a_new_external_ip_instead_of_being_replaced() {
     let cfg = route_core::PlanConfig {
         cluster_cidrs: vec![route_core::Cidr::parse("10.244.0.0/16").unwrap()],
         needs: p.capabilities().needs,
+        ..route_core::PlanConfig::default()
     };
     let stale = route_core::plan(std::slice::from_ref(&node), &cached, &cfg);
     assert_eq!(

@@ -36,6 +36,9 @@ pub struct Capabilities {
     /// What a Node must carry before a route to it can be created; the
     /// planner waits for it instead of sending a creation the cloud refuses.
     pub needs: TargetNeeds,
+    /// `create_route` for the destination of a blackhole replaces it in one
+    /// call (AWS `ReplaceRoute`), so the planner sends no deletion first.
+    pub replaces_blackholes: bool,
 }
 
 impl Default for Capabilities {
@@ -47,6 +50,7 @@ impl Default for Capabilities {
             supports_ipv6: true,
             max_routes: None,
             needs: TargetNeeds::Nothing,
+            replaces_blackholes: false,
         }
     }
 }

@@ -902,6 +902,7 @@ impl CloudRoutes for MemoryCloud {
             supports_ipv6: s.config.supports_ipv6,
             max_routes: s.config.max_routes,
             needs: s.config.needs,
+            replaces_blackholes: false,
         }
     }
 

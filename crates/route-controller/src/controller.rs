@@ -176,7 +176,9 @@ impl Controller {
         let mut cfg = cfg;
         // The planner waits for what this provider needs on a Node rather
         // than send creations the cloud would refuse.
-        cfg.plan.needs = cloud.capabilities().needs;
+        let caps = cloud.capabilities();
+        cfg.plan.needs = caps.needs;
+        cfg.plan.replace_blackholes = caps.replaces_blackholes;
         let scheduler = Scheduler::new(cfg.mode, cfg.timing, Instant::now());
         let book = RetryBook::new(cfg.backoff);
         let holds = Holds::new(cfg.deletion_grace, cfg.backoff.max);
@@ -507,6 +509,9 @@ impl Controller {
                         && let Some(cidr) = c.route.destination.cidr()
                     {
                         self.holds.repaired(&c.name_hint, cidr, now);
+                    }
+                    if let Some(replaced) = &c.replaces {
+                        self.cache_remove(replaced);
                     }
                     if let Some(cache) = &mut self.route_cache {
                         cache.push(created.clone().unwrap_or_else(|| c.route.clone()));

@@ -311,7 +311,8 @@ impl Executor {
             let freed = del_due.iter().filter(|d| **d).count();
             let mut room = max.saturating_sub(existing_routes.saturating_sub(freed));
             for (i, due) in cre_due.iter_mut().enumerate() {
-                if !*due {
+                // A replacement in place takes no room.
+                if !*due || plan.creations[i].replaces.is_some() {
                     continue;
                 }
                 if room == 0 {

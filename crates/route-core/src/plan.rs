@@ -24,6 +24,12 @@ pub struct PlanConfig {
     /// controller takes it from the provider's capabilities.
     #[serde(default)]
     pub needs: TargetNeeds,
+    /// The provider replaces a blackhole in place when asked to create a
+    /// route for its destination (AWS `ReplaceRoute`): a blackhole of a CIDR
+    /// its node still owns is then replaced by one creation, with no deletion
+    /// and no moment without a route. From the provider's capabilities.
+    #[serde(default)]
+    pub replace_blackholes: bool,
 }
 
 /// What a provider needs on a Node to create a route to it.
@@ -160,6 +166,10 @@ pub struct Creation {
     pub name_hint: String,
     /// Indices into [`Plan::deletions`] that must succeed before this creation starts.
     pub after: Vec<usize>,
+    /// The blackhole route this creation replaces in place
+    /// ([`PlanConfig::replace_blackholes`]); it is not deleted.
+    #[serde(default)]
+    pub replaces: Option<Route>,
     /// Why.
     pub reason: CreationReason,
 }

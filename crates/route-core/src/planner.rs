@@ -15,8 +15,10 @@
 //!    the node's addresses as a multiset of (type, address); upstream's check
 //!    treats `[A, A]` and `[A, B]` as equal.
 //! 4. A blackhole route for a CIDR the node still owns is deleted *and*
-//!    re-created in the same plan ([`CreationReason::ReplacesBlackhole`]);
-//!    upstream leaves the node without a route until the next pass.
+//!    re-created in the same plan ([`CreationReason::ReplacesBlackhole`]), or
+//!    replaced in place by one creation where the provider can
+//!    ([`PlanConfig::replace_blackholes`]); upstream leaves the node without a
+//!    route until the next pass.
 //! 5. Duplicate pod CIDRs on one node give one creation; several cloud routes
 //!    for the same node and CIDR are reduced to one (non-blackhole first, then
 //!    one whose addresses match, then the first listed).
@@ -142,8 +144,10 @@ struct Slot {
     kept_target_changed: bool,
     /// What the node lacks for the provider to create this route.
     missing: Option<MissingNodeData>,
-    /// A blackhole route for this (node, CIDR) is being deleted.
+    /// A blackhole route for this (node, CIDR) is being deleted or replaced.
     blackhole_seen: bool,
+    /// Index of the blackhole route a creation replaces in place, or [`NONE`].
+    replaced: u32,
 }
 
 /// Per-node bookkeeping; slots of node `i` are `slots[start..end]`.
@@ -230,6 +234,7 @@ pub fn plan<N: Borrow<NodeView>>(nodes: &[N], routes: &[Route], config: &PlanCon
                         kept_target_changed: false,
                         missing: config.needs.missing(n, c.family()),
                         blackhole_seen: false,
+                        replaced: NONE,
                     });
                 }
             }
@@ -263,10 +268,19 @@ pub fn plan<N: Borrow<NodeView>>(nodes: &[N], routes: &[Route], config: &PlanCon
             (i.start..i.end).find(|&s| slots[s as usize].cidr == c)
         });
         if r.blackhole {
-            decision[ri] = Some(DeletionReason::Blackhole);
             if let Some(s) = slot {
-                slots[s as usize].blackhole_seen = true;
+                let s = &mut slots[s as usize];
+                s.blackhole_seen = true;
+                if config.replace_blackholes
+                    && s.replaced == NONE
+                    && s.state == SlotState::Routable
+                    && s.missing.is_none()
+                {
+                    s.replaced = ri as u32;
+                    continue;
+                }
             }
+            decision[ri] = Some(DeletionReason::Blackhole);
             continue;
         }
         let Some(s) = slot else {
@@ -304,7 +318,13 @@ pub fn plan<N: Borrow<NodeView>>(nodes: &[N], routes: &[Route], config: &PlanCon
     // Only a route that will be re-created is replaced when its addresses
     // or instance changed; in a conflict, outside the cluster, or while the
     // node lacks what a new route needs, a stale route beats none.
-    for s in &slots {
+    for s in &mut slots {
+        // A live route for the pair after all: the blackhole is not replaced
+        // but deleted.
+        if s.replaced != NONE && s.kept != NONE {
+            decision[s.replaced as usize] = Some(DeletionReason::Blackhole);
+            s.replaced = NONE;
+        }
         if s.state == SlotState::Routable
             && s.kept != NONE
             && !s.kept_matches
@@ -387,6 +407,7 @@ pub fn plan<N: Borrow<NodeView>>(nodes: &[N], routes: &[Route], config: &PlanCon
                         },
                         name_hint: n.uid.clone(),
                         after: deletions_by_cidr.get(&s.cidr).cloned().unwrap_or_default(),
+                        replaces: (s.replaced != NONE).then(|| routes[s.replaced as usize].clone()),
                         reason,
                     });
                 }

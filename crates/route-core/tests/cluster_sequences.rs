@@ -191,3 +191,43 @@ fn blackhole_replacement_waits_for_node_data_but_the_blackhole_goes() {
     assert!(p.creations.is_empty());
     assert_eq!(p.awaiting_node_data.len(), 1);
 }
+
+#[test]
+fn blackhole_is_replaced_in_place_where_the_provider_can() {
+    // The README promises one ReplaceRoute over an AWS blackhole; the plan
+    // used to delete it first (two calls and a moment without a route).
+    let n = NodeView::new("node-1", "01", &["10.120.1.0/24"]).with_provider_id("aws:///z/i-1");
+    let bh = route("node-1", "10.120.1.0/24", &[], false).blackholed();
+    let cfg = PlanConfig {
+        replace_blackholes: true,
+        ..cluster(TargetNeeds::ProviderId)
+    };
+    let p = plan(std::slice::from_ref(&n), std::slice::from_ref(&bh), &cfg);
+    assert!(p.deletions.is_empty(), "{p:#?}");
+    assert_eq!(p.creations.len(), 1);
+    assert_eq!(p.creations[0].reason, CreationReason::ReplacesBlackhole);
+    assert_eq!(p.creations[0].replaces.as_ref(), Some(&bh));
+    assert!(p.creations[0].after.is_empty());
+
+    // Without the capability: delete, then create.
+    let p = plan(&[n], &[bh], &cluster(TargetNeeds::ProviderId));
+    assert_eq!(p.deletions.len(), 1);
+    assert_eq!(p.creations[0].after, vec![0]);
+    assert!(p.creations[0].replaces.is_none());
+}
+
+#[test]
+fn blackhole_beside_a_live_route_is_deleted_not_replaced() {
+    let n = NodeView::new("node-1", "01", &["10.120.1.0/24"]);
+    let live = route("node-1", "10.120.1.0/24", &[], false);
+    let bh = route("node-1", "10.120.1.0/24", &[], false).blackholed();
+    let cfg = PlanConfig {
+        replace_blackholes: true,
+        ..cluster(TargetNeeds::Nothing)
+    };
+    let p = plan(&[n], &[bh.clone(), live], &cfg);
+    assert!(p.creations.is_empty());
+    assert_eq!(p.deletions.len(), 1);
+    assert_eq!(p.deletions[0].route, bh);
+    assert_eq!(p.deletions[0].reason, DeletionReason::Blackhole);
+}

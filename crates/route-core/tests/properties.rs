@@ -91,8 +91,8 @@ fn world() -> impl Strategy<Value = World> {
         ),
         0..12,
     );
-    (raw_nodes, raw_routes, any::<bool>()).prop_map(
-        |(raw_nodes, raw_routes, dual): (Vec<RawNode>, Vec<RawRoute>, bool)| {
+    (raw_nodes, raw_routes, any::<bool>(), any::<bool>()).prop_map(
+        |(raw_nodes, raw_routes, dual, replace): (Vec<RawNode>, Vec<RawRoute>, bool, bool)| {
             let nodes: Vec<NodeView> = raw_nodes
                 .iter()
                 .enumerate()
@@ -163,6 +163,7 @@ fn world() -> impl Strategy<Value = World> {
                 routes,
                 config: PlanConfig {
                     cluster_cidrs,
+                    replace_blackholes: replace,
                     ..PlanConfig::default()
                 },
             }

@@ -42,7 +42,15 @@ pub fn apply(plan: &Plan, routes: &[Route]) -> Vec<Route> {
             .unwrap_or_else(|| panic!("plan deletes a route that is not listed: {:?}", d.route));
         out.remove(pos);
     }
-    out.extend(plan.creations.iter().map(|c| c.route.clone()));
+    for c in &plan.creations {
+        if let Some(replaced) = &c.replaces {
+            let pos = out.iter().position(|r| r == replaced).unwrap_or_else(|| {
+                panic!("plan replaces a route that is not listed: {replaced:?}")
+            });
+            out.remove(pos);
+        }
+        out.push(c.route.clone());
+    }
     out
 }
 
