@@ -3,6 +3,7 @@
 # demo, benchmarks and manual work. `up` prints shell export lines, so
 #   eval "$(scripts/controlplane.sh up)"
 # points kubectl and the cluster tests at it. `status` prints them again.
+# `restart-apiserver` restarts kube-apiserver alone (same port, data kept).
 # The binaries come from scripts/build-controlplane.sh (built once per machine).
 set -euo pipefail
 
@@ -10,8 +11,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/cloud-route-controller/target}
 
 case "${1:-}" in
-  up | down | status) ;;
-  *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+  up | down | status | restart-apiserver) ;;
+  *) echo "usage: $0 up|down|status|restart-apiserver" >&2; exit 2 ;;
 esac
 
 # Build output goes to stderr so stdout stays eval-able.

@@ -63,7 +63,18 @@ finish() {
   [ "$keep" = 1 ] || rm -rf "$dir"
   exit 0
 }
+# SIGUSR1 restarts the apiserver alone, on the same port and etcd, as an
+# apiserver rollout or crash does; watches break, data stays.
+restart_api() {
+  old=$api
+  stop_one "$old" 100
+  wait "$old" 2>/dev/null
+  eval "exec $api_cmd" >> "$dir/kube-apiserver.log" 2>&1 < /dev/null &
+  api=$!
+  echo "$etcd $api" > "$dir/pids"
+}
 trap finish TERM INT HUP
+trap restart_api USR1
 while :; do
   if [ "$parent" != 0 ] && ! kill -0 "$parent" 2>/dev/null; then finish; fi
   if [ ! -e "$dir/exited" ] && { ! alive "$etcd" || ! alive "$api"; }; then
@@ -427,6 +438,17 @@ impl ControlPlane {
         }
     }
 
+    /// Restarts kube-apiserver alone (same port, same etcd, data kept) and
+    /// waits until it is ready again: what an apiserver rollout or crash
+    /// does to clients. Watches break; nothing else changes.
+    pub async fn restart_apiserver(&mut self) -> Result<(), Error> {
+        let pid = self
+            .supervisor_pid()
+            .ok_or_else(|| self.failure("the control plane has no supervisor"))?;
+        restart_apiserver_of(pid, &self.dir).await?;
+        self.wait_ready().await
+    }
+
     /// Kubeconfig with the admin (system:masters) client certificate embedded.
     pub fn kubeconfig(&self) -> &Path {
         &self.kubeconfig
@@ -487,6 +509,35 @@ impl Drop for ControlPlane {
             warn!(error = %e, "stopping the control plane");
         }
     }
+}
+
+/// Asks the supervisor `pid` (data directory `dir`) to restart
+/// kube-apiserver and waits until it has started a new one; readiness is the
+/// caller's to wait for.
+pub async fn restart_apiserver_of(pid: u32, dir: &Path) -> Result<(), Error> {
+    let pids = dir.join("pids");
+    let before = std::fs::read_to_string(&pids).unwrap_or_default();
+    let status = Command::new("kill")
+        .args(["-USR1", &pid.to_string()])
+        .status()
+        .map_err(|source| Error::io("run kill", source))?;
+    if !status.success() {
+        return Err(Error::Startup {
+            reason: format!("could not signal the control-plane supervisor {pid}"),
+            logs: String::new(),
+        });
+    }
+    let deadline = Instant::now() + STOP_TIMEOUT;
+    while std::fs::read_to_string(&pids).unwrap_or_default() == before {
+        if Instant::now() >= deadline {
+            return Err(Error::Startup {
+                reason: format!("kube-apiserver was not restarted within {STOP_TIMEOUT:?}"),
+                logs: tail(&dir.join("kube-apiserver.log"), 40),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
 }
 
 /// Sends SIGTERM to a supervisor and waits until `exited()` says it is gone.

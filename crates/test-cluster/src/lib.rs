@@ -40,7 +40,7 @@ use serde_json::json;
 use tokio::sync::{Mutex, MutexGuard, OnceCell};
 use tracing::info;
 
-pub use controlplane::{BIN_DIR_ENV, Binaries, ControlPlane, StartOptions};
+pub use controlplane::{BIN_DIR_ENV, Binaries, ControlPlane, StartOptions, restart_apiserver_of};
 pub use nodes::{NETWORK_UNAVAILABLE, TestNode, UNINITIALIZED_TAINT, condition};
 
 /// Points the fixture at a running cluster instead of starting one.

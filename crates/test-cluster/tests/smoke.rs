@@ -494,3 +494,37 @@ async fn reports_the_built_version_and_kubectl_works() {
     created.expect("create late");
     assert_eq!(seen.expect("seen").metadata.name.as_deref(), Some("late"));
 }
+
+#[tokio::test]
+async fn apiserver_restarts_alone_and_keeps_the_data() {
+    // A private control plane: the shared one serves the other tests.
+    let mut plane = test_cluster::ControlPlane::start(test_cluster::StartOptions::default())
+        .await
+        .expect("private control plane");
+    let client = test_cluster::client_from_kubeconfig(plane.kubeconfig())
+        .await
+        .unwrap();
+    let nodes: Api<Node> = Api::all(client);
+    nodes
+        .create(
+            &PostParams::default(),
+            &TestNode::new("survivor")
+                .pod_cidrs(["10.244.1.0/24"])
+                .to_node(),
+        )
+        .await
+        .unwrap();
+    let pids_before = std::fs::read_to_string(plane.dir().join("pids")).unwrap();
+    plane.restart_apiserver().await.unwrap();
+    let pids_after = std::fs::read_to_string(plane.dir().join("pids")).unwrap();
+    let (etcd_before, api_before) = pids_before.trim().split_once(' ').unwrap();
+    let (etcd_after, api_after) = pids_after.trim().split_once(' ').unwrap();
+    assert_eq!(etcd_before, etcd_after, "etcd keeps running");
+    assert_ne!(api_before, api_after, "a new kube-apiserver process");
+    let client = test_cluster::client_from_kubeconfig(plane.kubeconfig())
+        .await
+        .unwrap();
+    let nodes: Api<Node> = Api::all(client);
+    assert!(nodes.get("survivor").await.is_ok(), "data kept");
+    plane.stop().unwrap();
+}

@@ -1,5 +1,7 @@
-//! `crc-controlplane up|down|status`: a long-lived local etcd + kube-apiserver
-//! for the demo, benchmarks and manual work (`make controlplane`).
+//! `crc-controlplane up|down|status|restart-apiserver`: a long-lived local
+//! etcd + kube-apiserver for the demo, benchmarks and manual work (`make
+//! controlplane`). `restart-apiserver` restarts kube-apiserver alone (same
+//! port and data), to rehearse what an apiserver rollout does to the controller.
 //!
 //! `up` starts it detached and prints shell `export` lines on stdout (so
 //! `eval "$(scripts/controlplane.sh up)"` works); progress goes to stderr.
@@ -168,6 +170,29 @@ fn down() -> Result<(), String> {
     Ok(())
 }
 
+async fn restart_apiserver() -> Result<(), String> {
+    let state = read_state().ok_or("no control plane running")?;
+    if !supervisor_alive(state.supervisor_pid) {
+        return Err("control plane state found but it is not running; run `down`".into());
+    }
+    let began = Instant::now();
+    test_cluster::restart_apiserver_of(state.supervisor_pid, &state.dir)
+        .await
+        .map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !healthy(&state).await {
+        if Instant::now() > deadline {
+            return Err("kube-apiserver not ready within 120s after the restart".into());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!(
+        "kube-apiserver restarted and ready in {:.1}s",
+        began.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
 async fn status() -> Result<(), String> {
     match read_state() {
         Some(state) if healthy(&state).await => {
@@ -204,8 +229,9 @@ fn main() -> ExitCode {
         "up" => runtime.block_on(up()),
         "down" => down(),
         "status" => runtime.block_on(status()),
+        "restart-apiserver" => runtime.block_on(restart_apiserver()),
         _ => {
-            eprintln!("usage: crc-controlplane up|down|status");
+            eprintln!("usage: crc-controlplane up|down|status|restart-apiserver");
             return ExitCode::from(2);
         }
     };
