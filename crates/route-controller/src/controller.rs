@@ -402,6 +402,8 @@ impl Controller {
                 m.route_corrections.inc_by(outcome.changed() as u64);
             }
             m.retrying_operations.set(self.book.len() as i64);
+            m.recurring_blackholes
+                .set(self.holds.recurring_blackholes() as i64);
             let remaining = outcome
                 .deletions
                 .iter()

@@ -58,6 +58,8 @@ pub struct Metrics {
     pub warnings: Family<ReasonLabels, Counter>,
     /// Seconds waited at the executor's throttle gate (server retry-after).
     pub throttle_wait_micros: Counter<u64, AtomicU64>,
+    /// Blackholes that came back after a repair and are retried with backoff.
+    pub recurring_blackholes: Gauge,
 }
 
 /// Labels for node events.
@@ -91,6 +93,7 @@ impl Metrics {
             node_events: Family::default(),
             warnings: Family::default(),
             throttle_wait_micros: Counter::default(),
+            recurring_blackholes: Gauge::default(),
         });
         registry.register(
             "route_controller_route_sync",
@@ -141,6 +144,11 @@ impl Metrics {
             "route_controller_throttle_wait_microseconds",
             "Time cloud calls waited because the cloud answered throttled",
             m.throttle_wait_micros.clone(),
+        );
+        registry.register(
+            "route_controller_recurring_blackholes",
+            "Routes replaced after a blackhole that are blackholes again (instance stopped or gone); repairs back off",
+            m.recurring_blackholes.clone(),
         );
         registry.register(
             "route_controller_build",
