@@ -90,6 +90,8 @@ struct Entry {
     failures: u32,
     next_at: Instant,
     quota: bool,
+    /// Made due by [`RetryBook::release_quota_waiters`] and not woken for yet.
+    released: bool,
 }
 
 /// The retry book. See the module docs.
@@ -120,8 +122,10 @@ impl RetryBook {
             failures: 0,
             next_at: now,
             quota: false,
+            released: false,
         });
         e.quota = err.kind == route_cloud::ErrorKind::QuotaExceeded;
+        e.released = false;
         e.failures = e.failures.saturating_add(1);
         let base = self.cfg.delay(e.failures);
         let jittered = base
@@ -156,6 +160,7 @@ impl RetryBook {
     pub fn release_quota_waiters(&mut self, now: Instant) {
         for e in self.entries.values_mut().filter(|e| e.quota) {
             e.next_at = e.next_at.min(now);
+            e.released = true;
         }
     }
 
@@ -167,6 +172,26 @@ impl RetryBook {
     /// When the earliest pending retry is due.
     pub fn next_due(&self) -> Option<Instant> {
         self.entries.values().map(|e| e.next_at).min()
+    }
+
+    /// When the loop must wake next for a retry, as seen at the end of a
+    /// pass at `now`. An operation already due that the pass did not attempt
+    /// waits for something else (a creation blocked by a deletion still
+    /// backing off): waking for it at once would spin, so only later retries
+    /// count, and operations just released for room, once.
+    pub fn next_wake(&mut self, now: Instant) -> Option<Instant> {
+        let mut wake: Option<Instant> = None;
+        for e in self.entries.values_mut() {
+            let at = if std::mem::take(&mut e.released) {
+                e.next_at.min(now)
+            } else if e.next_at > now {
+                e.next_at
+            } else {
+                continue;
+            };
+            wake = Some(wake.map_or(at, |w| w.min(at)));
+        }
+        wake
     }
 
     /// Operations waiting for a retry.
@@ -216,6 +241,30 @@ mod tests {
         assert_eq!(b.next_due(), Some(at2));
         b.succeeded(&key());
         assert!(b.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn creation_blocked_by_a_backing_off_deletion_does_not_spin() {
+        // Regression: a due creation waiting for a deletion still in its
+        // backoff made next_due() lie in the past, so every pass asked for
+        // the next at once.
+        let mut b = RetryBook::new(BackoffConfig {
+            jitter: 0.0,
+            ..Default::default()
+        });
+        let t0 = Instant::now();
+        let err = CloudError::new(ErrorKind::Transient, "boom");
+        b.failed(key(), &err, t0, 0.0);
+        let deletion = OpKey::Delete {
+            name: "stray".into(),
+            destination: "10.0.0.0/24".into(),
+            target: "gone".into(),
+        };
+        b.failed(deletion.clone(), &err, t0, 0.0);
+        let t1 = t0 + Duration::from_secs(1);
+        let d_at = b.failed(deletion, &err, t1, 0.0);
+        assert_eq!(b.next_due(), Some(t1), "the creation is due");
+        assert_eq!(b.next_wake(t1), Some(d_at), "wake for the deletion");
     }
 
     #[tokio::test(start_paused = true)]
