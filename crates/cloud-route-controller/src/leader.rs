@@ -6,9 +6,12 @@
 //! second write with 409 Conflict. Expiry is judged by *local* observation —
 //! a holder is considered gone only when its record has not changed for a
 //! whole lease duration as seen by this process's monotonic clock — so clock
-//! skew between machines does not matter. The leader that cannot renew within
-//! the renew deadline reports the loss at once; the binary then stops
-//! mutating and exits so it restarts clean.
+//! skew between machines does not matter. Each successful renewal extends the
+//! [`Fence`] to the moment its request was sent plus the renew deadline,
+//! measured on a clock that counts suspended time, so a leader that is paused
+//! past its deadline is fenced the instant it resumes, before this loop runs
+//! again. The leader that cannot renew within the renew deadline reports the
+//! loss; the binary then exits so it restarts clean.
 
 use std::time::Duration;
 
@@ -17,6 +20,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::PostParams;
+use route_cloud::Fence;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -40,18 +44,21 @@ pub enum LeaderError {
     Lost(String),
 }
 
-/// Runs the election until `shutdown`; publishes leadership on `tx`. Returns
-/// `Err` if leadership, once held, was lost.
+/// Runs the election until `shutdown`; publishes leadership on `tx` and
+/// extends `fence` (a [`Fence::leased`]) on every renewal. Returns `Err` if
+/// leadership, once held, was lost.
 pub async fn run(
     client: kube::Client,
     cfg: LeaseConfig,
     tx: watch::Sender<bool>,
+    fence: Fence,
     shutdown: CancellationToken,
 ) -> Result<(), LeaderError> {
     let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
     let mut observed: Option<(String, Option<MicroTime>, Option<i32>)> = None;
     let mut observed_at = Instant::now();
-    let mut last_renew: Option<Instant> = None;
+    // On the fence's clock, which counts time this process was stopped.
+    let mut last_renew: Option<Duration> = None;
     let mut ticker = tokio::time::interval(cfg.retry_period);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -66,6 +73,7 @@ pub async fn run(
             }
         }
         let leading = *tx.borrow();
+        let sent_at = fence.mark();
         let attempt = tokio::time::timeout(
             cfg.retry_period.max(Duration::from_secs(1)),
             try_acquire_or_renew(&api, &cfg, &mut observed, &mut observed_at),
@@ -76,13 +84,16 @@ pub async fn run(
             warn!(error = %e, lease = %cfg.name, "leader election request failed");
         }
         if won {
-            last_renew = Some(Instant::now());
+            // Before publishing leadership, so the first mutation already
+            // has its deadline.
+            fence.renewed(sent_at, cfg.renew_deadline);
+            last_renew = Some(sent_at);
             if !leading {
                 info!(identity = %cfg.identity, lease = %format!("{}/{}", cfg.namespace, cfg.name), "became leader");
                 tx.send_replace(true);
             }
         } else if leading {
-            let since = last_renew.map(|t| t.elapsed()).unwrap_or(Duration::MAX);
+            let since = last_renew.map_or(Duration::MAX, |t| fence.mark().saturating_sub(t));
             if since >= cfg.renew_deadline || matches!(attempt, Ok(Ok(false))) {
                 // Stop mutating first, then tell the caller to exit.
                 tx.send_replace(false);

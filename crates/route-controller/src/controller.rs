@@ -547,16 +547,21 @@ impl Controller {
             }
         }
         let status = self.status.clone();
+        let fence = self.executor.fence().clone();
         let results: Vec<(NodeRef, NetworkCondition, bool)> =
             futures::stream::iter(wanted.into_iter().map(|(node, cond)| {
                 let status = status.clone();
+                let fence = fence.clone();
                 async move {
-                    let ok = match status.set_condition(&node, cond).await {
-                        Ok(()) => true,
-                        Err(e) => {
+                    // Checked per patch: a status write is a mutation too, and
+                    // one queued behind slow ones may come after the deadline.
+                    let ok = match fence.guard(status.set_condition(&node, cond)).await {
+                        Ok(Ok(())) => true,
+                        Ok(Err(e)) => {
                             warn!(node = %node.name, error = %e, "failed to update networking condition");
                             false
                         }
+                        Err(_) => false,
                     };
                     (node, cond, ok)
                 }
@@ -675,7 +680,12 @@ impl Controller {
         if let Some(m) = &self.metrics {
             m.warnings.get_or_create(&ReasonLabels { reason }).inc();
         }
-        if let Err(e) = self.status.warn(node, reason, &message).await {
+        if let Ok(Err(e)) = self
+            .executor
+            .fence()
+            .guard(self.status.warn(node, reason, &message))
+            .await
+        {
             warn!(node = %node.name, error = %e, "could not record event");
         }
     }

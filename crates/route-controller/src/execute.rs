@@ -10,10 +10,10 @@
 //! rest of the pass waits instead of piling more requests on the cloud.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::future::join_all;
+pub use route_cloud::Fence;
 use route_cloud::{Batch, CloudError, CloudRoutes, ErrorKind};
 use route_core::{Plan, Route};
 use tokio::sync::{Mutex, Semaphore};
@@ -33,7 +33,8 @@ pub enum OpResult {
     Deferred,
     /// A deletion it depends on did not succeed in this pass.
     Blocked,
-    /// Not attempted: leadership lost or shutting down.
+    /// Not sent, or abandoned before its answer came: the fence closed
+    /// (leadership lost, renew deadline passed, shutting down).
     Cancelled,
 }
 
@@ -69,50 +70,6 @@ impl Outcome {
             .iter()
             .chain(&self.creations)
             .any(|r| matches!(r, OpResult::Failed(_)))
-    }
-}
-
-/// Whether this process may change the cloud right now. Checked before every
-/// call, so a replica that loses its Lease or is shutting down stops at once.
-#[derive(Debug, Clone)]
-pub struct Fence {
-    leader: Arc<AtomicBool>,
-    stopping: Arc<AtomicBool>,
-}
-
-impl Default for Fence {
-    fn default() -> Self {
-        Self::new(true)
-    }
-}
-
-impl Fence {
-    /// A fence that starts open (`leader`) or closed.
-    pub fn new(leader: bool) -> Self {
-        Self {
-            leader: Arc::new(AtomicBool::new(leader)),
-            stopping: Arc::new(AtomicBool::new(false)),
-        }
-    }
-
-    /// Mutations are allowed.
-    pub fn is_open(&self) -> bool {
-        self.leader.load(Ordering::SeqCst) && !self.stopping.load(Ordering::SeqCst)
-    }
-
-    /// Sets leadership.
-    pub fn set_leader(&self, leader: bool) {
-        self.leader.store(leader, Ordering::SeqCst);
-    }
-
-    /// This replica holds leadership.
-    pub fn is_leader(&self) -> bool {
-        self.leader.load(Ordering::SeqCst)
-    }
-
-    /// Shutting down: no new mutation may start.
-    pub fn stop(&self) {
-        self.stopping.store(true, Ordering::SeqCst);
     }
 }
 
@@ -403,15 +360,6 @@ impl Executor {
         if del_idx.is_empty() && cre_idx.is_empty() {
             return out;
         }
-        if !self.fence.is_open() {
-            for &i in &del_idx {
-                out.deletions[i] = OpResult::Cancelled;
-            }
-            for &i in &cre_idx {
-                out.creations[i] = OpResult::Cancelled;
-            }
-            return out;
-        }
         let batch = Batch {
             delete: del_idx
                 .iter()
@@ -427,9 +375,37 @@ impl Executor {
                 })
                 .collect(),
         };
-        self.wait_gate().await;
+        let cancel = |out: &mut Outcome| {
+            for &i in &del_idx {
+                out.deletions[i] = OpResult::Cancelled;
+            }
+            for &i in &cre_idx {
+                out.creations[i] = OpResult::Cancelled;
+            }
+        };
+        if self.fence.guard(self.wait_gate()).await.is_err() {
+            cancel(&mut out);
+            return out;
+        }
         let started = Instant::now();
-        match self.cloud.apply_batch(&self.cluster, &batch).await {
+        let answer = match self
+            .fence
+            .guard(self.cloud.apply_batch(&self.cluster, &batch))
+            .await
+        {
+            Ok(Err(e)) if e.kind == ErrorKind::Fenced => Err(e),
+            Ok(a) => Ok(a),
+            Err(e) => Err(e),
+        };
+        let answer = match answer {
+            Ok(a) => a,
+            Err(e) => {
+                info!(reason = %e.message, "batch route update not sent or abandoned");
+                cancel(&mut out);
+                return out;
+            }
+        };
+        match answer {
             Ok(results) if results.len() == del_idx.len() + cre_idx.len() => {
                 self.note(Ok(()), started).await;
                 let (d, c) = results.split_at(del_idx.len());
@@ -488,17 +464,24 @@ impl Executor {
     }
 
     async fn delete(&self, route: &Route) -> OpResult {
-        self.wait_gate().await;
-        if !self.fence.is_open() {
+        // The gate may hold a call for a long time: the fence is checked
+        // again after it, and the call abandoned if the fence closes while
+        // it is waiting inside the provider or in flight.
+        if self.fence.guard(self.wait_gate()).await.is_err() {
             return OpResult::Cancelled;
         }
         let started = Instant::now();
-        let r = match self.cloud.delete_route(&self.cluster, route).await {
-            Ok(()) => {
+        let answer = self
+            .fence
+            .guard(self.cloud.delete_route(&self.cluster, route))
+            .await;
+        let r = match answer.and_then(unfenced) {
+            Err(e) => return cancelled("delete", route, &e),
+            Ok(Ok(())) => {
                 self.note(Ok(()), started).await;
                 OpResult::Done(None)
             }
-            Err(e) => {
+            Ok(Err(e)) => {
                 self.note(Err(&e), started).await;
                 OpResult::Failed(e)
             }
@@ -508,17 +491,21 @@ impl Executor {
     }
 
     async fn create(&self, hint: &str, route: &Route) -> OpResult {
-        self.wait_gate().await;
-        if !self.fence.is_open() {
+        if self.fence.guard(self.wait_gate()).await.is_err() {
             return OpResult::Cancelled;
         }
         let started = Instant::now();
-        let r = match self.cloud.create_route(&self.cluster, hint, route).await {
-            Ok(created) => {
+        let answer = self
+            .fence
+            .guard(self.cloud.create_route(&self.cluster, hint, route))
+            .await;
+        let r = match answer.and_then(unfenced) {
+            Err(e) => return cancelled("create", route, &e),
+            Ok(Ok(created)) => {
                 self.note(Ok(()), started).await;
                 OpResult::Done(Some(created))
             }
-            Err(e) => {
+            Ok(Err(e)) => {
                 self.note(Err(&e), started).await;
                 OpResult::Failed(e)
             }
@@ -526,6 +513,26 @@ impl Executor {
         log_op("create", route, &r, started);
         r
     }
+}
+
+/// A provider's own fence refusal (after a wait of its own) is the same as
+/// the executor's: moved to the outer error.
+fn unfenced<T>(r: Result<T, CloudError>) -> Result<Result<T, CloudError>, CloudError> {
+    match r {
+        Err(e) if e.kind == ErrorKind::Fenced => Err(e),
+        r => Ok(r),
+    }
+}
+
+fn cancelled(op: &str, route: &Route, e: &CloudError) -> OpResult {
+    info!(
+        operation = op,
+        node = %route.target_node,
+        destination = %route.destination,
+        reason = %e.message,
+        "route change not sent or abandoned"
+    );
+    OpResult::Cancelled
 }
 
 fn to_result(r: Result<Option<Route>, CloudError>) -> OpResult {
