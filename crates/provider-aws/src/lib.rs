@@ -133,6 +133,14 @@ impl Limiter {
         self.buckets[op.index()].acquire().await
     }
 
+    async fn acquire_fenced(
+        &self,
+        op: Op,
+        fence: &route_cloud::Fence,
+    ) -> Result<Duration, CloudError> {
+        self.buckets[op.index()].acquire_fenced(fence).await
+    }
+
     fn succeeded(&self, op: Op) {
         self.streaks[op.index()].store(0, Ordering::Relaxed);
     }
@@ -173,6 +181,7 @@ pub struct Ec2Routes {
     stats: RequestStats,
     limiter: Limiter,
     state: Mutex<State>,
+    fence: route_cloud::Fence,
 }
 
 impl std::fmt::Debug for Ec2Routes {
@@ -235,7 +244,16 @@ impl Ec2Routes {
             config,
             stats: RequestStats::default(),
             state: Mutex::new(State::default()),
+            fence: route_cloud::Fence::default(),
         })
+    }
+
+    /// Checks `fence` after every wait of this provider's own (its token
+    /// bucket, throttling pauses) before sending a change, so a change that
+    /// waited past this replica's renew deadline is never sent.
+    pub fn with_fence(mut self, fence: route_cloud::Fence) -> Self {
+        self.fence = fence;
+        self
     }
 
     /// The SDK client (tests use it to set up fixtures).
@@ -258,7 +276,13 @@ impl Ec2Routes {
         >,
         E: aws_sdk_ec2::error::ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     {
-        let waited = self.limiter.acquire(op).await;
+        // A change (ModifyInstanceAttribute, CreateRoute, ...) may have waited
+        // for its token past this replica's renew deadline; then it is not sent.
+        let waited = if op.is_write() {
+            self.limiter.acquire_fenced(op, &self.fence).await?
+        } else {
+            self.limiter.acquire(op).await
+        };
         if !waited.is_zero() {
             self.stats.add_rate_limit_wait(waited);
         }
