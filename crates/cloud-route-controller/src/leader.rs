@@ -199,3 +199,150 @@ async fn release(api: &Api<Lease>, cfg: &LeaseConfig) {
         Err(e) => warn!(error = %e, lease = %cfg.name, "could not release the Lease"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use http::{Request, Response, StatusCode};
+    use kube::client::Body;
+    use route_cloud::memory::{MemoryCloud, Operation};
+    use route_cloud::{CloudRoutes, TokioClock};
+    use route_controller::{
+        BackoffConfig, Controller, ControllerConfig, Mode, NodeEvent, NodeStore,
+        RecordingStatusWriter, Timing,
+    };
+    use route_core::{NodeAddress, NodeView, PlanConfig, parse_cluster_cidrs};
+
+    use super::*;
+
+    /// An API server whose Lease endpoint answers the first acquisition (no
+    /// Lease yet, then a successful create) and, once `stall` is set, never
+    /// answers again.
+    fn lease_api(stall: Arc<AtomicBool>) -> kube::Client {
+        let svc = tower::service_fn(move |req: Request<Body>| {
+            let stall = stall.clone();
+            async move {
+                if stall.load(Ordering::SeqCst) {
+                    std::future::pending::<()>().await;
+                }
+                let (status, body) = if req.method() == http::Method::GET {
+                    (
+                        StatusCode::NOT_FOUND,
+                        serde_json::json!({
+                            "kind": "Status", "apiVersion": "v1", "status": "Failure",
+                            "reason": "NotFound", "code": 404, "message": "not found"
+                        }),
+                    )
+                } else {
+                    let bytes = req.into_body().collect_bytes().await.unwrap_or_default();
+                    let mut lease: serde_json::Value =
+                        serde_json::from_slice(&bytes).unwrap_or_default();
+                    lease["metadata"]["resourceVersion"] = "1".into();
+                    (StatusCode::CREATED, lease)
+                };
+                let resp = Response::builder()
+                    .status(status)
+                    .header("content-type", "application/json")
+                    .body(Body::from(serde_json::to_vec(&body).unwrap_or_default()))
+                    .expect("a valid response");
+                Ok::<_, std::convert::Infallible>(resp)
+            }
+        });
+        kube::Client::new(svc, "kube-system")
+    }
+
+    fn node(i: usize) -> NodeView {
+        NodeView::new(
+            format!("node-{i}"),
+            format!("uid-{i}"),
+            &[&format!("10.244.{i}.0/24")],
+        )
+        .with_addresses(vec![NodeAddress::internal_ip(format!("10.0.0.{}", i + 1))])
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lease_api_stalls_while_cloud_answers_no_mutation_after_renew_deadline() {
+        let renew_deadline = Duration::from_secs(10);
+        let cfg = LeaseConfig {
+            namespace: "kube-system".into(),
+            name: "cloud-route-controller".into(),
+            identity: "a".into(),
+            lease_duration: Duration::from_secs(15),
+            renew_deadline,
+            retry_period: Duration::from_secs(2),
+        };
+        let stall = Arc::new(AtomicBool::new(false));
+        let fence = Fence::leased(Arc::new(TokioClock::new()));
+        let (tx, rx) = watch::channel(false);
+        let shutdown = CancellationToken::new();
+        let t0 = Instant::now();
+        let election = tokio::spawn(run(
+            lease_api(stall.clone()),
+            cfg,
+            tx,
+            fence.clone(),
+            shutdown.clone(),
+        ));
+        let mut leading = rx.clone();
+        leading.wait_for(|l| *l).await.unwrap();
+        // Acquired at t0; from now on no renewal gets an answer.
+        stall.store(true, Ordering::SeqCst);
+
+        let nodes = NodeStore::new(None);
+        nodes.apply(NodeEvent::Init);
+        nodes.apply(NodeEvent::InitDone);
+        let cloud = MemoryCloud::default();
+        let controller = Controller::new(
+            ControllerConfig {
+                cluster_name: "kubernetes".into(),
+                plan: PlanConfig {
+                    cluster_cidrs: parse_cluster_cidrs("10.244.0.0/16").unwrap(),
+                },
+                mode: Mode::Incremental,
+                timing: Timing {
+                    period: Duration::from_secs(10),
+                    min_interval: Duration::from_secs(10),
+                    resync: Duration::from_secs(3600),
+                },
+                backoff: BackoffConfig::default(),
+                status_concurrency: 4,
+            },
+            nodes.clone(),
+            Arc::new(cloud.clone()) as Arc<dyn CloudRoutes>,
+            Arc::new(RecordingStatusWriter::default()),
+            fence.clone(),
+            None,
+        );
+        tokio::spawn(controller.run(rx, shutdown.clone()));
+        // A Node every 250 ms for 20 s; the cloud answers every call.
+        for i in 0..80 {
+            nodes.apply(NodeEvent::Apply(node(i)));
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        let creates: Vec<Instant> = cloud
+            .log()
+            .into_iter()
+            .filter(|c| c.op == Operation::Create)
+            .map(|c| c.at)
+            .collect();
+        assert!(
+            creates.len() >= 30,
+            "the leader worked until its deadline: {} creations",
+            creates.len()
+        );
+        let last = creates.iter().max().copied().unwrap();
+        assert!(
+            last < t0 + renew_deadline,
+            "a route was created {:?} after the last renewal was sent",
+            last - t0
+        );
+        let r = tokio::time::timeout(Duration::from_secs(10), election)
+            .await
+            .expect("the election gives up")
+            .unwrap();
+        assert!(matches!(r, Err(LeaderError::Lost(_))));
+        shutdown.cancel();
+    }
+}
