@@ -433,11 +433,11 @@ impl Controller {
                             &node,
                             reasons::FAILED_TO_DELETE_ROUTE,
                             format!(
-                                "Could not delete route {} {} for node {} (attempt {failures}, next in {:?}): {e}",
+                                "Could not delete route {} {} for node {} ({}): {e}",
                                 d.route.name,
                                 d.route.destination,
                                 d.route.target_node,
-                                at - now
+                                next_attempt(e, failures, at - now)
                             ),
                         )
                         .await;
@@ -468,12 +468,11 @@ impl Controller {
                         &node,
                         reasons::FAILED_TO_CREATE_ROUTE,
                         format!(
-                            "Could not create route {} {} for node {}: {e} (attempt {}, retrying in {:?})",
+                            "Could not create route {} {} for node {}: {e} ({})",
                             c.name_hint,
                             c.route.destination,
                             c.route.target_node,
-                            self.book.failures(&key),
-                            at - now
+                            next_attempt(e, self.book.failures(&key), at - now)
                         ),
                     )
                     .await;
@@ -688,6 +687,15 @@ impl Controller {
         {
             warn!(node = %node.name, error = %e, "could not record event");
         }
+    }
+}
+
+/// When a failed operation is tried again, for its Event.
+fn next_attempt(e: &CloudError, failures: u32, wait: std::time::Duration) -> String {
+    if e.kind == ErrorKind::Throttled {
+        "throttled; retrying as soon as the cloud accepts calls again".into()
+    } else {
+        format!("attempt {failures}, retrying in {wait:?}")
     }
 }
 

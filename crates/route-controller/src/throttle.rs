@@ -11,11 +11,12 @@
 //! within seconds of the cloud answering again.
 //!
 //! A throttle of *paced* traffic that was not a probe is different: the cloud
-//! has a rate limit and the ramp just crossed it. The rate halves, and from
-//! there it grows only by a quarter after every [`PACE_GROW_AFTER`] successes
+//! has a rate limit and the ramp just crossed it. The rate halves (or drops to
+//! the one the retry-after implies, if lower), and from there it grows only by
+//! a quarter after every [`PACE_GROW_AFTER`] successes
 //! in a row, so a steady limit is approached from below instead of being hit
-//! again and again. A throttled probe says nothing about the rate (it was one
-//! request after waiting as told) and starts the fast ramp afresh.
+//! again and again. A throttled probe changes only the pause: it was one
+//! request after waiting as told, which says nothing about the rate.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -33,8 +34,8 @@ pub const UNPACED_RATE: f64 = 50.0;
 /// The shortest pause after a throttled answer.
 const MIN_PAUSE: Duration = Duration::from_millis(100);
 
-/// The slowest pace, whatever the retry-after: one call every ten seconds.
-const MIN_RATE: f64 = 0.1;
+/// The slowest pace, whatever the retry-after: one call an hour.
+const MIN_RATE: f64 = 1.0 / 3600.0;
 
 /// The gate. Shared by all calls of one executor.
 #[derive(Debug, Default)]
@@ -243,18 +244,21 @@ impl Ticket<'_> {
             let told = (1.0 / retry_after.as_secs_f64().max(0.001)).clamp(MIN_RATE, UNPACED_RATE);
             s.successes = 0;
             s.rate = Some(match s.rate {
-                // Calls sent before the last throttle say nothing new.
-                Some(r) if !fresh => r,
-                // Paced traffic was too fast: halve, and grow carefully
-                // from now on.
-                Some(r) if !probe => {
-                    s.threshold = r / 2.0;
-                    (r / 2.0).max(MIN_RATE)
+                // Calls sent before the last throttle, and a probe (one call
+                // after waiting as told), say nothing new about the rate.
+                Some(r) if !fresh || probe => r,
+                // Paced traffic was too fast: halve, or go down to what the
+                // retry-after implies if that is slower (a budget refilled
+                // once a minute says so at once), and grow carefully from now on.
+                Some(r) => {
+                    let lower = (r / 2.0).min(told);
+                    s.threshold = lower;
+                    lower
                 }
-                // A throttled probe, or throttling of unpaced traffic: the
-                // rate that was too much is unknown. Start from what the
-                // retry-after says and ramp up fast once calls go through.
-                _ => {
+                // Unpaced traffic was throttled: the rate that was too much
+                // is unknown. Start from what the retry-after says and ramp
+                // up fast once calls go through.
+                None => {
                     s.threshold = f64::INFINITY;
                     told
                 }
@@ -364,21 +368,31 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn throttled_paced_traffic_halves_the_rate_and_then_grows_carefully() {
         let g = ThrottleGate::default();
-        g.pass().await.throttled(Duration::from_millis(100));
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        g.pass().await.succeeded(); // the probe: 10/s -> 20/s
-        g.pass().await.succeeded(); // 20/s -> 40/s
-        assert_eq!(g.rate(), Some(40.0));
+        g.pass().await.throttled(Duration::from_millis(250));
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        g.pass().await.succeeded(); // the probe: 4/s -> 8/s
+        g.pass().await.succeeded(); // 8/s -> 16/s
+        assert_eq!(g.rate(), Some(16.0));
         tokio::time::sleep(Duration::from_secs(1)).await;
         g.pass().await.throttled(Duration::from_millis(100));
-        assert_eq!(g.rate(), Some(20.0));
+        assert_eq!(g.rate(), Some(8.0), "halved: the retry-after allows 10/s");
         tokio::time::sleep(Duration::from_millis(100)).await;
         for _ in 1..PACE_GROW_AFTER {
             g.pass().await.succeeded(); // the probe, then at the threshold
-            assert_eq!(g.rate(), Some(20.0));
+            assert_eq!(g.rate(), Some(8.0));
         }
         g.pass().await.succeeded();
-        assert_eq!(g.rate(), Some(25.0));
+        assert_eq!(g.rate(), Some(10.0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn throttled_paced_traffic_drops_to_the_rate_a_long_retry_after_implies() {
+        let g = ThrottleGate::default();
+        g.pass().await.throttled(Duration::from_millis(250));
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        g.pass().await.succeeded(); // the probe: 4/s -> 8/s
+        g.pass().await.throttled(Duration::from_secs(50));
+        assert_eq!(g.rate(), Some(1.0 / 50.0));
     }
 
     #[tokio::test(start_paused = true)]
