@@ -20,9 +20,9 @@
 //!   (at least half of it), so the cloud was refusing a single call made after
 //!   waiting as told — its refusals were not about this controller's rate. (A
 //!   probe refused with a much shorter retry-after found a budget about to
-//!   refill.) Once a probe goes through, the rate
-//!   doubles (at least +1 call/s) with every success, and the queue drains
-//!   within seconds of the cloud answering again.
+//!   refill.) Once a probe goes through, the rate doubles (at least +1
+//!   call/s) with every success, and the queue drains within seconds of the
+//!   cloud answering again.
 
 use std::sync::Mutex;
 use std::time::Duration;
