@@ -820,6 +820,24 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn create_route_paused_by_throttling_past_the_renew_deadline_is_fenced() {
+        let l = Limiter::new(&RateLimitConfig::default());
+        let fence = route_cloud::Fence::leased(std::sync::Arc::new(route_cloud::TokioClock::new()));
+        fence.set_leader(true);
+        fence.renewed(fence.mark(), Duration::from_secs(5));
+        l.throttled(Op::CreateRoute, Some(Duration::from_secs(20)))
+            .await;
+        let t0 = tokio::time::Instant::now();
+        let e = l.acquire_fenced(Op::CreateRoute, &fence).await.unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Fenced);
+        assert_eq!(
+            t0.elapsed(),
+            Duration::from_secs(5),
+            "given up at the deadline"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn throttling_pauses_grow_and_reset() {
         let l = Limiter::new(&RateLimitConfig::default());
         assert_eq!(
