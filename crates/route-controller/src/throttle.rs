@@ -2,27 +2,29 @@
 //!
 //! A throttled answer closes the gate until its retry-after. When the pause
 //! ends, exactly one call — the probe — goes out; everything else waits for
-//! its answer. A throttled probe closes the gate again, so while the cloud
-//! refuses everything the controller sends about one request per retry-after,
-//! however many operations are queued. A probe that goes through reopens the
-//! gate at a paced rate that grows with the successes that follow, and pacing
-//! ends once the rate passes [`UNPACED_RATE`].
+//! its answer. A throttled probe closes the gate again, for its retry-after or
+//! twice the last pause if that is longer (at most [`MAX_PROBE_BACKOFF`]), so
+//! while the cloud refuses everything the controller sends one request per
+//! pause, however many operations are queued. A probe that goes through
+//! reopens the gate at a paced rate that grows with the successes that follow,
+//! and pacing ends once the rate passes [`UNPACED_RATE`].
 //!
 //! How fast it grows depends on what the refusals said:
 //!
-//! - A budget: the cloud refused a burst, and a single call after the
-//!   retry-after went through. The rate starts at what the retry-after
-//!   implies (one call per retry-after) and doubles only after every
-//!   [`PACE_GROW_AFTER`] successes in a row; a refusal of paced traffic halves
-//!   it (or drops it to what that retry-after implies, if lower). A steady
-//!   limit is approached from below instead of being hit again and again.
-//! - A storm: a probe was refused with about as long a retry-after as before
-//!   (at least half of it), so the cloud was refusing a single call made after
-//!   waiting as told — its refusals were not about this controller's rate. (A
-//!   probe refused with a much shorter retry-after found a budget about to
-//!   refill.) Once a probe goes through, the rate doubles (at least +1
-//!   call/s) with every success, and the queue drains within seconds of the
-//!   cloud answering again.
+//! - A budget: the cloud refused a burst, and a call after the retry-after
+//!   went through soon. The rate starts at what the retry-after implies (one
+//!   call per retry-after) and doubles only after every [`PACE_GROW_AFTER`]
+//!   successes in a row; a refusal of paced traffic halves it (or drops it to
+//!   what that retry-after implies, if lower). A steady limit, or a budget
+//!   whose refill busier clients take first, is approached from below instead
+//!   of being hit again and again.
+//! - A storm: [`STORM_PROBES`] probes in a row were refused, each with about
+//!   as long a retry-after as the answer before (at least half of it), so the
+//!   cloud kept refusing single calls made after waiting as told — its
+//!   refusals were not about this controller's rate. (A probe refused with a
+//!   much shorter retry-after found a budget about to refill.) Once a probe
+//!   goes through, the rate doubles (at least +1 call/s) with every success,
+//!   and the queue drains within seconds of the cloud answering again.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -39,6 +41,16 @@ pub const UNPACED_RATE: f64 = 50.0;
 
 /// The shortest pause after a throttled answer.
 const MIN_PAUSE: Duration = Duration::from_millis(100);
+
+/// Probes refused in a row (each with about as long a retry-after as the
+/// answer before it) that make a throttling episode a storm.
+pub const STORM_PROBES: u32 = 3;
+
+/// Refused probes double the pause up to this (a longer retry-after still
+/// wins): a budget shared with busier clients, whose refill others take first,
+/// is not probed every retry-after all day, and a storm that ends is noticed
+/// within this long.
+pub const MAX_PROBE_BACKOFF: Duration = Duration::from_secs(8);
 
 /// The slowest pace, whatever the retry-after: one call an hour.
 const MIN_RATE: f64 = 1.0 / 3600.0;
@@ -73,6 +85,10 @@ struct GateState {
     successes: u32,
     /// The retry-after of the last throttled answer.
     pause: Duration,
+    /// The pause the gate took after it.
+    waited: Duration,
+    /// Probes refused in a row, each with about as long a retry-after as before.
+    refused_probes: u32,
     next_slot: Option<Instant>,
     /// When the last paced call went out.
     last_paced: Option<Instant>,
@@ -88,6 +104,8 @@ impl Default for GateState {
             threshold: f64::INFINITY,
             successes: 0,
             pause: Duration::ZERO,
+            waited: Duration::ZERO,
+            refused_probes: 0,
             next_slot: None,
             last_paced: None,
             last_throttle: None,
@@ -208,6 +226,7 @@ impl Ticket<'_> {
     pub fn succeeded(mut self) {
         self.reported = true;
         self.gate.report(self.probe, |s| {
+            s.refused_probes = 0;
             if let Some(r) = s.rate {
                 let next = if r < s.threshold {
                     (r * 2.0).max(r + 1.0).min(s.threshold)
@@ -243,7 +262,13 @@ impl Ticket<'_> {
             // the rate.
             let fresh = s.last_throttle.is_none_or(|t| started > t);
             s.last_throttle = Some(now);
-            let t = now + retry_after;
+            let wait = if probe {
+                retry_after.max((s.waited * 2).min(MAX_PROBE_BACKOFF))
+            } else {
+                retry_after
+            };
+            s.waited = wait;
+            let t = now + wait;
             if s.until.is_none_or(|u| u < t) {
                 s.until = Some(t);
             }
@@ -253,7 +278,12 @@ impl Ticket<'_> {
             let told = (1.0 / retry_after.as_secs_f64().max(0.001)).clamp(MIN_RATE, UNPACED_RATE);
             s.successes = 0;
             if probe && retry_after * 2 >= s.pause {
-                s.threshold = f64::INFINITY;
+                s.refused_probes += 1;
+                if s.refused_probes >= STORM_PROBES {
+                    s.threshold = f64::INFINITY;
+                }
+            } else {
+                s.refused_probes = 0;
             }
             s.pause = retry_after;
             s.rate = Some(match s.rate {
@@ -321,9 +351,11 @@ mod tests {
     /// with the same: a storm that is still going on.
     async fn storm(g: &ThrottleGate, retry_after: Duration) {
         g.pass().await.throttled(retry_after);
-        let t = g.pass().await;
-        assert!(t.probe);
-        t.throttled(retry_after);
+        for _ in 0..STORM_PROBES {
+            let t = g.pass().await;
+            assert!(t.probe);
+            t.throttled(retry_after);
+        }
     }
 
     #[tokio::test(start_paused = true)]
@@ -352,16 +384,26 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn throttled_probe_closes_again_so_a_storm_costs_one_call_per_retry_after() {
+    async fn refused_probes_back_off_to_eight_seconds_so_a_storm_costs_few_calls() {
         let g = ThrottleGate::default();
         g.pass().await.throttled(Duration::from_secs(2));
         let t0 = Instant::now();
-        let mut calls = 0;
+        let mut probes = Vec::new();
         while t0.elapsed() < Duration::from_secs(30) {
             g.pass().await.throttled(Duration::from_secs(2));
-            calls += 1;
+            probes.push(t0.elapsed().as_secs());
         }
-        assert_eq!(calls, 15, "one probe every 2 s for 30 s");
+        assert_eq!(probes, [2, 6, 14, 22, 30], "pauses of 2, 4, 8, 8, 8 s");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_longer_retry_after_than_the_backoff_wins() {
+        let g = ThrottleGate::default();
+        g.pass().await.throttled(Duration::from_secs(1));
+        let t0 = Instant::now();
+        g.pass().await.throttled(Duration::from_secs(20));
+        g.pass().await.succeeded();
+        assert_eq!(t0.elapsed(), Duration::from_secs(21));
     }
 
     #[tokio::test(start_paused = true)]
