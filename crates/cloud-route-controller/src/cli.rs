@@ -150,7 +150,8 @@ pub struct LeaderArgs {
     #[arg(long, default_value = "15s", value_parser = duration::parse)]
     pub leader_elect_lease_duration: Duration,
 
-    /// How long the leader keeps trying to renew before it gives up leadership.
+    /// How long the leader keeps trying to renew before it gives up leadership; it changes the
+    /// cloud only until its last successful renewal's send time plus this.
     #[arg(long, default_value = "10s", value_parser = duration::parse)]
     pub leader_elect_renew_deadline: Duration,
 

@@ -6,9 +6,12 @@
 //! second write with 409 Conflict. Expiry is judged by *local* observation —
 //! a holder is considered gone only when its record has not changed for a
 //! whole lease duration as seen by this process's monotonic clock — so clock
-//! skew between machines does not matter. The leader that cannot renew within
-//! the renew deadline reports the loss at once; the binary then stops
-//! mutating and exits so it restarts clean.
+//! skew between machines does not matter. Each successful renewal extends the
+//! [`Fence`] to the moment its request was sent plus the renew deadline,
+//! measured on a clock that counts suspended time, so a leader that is paused
+//! past its deadline is fenced the instant it resumes, before this loop runs
+//! again. The leader that cannot renew within the renew deadline reports the
+//! loss; the binary then exits so it restarts clean.
 
 use std::time::Duration;
 
@@ -17,6 +20,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::PostParams;
+use route_cloud::Fence;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -40,18 +44,21 @@ pub enum LeaderError {
     Lost(String),
 }
 
-/// Runs the election until `shutdown`; publishes leadership on `tx`. Returns
-/// `Err` if leadership, once held, was lost.
+/// Runs the election until `shutdown`; publishes leadership on `tx` and
+/// extends `fence` (a [`Fence::leased`]) on every renewal. Returns `Err` if
+/// leadership, once held, was lost.
 pub async fn run(
     client: kube::Client,
     cfg: LeaseConfig,
     tx: watch::Sender<bool>,
+    fence: Fence,
     shutdown: CancellationToken,
 ) -> Result<(), LeaderError> {
     let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
     let mut observed: Option<(String, Option<MicroTime>, Option<i32>)> = None;
     let mut observed_at = Instant::now();
-    let mut last_renew: Option<Instant> = None;
+    // On the fence's clock, which counts time this process was stopped.
+    let mut last_renew: Option<Duration> = None;
     let mut ticker = tokio::time::interval(cfg.retry_period);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -66,6 +73,7 @@ pub async fn run(
             }
         }
         let leading = *tx.borrow();
+        let sent_at = fence.mark();
         let attempt = tokio::time::timeout(
             cfg.retry_period.max(Duration::from_secs(1)),
             try_acquire_or_renew(&api, &cfg, &mut observed, &mut observed_at),
@@ -76,13 +84,16 @@ pub async fn run(
             warn!(error = %e, lease = %cfg.name, "leader election request failed");
         }
         if won {
-            last_renew = Some(Instant::now());
+            // Before publishing leadership, so the first mutation already
+            // has its deadline.
+            fence.renewed(sent_at, cfg.renew_deadline);
+            last_renew = Some(sent_at);
             if !leading {
                 info!(identity = %cfg.identity, lease = %format!("{}/{}", cfg.namespace, cfg.name), "became leader");
                 tx.send_replace(true);
             }
         } else if leading {
-            let since = last_renew.map(|t| t.elapsed()).unwrap_or(Duration::MAX);
+            let since = last_renew.map_or(Duration::MAX, |t| fence.mark().saturating_sub(t));
             if since >= cfg.renew_deadline || matches!(attempt, Ok(Ok(false))) {
                 // Stop mutating first, then tell the caller to exit.
                 tx.send_replace(false);
@@ -186,5 +197,154 @@ async fn release(api: &Api<Lease>, cfg: &LeaseConfig) {
     match api.replace(&cfg.name, &PostParams::default(), &l).await {
         Ok(_) => info!(lease = %cfg.name, "released the Lease"),
         Err(e) => warn!(error = %e, lease = %cfg.name, "could not release the Lease"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use http::{Request, Response, StatusCode};
+    use kube::client::Body;
+    use route_cloud::memory::{MemoryCloud, Operation};
+    use route_cloud::{CloudRoutes, TokioClock};
+    use route_controller::{
+        BackoffConfig, Controller, ControllerConfig, Mode, NodeEvent, NodeStore,
+        RecordingStatusWriter, Timing,
+    };
+    use route_core::{NodeAddress, NodeView, PlanConfig, parse_cluster_cidrs};
+
+    use super::*;
+
+    /// An API server whose Lease endpoint answers the first acquisition (no
+    /// Lease yet, then a successful create) and, once `stall` is set, never
+    /// answers again.
+    fn lease_api(stall: Arc<AtomicBool>) -> kube::Client {
+        let svc = tower::service_fn(move |req: Request<Body>| {
+            let stall = stall.clone();
+            async move {
+                if stall.load(Ordering::SeqCst) {
+                    std::future::pending::<()>().await;
+                }
+                let (status, body) = if req.method() == http::Method::GET {
+                    (
+                        StatusCode::NOT_FOUND,
+                        serde_json::json!({
+                            "kind": "Status", "apiVersion": "v1", "status": "Failure",
+                            "reason": "NotFound", "code": 404, "message": "not found"
+                        }),
+                    )
+                } else {
+                    let bytes = req.into_body().collect_bytes().await.unwrap_or_default();
+                    let mut lease: serde_json::Value =
+                        serde_json::from_slice(&bytes).unwrap_or_default();
+                    lease["metadata"]["resourceVersion"] = "1".into();
+                    (StatusCode::CREATED, lease)
+                };
+                let resp = Response::builder()
+                    .status(status)
+                    .header("content-type", "application/json")
+                    .body(Body::from(serde_json::to_vec(&body).unwrap_or_default()))
+                    .expect("a valid response");
+                Ok::<_, std::convert::Infallible>(resp)
+            }
+        });
+        kube::Client::new(svc, "kube-system")
+    }
+
+    fn node(i: usize) -> NodeView {
+        NodeView::new(
+            format!("node-{i}"),
+            format!("uid-{i}"),
+            &[&format!("10.244.{i}.0/24")],
+        )
+        .with_addresses(vec![NodeAddress::internal_ip(format!("10.0.0.{}", i + 1))])
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lease_api_stalls_while_cloud_answers_no_mutation_after_renew_deadline() {
+        let renew_deadline = Duration::from_secs(10);
+        let cfg = LeaseConfig {
+            namespace: "kube-system".into(),
+            name: "cloud-route-controller".into(),
+            identity: "a".into(),
+            lease_duration: Duration::from_secs(15),
+            renew_deadline,
+            retry_period: Duration::from_secs(2),
+        };
+        let stall = Arc::new(AtomicBool::new(false));
+        let fence = Fence::leased(Arc::new(TokioClock::new()));
+        let (tx, rx) = watch::channel(false);
+        let shutdown = CancellationToken::new();
+        let t0 = Instant::now();
+        let election = tokio::spawn(run(
+            lease_api(stall.clone()),
+            cfg,
+            tx,
+            fence.clone(),
+            shutdown.clone(),
+        ));
+        let mut leading = rx.clone();
+        leading.wait_for(|l| *l).await.unwrap();
+        // Acquired at t0; from now on no renewal gets an answer.
+        stall.store(true, Ordering::SeqCst);
+
+        let nodes = NodeStore::new(None);
+        nodes.apply(NodeEvent::Init);
+        nodes.apply(NodeEvent::InitDone);
+        let cloud = MemoryCloud::default();
+        let controller = Controller::new(
+            ControllerConfig {
+                cluster_name: "kubernetes".into(),
+                plan: PlanConfig {
+                    cluster_cidrs: parse_cluster_cidrs("10.244.0.0/16").unwrap(),
+                    ..PlanConfig::default()
+                },
+                mode: Mode::Incremental,
+                timing: Timing {
+                    period: Duration::from_secs(10),
+                    min_interval: Duration::from_secs(10),
+                    resync: Duration::from_secs(3600),
+                },
+                backoff: BackoffConfig::default(),
+                status_concurrency: 4,
+                deletion_grace: route_controller::controller::DEFAULT_DELETION_GRACE,
+            },
+            nodes.clone(),
+            Arc::new(cloud.clone()) as Arc<dyn CloudRoutes>,
+            Arc::new(RecordingStatusWriter::default()),
+            fence.clone(),
+            None,
+        );
+        tokio::spawn(controller.run(rx, shutdown.clone()));
+        // A Node every 250 ms for 20 s; the cloud answers every call.
+        for i in 0..80 {
+            nodes.apply(NodeEvent::Apply(node(i)));
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        let creates: Vec<Instant> = cloud
+            .log()
+            .into_iter()
+            .filter(|c| c.op == Operation::Create)
+            .map(|c| c.at)
+            .collect();
+        assert!(
+            creates.len() >= 30,
+            "the leader worked until its deadline: {} creations",
+            creates.len()
+        );
+        let last = creates.iter().max().copied().unwrap();
+        assert!(
+            last < t0 + renew_deadline,
+            "a route was created {:?} after the last renewal was sent",
+            last - t0
+        );
+        let r = tokio::time::timeout(Duration::from_secs(10), election)
+            .await
+            .expect("the election gives up")
+            .unwrap();
+        assert!(matches!(r, Err(LeaderError::Lost(_))));
+        shutdown.cancel();
     }
 }

@@ -42,6 +42,8 @@ pub async fn plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
         &args.cluster.cloud_provider,
         args.cluster.cloud_config.as_deref(),
         "plan",
+        // `plan` only reads: a closed fence makes sure of it.
+        &route_cloud::Fence::new(false),
     )
     .await?;
     let nodes: Vec<_> = Api::<Node>::all(client)

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context as _, bail};
-use route_cloud::CloudRoutes;
+use route_cloud::{CloudRoutes, Fence};
 use serde::de::DeserializeOwned;
 
 /// The providers this build knows.
@@ -21,10 +21,17 @@ pub const PROVIDERS: &[&str] = &[
 ];
 
 /// Builds the provider named by `--cloud-provider`.
+/// Providers that wait inside a call (token buckets, throttling pauses)
+/// check `fence` again after each wait.
+#[cfg_attr(
+    not(any(feature = "aws", feature = "hcloud", feature = "openstack")),
+    allow(unused_variables)
+)]
 pub async fn build(
     name: &str,
     config: Option<&Path>,
     identity: &str,
+    fence: &Fence,
 ) -> anyhow::Result<Arc<dyn CloudRoutes>> {
     match name {
         "memory" => {
@@ -60,7 +67,8 @@ pub async fn build(
             let cfg: provider_aws::AwsConfig = read_config(config)?.unwrap_or_default();
             let cloud = provider_aws::Ec2Routes::connect(cfg)
                 .await
-                .context("configuring the aws provider")?;
+                .context("configuring the aws provider")?
+                .with_fence(fence.clone());
             Ok(Arc::new(cloud))
         }
         #[cfg(feature = "hcloud")]
@@ -69,7 +77,8 @@ pub async fn build(
                 "--cloud-provider hcloud needs --cloud-config (at least `network: <id or name>`)",
             )?;
             let cloud = provider_hcloud::HcloudRoutes::from_config(cfg)
-                .context("--cloud-config for the hcloud provider")?;
+                .context("--cloud-config for the hcloud provider")?
+                .with_fence(fence.clone());
             Ok(Arc::new(cloud))
         }
         #[cfg(feature = "openstack")]
@@ -79,7 +88,8 @@ pub async fn build(
                 .with_context(|| format!("--cloud-config {}", path.display()))?;
             let cloud = provider_openstack::OpenStackRoutes::new(cfg)
                 .map_err(|e| anyhow::anyhow!("{e}"))
-                .context("configuring the openstack provider")?;
+                .context("configuring the openstack provider")?
+                .with_fence(fence.clone());
             Ok(Arc::new(cloud))
         }
         other => bail!(

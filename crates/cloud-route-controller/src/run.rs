@@ -8,6 +8,7 @@ use std::sync::atomic::AtomicBool;
 
 use anyhow::Context as _;
 use prometheus_client::registry::Registry;
+use route_cloud::BootClock;
 use route_controller::{
     BackoffConfig, Controller, ControllerConfig, Fence, KubeStatusWriter, Metrics, NodeStore,
     Timing, pick_resync,
@@ -34,10 +35,18 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let cluster_cidrs = args.cluster.cluster_cidrs()?;
     let identity = identity(&args);
     let client = kube_client::client(&args.cluster).await?;
+    // With an election, mutations are allowed only until each renewal's
+    // deadline; the election task extends it.
+    let fence = if args.leader.leader_elect {
+        Fence::leased(Arc::new(BootClock::new()))
+    } else {
+        Fence::new(false)
+    };
     let cloud = providers::build(
         &args.cluster.cloud_provider,
         args.cluster.cloud_config.as_deref(),
         &identity,
+        &fence,
     )
     .await?;
     let resync = pick_resync(args.min_resync_period, rand::random::<f64>());
@@ -54,7 +63,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry, cloud.clone());
     let nodes = NodeStore::new(Some(metrics.clone()));
-    let fence = Fence::new(false);
     let first_sync = Arc::new(AtomicBool::new(false));
     let health = Health::new(nodes.clone(), first_sync.clone(), fence.clone());
     let shutdown = CancellationToken::new();
@@ -88,6 +96,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             client.clone(),
             cfg,
             leader_tx.clone(),
+            fence.clone(),
             shutdown.clone(),
         )))
     } else {

@@ -258,3 +258,115 @@ async fn only_the_leader_mutates_and_leadership_moves_on_stop_and_on_kill() {
     let log_a2 = a2.ctl.log_text();
     assert_eq!(a2.ctl.stop(), Some(0), "{log_a2}");
 }
+
+fn signal(ctl: &Controller, sig: &str) {
+    let pid = ctl.child.id().to_string();
+    let ok = std::process::Command::new("kill")
+        .args([sig, &pid])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "kill {sig} {pid}");
+}
+
+/// A leader stopped (SIGSTOP) past its renew deadline, with a creation
+/// held at its throttle gate, is resumed (SIGCONT) after the gate's pause has
+/// run out and after a new leader took over: the timer of the held creation
+/// fires at once, well before the election loop's next Lease round trip could
+/// tell it that it lost. It must send nothing — its fence closed at the
+/// deadline, whatever its leader flag still says — and exit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resumed_leader_past_renew_deadline_sends_no_cloud_mutation() {
+    let c = TestCluster::acquire().await.unwrap();
+    let sim = SimServer::start_local(MemoryConfig::default())
+        .await
+        .unwrap();
+    let admin = AdminClient::new(&sim.url()).unwrap();
+    let dir = TempDir::new("leader-sigstop");
+    let config = sim_cloud_config(dir.path(), "cloud", &sim.url(), None);
+
+    let a = start(&c, &dir, "crc-a", &config);
+    wait_until(Duration::from_secs(60), "crc-a holds the Lease", || async {
+        holder(&c).await.filter(|(h, _)| h == "crc-a")
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", a.ctl.log_text()));
+    wait_http(&a.metrics, "/readyz", 200, Duration::from_secs(60))
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", a.ctl.log_text()));
+    let b = start(&c, &dir, "crc-b", &config);
+    wait_http(&b.metrics, "/readyz", 200, Duration::from_secs(60))
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", b.ctl.log_text()));
+    add_node(&c, 1).await;
+    let ctx = || format!("A:\n{}\nB:\n{}", a.ctl.log_text(), b.ctl.log_text());
+    assert_eq!(
+        routed(&admin, 1, Duration::from_secs(60), &ctx)
+            .await
+            .caller,
+        "crc-a"
+    );
+
+    // A's creation for node 2 is throttled with a retry-after of 8 s; A is
+    // frozen while its gate holds the creation, and the storm ends.
+    let retry_after = Duration::from_secs(8);
+    let cloud = sim.cloud();
+    cloud.set_storm(Some(Some(retry_after)));
+    add_node(&c, 2).await;
+    let dest = pod_cidr(2);
+    wait_until(Duration::from_secs(30), "crc-a throttled", || {
+        let hit = cloud.log().iter().any(|e| {
+            &*e.caller == "crc-a"
+                && e.op == Operation::Create
+                && e.result.is_err()
+                && e.destination.as_ref().map(|d| d.to_string()) == Some(dest.clone())
+        });
+        async move { hit.then_some(()) }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctx()));
+    signal(&a.ctl, "-STOP");
+    let throttled = Instant::now();
+    cloud.set_storm(None);
+    let frozen_at = admin.log(0).await.unwrap().len() as u64;
+
+    wait_until(LEASE + MARGIN, "crc-b holds the Lease", || async {
+        holder(&c).await.filter(|(h, _)| h == "crc-b")
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctx()));
+    add_node(&c, 3).await;
+    for i in 2..=3 {
+        let e = routed(&admin, i, Duration::from_secs(60), &ctx).await;
+        assert_eq!(e.caller, "crc-b");
+    }
+    // A's gate reopened while it was frozen; its renew deadline (3 s) is
+    // long past, and nothing has told it yet that it lost the Lease.
+    let reopened = throttled + retry_after + Duration::from_secs(1);
+    tokio::time::sleep(reopened.saturating_duration_since(Instant::now())).await;
+    signal(&a.ctl, "-CONT");
+    let mut a = a;
+    let exited = wait_until(Duration::from_secs(30), "crc-a exits", || {
+        let code = a.ctl.child.try_wait().ok().flatten().map(|s| s.code());
+        async move { code }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", a.ctl.log_text()));
+    let log = admin.log(0).await.unwrap();
+    // Any change request counts, whatever it was answered.
+    let late: Vec<&LogEntry> = log
+        .iter()
+        .filter(|e| e.caller == "crc-a" && e.seq >= frozen_at && e.op != Operation::List)
+        .collect();
+    let a_text = a.ctl.log_text();
+    assert!(
+        late.is_empty(),
+        "the resumed leader changed the cloud: {late:?}\n{a_text}"
+    );
+    assert_eq!(exited, Some(1), "{a_text}");
+    assert!(a_text.contains("lost leadership"), "{a_text}");
+    let routes = admin.routes(CLUSTER).await.unwrap();
+    assert_eq!(routes.len(), 3, "{routes:?}");
+    assert_eq!(holder(&c).await.map(|(h, _)| h).as_deref(), Some("crc-b"));
+    let b_text = b.ctl.log_text();
+    assert_eq!(b.ctl.stop(), Some(0), "{b_text}");
+}

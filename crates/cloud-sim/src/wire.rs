@@ -192,6 +192,9 @@ pub fn status_for(kind: ErrorKind) -> u16 {
         ErrorKind::Throttled => 429,
         ErrorKind::Transient => 503,
         ErrorKind::Timeout => 504,
+        // A refusal the client makes of itself; a simulated cloud told to
+        // inject it answers like a lock held by someone else.
+        ErrorKind::Fenced => 423,
     }
 }
 

@@ -133,6 +133,14 @@ impl Limiter {
         self.buckets[op.index()].acquire().await
     }
 
+    async fn acquire_fenced(
+        &self,
+        op: Op,
+        fence: &route_cloud::Fence,
+    ) -> Result<Duration, CloudError> {
+        self.buckets[op.index()].acquire_fenced(fence).await
+    }
+
     fn succeeded(&self, op: Op) {
         self.streaks[op.index()].store(0, Ordering::Relaxed);
     }
@@ -175,6 +183,7 @@ pub struct Ec2Routes {
     stats: RequestStats,
     limiter: Limiter,
     state: Mutex<State>,
+    fence: route_cloud::Fence,
 }
 
 impl std::fmt::Debug for Ec2Routes {
@@ -237,7 +246,16 @@ impl Ec2Routes {
             config,
             stats: RequestStats::default(),
             state: Mutex::new(State::default()),
+            fence: route_cloud::Fence::default(),
         })
+    }
+
+    /// Checks `fence` after every wait of this provider's own (its token
+    /// bucket, throttling pauses) before sending a change, so a change that
+    /// waited past this replica's renew deadline is never sent.
+    pub fn with_fence(mut self, fence: route_cloud::Fence) -> Self {
+        self.fence = fence;
+        self
     }
 
     /// The SDK client (tests use it to set up fixtures).
@@ -260,7 +278,13 @@ impl Ec2Routes {
         >,
         E: aws_sdk_ec2::error::ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     {
-        let waited = self.limiter.acquire(op).await;
+        // A change (ModifyInstanceAttribute, CreateRoute, ...) may have waited
+        // for its token past this replica's renew deadline; then it is not sent.
+        let waited = if op.is_write() {
+            self.limiter.acquire_fenced(op, &self.fence).await?
+        } else {
+            self.limiter.acquire(op).await
+        };
         if !waited.is_zero() {
             self.stats.add_rate_limit_wait(waited);
         }
@@ -806,6 +830,24 @@ mod tests {
         );
         let r = Route::from_text("n", "10.244.0.0/24");
         assert_eq!(destination_of(&r).unwrap().to_string(), "10.244.0.0/24");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn create_route_paused_by_throttling_past_the_renew_deadline_is_fenced() {
+        let l = Limiter::new(&RateLimitConfig::default());
+        let fence = route_cloud::Fence::leased(std::sync::Arc::new(route_cloud::TokioClock::new()));
+        fence.set_leader(true);
+        fence.renewed(fence.mark(), Duration::from_secs(5));
+        l.throttled(Op::CreateRoute, Some(Duration::from_secs(20)))
+            .await;
+        let t0 = tokio::time::Instant::now();
+        let e = l.acquire_fenced(Op::CreateRoute, &fence).await.unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Fenced);
+        assert_eq!(
+            t0.elapsed(),
+            Duration::from_secs(5),
+            "given up at the deadline"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -9,6 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use reqwest::header::HeaderMap;
 use reqwest::{Method, StatusCode, Url};
+use route_cloud::Fence;
 use route_cloud::ratelimit::TokenBucket;
 use route_cloud::{CloudError, ErrorKind, RequestStats};
 use serde::Serialize;
@@ -29,6 +30,8 @@ pub(crate) struct Http {
     per_second: f64,
     reserve: f64,
     use_headers: bool,
+    /// Checked after the budget wait of every changing request.
+    pub(crate) fence: Fence,
 }
 
 impl std::fmt::Debug for Http {
@@ -64,6 +67,7 @@ impl Http {
             per_second: config.per_second(),
             reserve: f64::from(config.keep_in_reserve),
             use_headers: config.use_rate_limit_headers,
+            fence: Fence::default(),
         })
     }
 
@@ -96,7 +100,13 @@ impl Http {
         query: &[(&str, &str)],
         body: Option<&(impl Serialize + Sync)>,
     ) -> Result<T, CloudError> {
-        let waited = self.bucket.acquire().await;
+        // A change may have waited for its token past this replica's renew
+        // deadline; then it is not sent.
+        let waited = if method == Method::GET {
+            self.bucket.acquire().await
+        } else {
+            self.bucket.acquire_fenced(&self.fence).await?
+        };
         if !waited.is_zero() {
             self.stats.add_rate_limit_wait(waited);
         }

@@ -121,6 +121,14 @@ impl HcloudRoutes {
         })
     }
 
+    /// Checks `fence` after every wait of this provider's own (its token
+    /// bucket, throttling pauses) before sending a change, so a change that
+    /// waited past this replica's renew deadline is never sent.
+    pub fn with_fence(mut self, fence: route_cloud::Fence) -> Self {
+        self.http.fence = fence;
+        self
+    }
+
     /// The configuration in use.
     pub fn config(&self) -> &HcloudConfig {
         &self.config

@@ -594,3 +594,30 @@ async fn route_to_a_deleted_server_is_a_blackhole_once_the_server_list_says_so()
     assert_eq!(r.target_node, "node-new");
     assert!(!r.blackhole);
 }
+
+#[tokio::test]
+async fn change_that_waited_for_budget_past_the_renew_deadline_is_not_sent() {
+    let fake = fake_with(FakeConfig::default(), 1).await;
+    // One request a second, no burst: the add_route after the network GET
+    // waits about a second for its token.
+    let p = provider(
+        &fake,
+        HcloudConfig {
+            requests_per_hour: 3600,
+            burst: 1,
+            use_rate_limit_headers: false,
+            ..client_config(&fake)
+        },
+    );
+    let fence = route_cloud::Fence::leased(Arc::new(route_cloud::TokioClock::new()));
+    fence.set_leader(true);
+    fence.renewed(fence.mark(), Duration::from_millis(300));
+    let p = p.with_fence(fence);
+    let e = p
+        .create_route("c", "uid-0", &node_route(0))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Fenced, "{e}");
+    assert_eq!(fake.count("add_route"), 0, "the change was not sent");
+    assert!(fake.routes(NET).is_empty());
+}

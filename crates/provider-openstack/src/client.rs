@@ -10,6 +10,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use reqwest::{Method, StatusCode};
+use route_cloud::Fence;
 use route_cloud::ratelimit::TokenBucket;
 use route_cloud::{CloudError, ErrorKind, RequestStats};
 use serde_json::{Value, json};
@@ -41,6 +42,8 @@ pub(crate) struct Http {
     bucket: TokenBucket,
     pub(crate) stats: RequestStats,
     session: Mutex<Option<Session>>,
+    /// Checked after the budget wait of every changing request.
+    pub(crate) fence: Fence,
 }
 
 impl Http {
@@ -88,6 +91,7 @@ impl Http {
             bucket,
             stats: RequestStats::default(),
             session: Mutex::new(None),
+            fence: Fence::default(),
         })
     }
 
@@ -121,7 +125,7 @@ impl Http {
             if let Some(b) = body {
                 req = req.json(b);
             }
-            match self.send(op, req).await {
+            match self.send(op, method != Method::GET, req).await {
                 Err((Some(401), _)) if session.token.is_some() && !reauthenticated => {
                     tracing::info!(op, "Neutron refused the token; authenticating again");
                     *self.session.lock().await = None;
@@ -141,9 +145,19 @@ impl Http {
     async fn send(
         &self,
         op: &'static str,
+        mutating: bool,
         req: reqwest::RequestBuilder,
     ) -> Result<Answer, (Option<u16>, CloudError)> {
-        let waited = self.bucket.acquire().await;
+        // A change may have waited for its token past this replica's renew
+        // deadline; then it is not sent.
+        let waited = if mutating {
+            self.bucket
+                .acquire_fenced(&self.fence)
+                .await
+                .map_err(|e| (None, e))?
+        } else {
+            self.bucket.acquire().await
+        };
         if !waited.is_zero() {
             self.stats.add_rate_limit_wait(waited);
         }

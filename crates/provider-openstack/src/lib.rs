@@ -184,6 +184,14 @@ impl OpenStackRoutes {
         })
     }
 
+    /// Checks `fence` after every wait of this provider's own (its token
+    /// bucket, throttling pauses) before sending a change, so a change that
+    /// waited past this replica's renew deadline is never sent.
+    pub fn with_fence(mut self, fence: route_cloud::Fence) -> Self {
+        self.http.fence = fence;
+        self
+    }
+
     /// The node index this provider reads; feed it with
     /// [`NodeAddressIndex::replace_from_views`] and friends.
     pub fn node_index(&self) -> Arc<NodeAddressIndex> {

@@ -28,6 +28,9 @@ pub enum ErrorKind {
     Timeout,
     /// Credentials, permissions or configuration; needs an operator.
     Permanent,
+    /// Not sent: this replica may not change the cloud now (leadership lost,
+    /// renew deadline passed, shutting down). Never an answer of the cloud.
+    Fenced,
 }
 
 impl ErrorKind {
@@ -43,6 +46,7 @@ impl ErrorKind {
             ErrorKind::Transient => "transient",
             ErrorKind::Timeout => "timeout",
             ErrorKind::Permanent => "permanent",
+            ErrorKind::Fenced => "fenced",
         }
     }
 }

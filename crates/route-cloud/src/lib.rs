@@ -7,6 +7,7 @@
 //! [`CloudError`], so the controller can retry, back off or resync correctly.
 
 mod error;
+pub mod fence;
 pub mod memory;
 pub mod ratelimit;
 
@@ -17,6 +18,7 @@ use async_trait::async_trait;
 use route_core::{NodeView, Route, TargetNeeds};
 
 pub use error::{CloudError, ErrorKind};
+pub use fence::{BootClock, Clock, Fence, TokioClock};
 
 /// What a provider's API supports; the executor sizes itself from this.
 #[derive(Debug, Clone, PartialEq, Eq)]

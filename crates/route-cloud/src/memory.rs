@@ -379,6 +379,8 @@ struct State {
     rng: StdRng,
     tokens: f64,
     refilled: Instant,
+    /// Every call is answered `Throttled`, with this retry-after.
+    storm: Option<Option<Duration>>,
 }
 
 impl State {
@@ -634,6 +636,7 @@ impl MemoryCloud {
                     rng,
                     tokens,
                     refilled: Instant::now(),
+                    storm: None,
                 }),
                 stats: RequestStats::default(),
                 in_flight: AtomicUsize::new(0),
@@ -679,6 +682,13 @@ impl MemoryCloud {
     /// pending failures of `op`; `n = 0` clears them.
     pub fn fail_next(&self, op: Operation, n: u32, kind: ErrorKind) {
         self.lock().pending[op.index()] = (n > 0).then_some(Pending { remaining: n, kind });
+    }
+
+    /// Starts (`Some`, with the retry-after to answer) or ends (`None`) a
+    /// throttling storm: while it lasts every call is answered `Throttled`,
+    /// whatever the budget — a cloud whose API is overloaded by others.
+    pub fn set_storm(&self, storm: Option<Option<Duration>>) {
+        self.lock().storm = storm;
     }
 
     /// Sets or clears the random failure rate of `op`. Probabilities outside
@@ -825,7 +835,12 @@ impl MemoryCloud {
         let now = Instant::now();
         let mut s = self.lock();
         let mut lost_answer = false;
-        let refused = if let Err(wait) = s.take_token(now) {
+        let refused = if let Some(retry_after) = s.storm {
+            Some(CloudError::throttled(
+                "request limit exceeded (storm)",
+                retry_after,
+            ))
+        } else if let Err(wait) = s.take_token(now) {
             Some(CloudError::throttled(
                 "request rate limit exceeded",
                 Some(wait),
@@ -1414,6 +1429,27 @@ mod tests {
         c.fail_next(Operation::List, 0, ErrorKind::Permanent);
         c.list_routes(C).await.unwrap();
         assert_eq!(c.stats().snapshot()[&("create", "conflict")], 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn storm_throttles_every_call_until_it_ends() {
+        let c = MemoryCloud::default();
+        c.set_storm(Some(Some(Duration::from_secs(3))));
+        for _ in 0..3 {
+            let e = c.list_routes(C).await.unwrap_err();
+            assert_eq!(e.kind, ErrorKind::Throttled);
+            assert_eq!(e.retry_after, Some(Duration::from_secs(3)));
+        }
+        assert!(
+            c.create_route(C, "u", &want("a", "10.244.1.0/24"))
+                .await
+                .is_err()
+        );
+        c.set_storm(None);
+        c.create_route(C, "u", &want("a", "10.244.1.0/24"))
+            .await
+            .unwrap();
+        assert_eq!(c.stats().snapshot()[&("list", "throttled")], 3);
     }
 
     #[tokio::test(start_paused = true)]

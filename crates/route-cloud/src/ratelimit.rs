@@ -10,6 +10,8 @@ use std::time::Duration;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
+use crate::{CloudError, Fence};
+
 /// A token bucket: `burst` tokens, refilled at `per_second`.
 #[derive(Debug)]
 pub struct TokenBucket {
@@ -75,6 +77,15 @@ impl TokenBucket {
         }
     }
 
+    /// [`TokenBucket::acquire`] for a mutating request: gives up as soon as
+    /// `fence` closes, and checks it once more after the wait, so a request
+    /// that waited past its replica's renew deadline is never sent.
+    pub async fn acquire_fenced(&self, fence: &Fence) -> Result<Duration, CloudError> {
+        let waited = fence.guard(self.acquire()).await?;
+        fence.check()?;
+        Ok(waited)
+    }
+
     /// Stops handing out tokens until `until` (a server's retry-after or
     /// rate-limit reset).
     pub async fn pause_until(&self, until: Instant) {
@@ -122,6 +133,20 @@ mod tests {
             .await;
         let waited = b.acquire().await;
         assert!(waited >= Duration::from_secs(30), "{waited:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn fenced_acquire_paused_past_renew_deadline_returns_fenced_at_the_deadline() {
+        let fence = Fence::leased(std::sync::Arc::new(crate::TokioClock::new()));
+        fence.set_leader(true);
+        fence.renewed(fence.mark(), Duration::from_secs(10));
+        let b = TokenBucket::new(100.0, 10);
+        b.pause_until(Instant::now() + Duration::from_secs(30))
+            .await;
+        let t0 = Instant::now();
+        let e = b.acquire_fenced(&fence).await.unwrap_err();
+        assert_eq!(e.kind, crate::ErrorKind::Fenced);
+        assert_eq!(t0.elapsed(), Duration::from_secs(10));
     }
 
     #[tokio::test(start_paused = true)]

@@ -489,11 +489,11 @@ impl Controller {
                             &node,
                             reasons::FAILED_TO_DELETE_ROUTE,
                             format!(
-                                "Could not delete route {} {} for node {} (attempt {failures}, next in {:?}): {e}",
+                                "Could not delete route {} {} for node {} ({}): {e}",
                                 d.route.name,
                                 d.route.destination,
                                 d.route.target_node,
-                                at - now
+                                next_attempt(e, failures, at - now)
                             ),
                         )
                         .await;
@@ -532,12 +532,11 @@ impl Controller {
                         &node,
                         reasons::FAILED_TO_CREATE_ROUTE,
                         format!(
-                            "Could not create route {} {} for node {}: {e} (attempt {}, retrying in {:?})",
+                            "Could not create route {} {} for node {}: {e} ({})",
                             c.name_hint,
                             c.route.destination,
                             c.route.target_node,
-                            self.book.failures(&key),
-                            at - now
+                            next_attempt(e, self.book.failures(&key), at - now)
                         ),
                     )
                     .await;
@@ -611,16 +610,21 @@ impl Controller {
             }
         }
         let status = self.status.clone();
+        let fence = self.executor.fence().clone();
         let results: Vec<(NodeRef, NetworkCondition, bool)> =
             futures::stream::iter(wanted.into_iter().map(|(node, cond)| {
                 let status = status.clone();
+                let fence = fence.clone();
                 async move {
-                    let ok = match status.set_condition(&node, cond).await {
-                        Ok(()) => true,
-                        Err(e) => {
+                    // Checked per patch: a status write is a mutation too, and
+                    // one queued behind slow ones may come after the deadline.
+                    let ok = match fence.guard(status.set_condition(&node, cond)).await {
+                        Ok(Ok(())) => true,
+                        Ok(Err(e)) => {
                             warn!(node = %node.name, error = %e, "failed to update networking condition");
                             false
                         }
+                        Err(_) => false,
                     };
                     (node, cond, ok)
                 }
@@ -739,9 +743,23 @@ impl Controller {
         if let Some(m) = &self.metrics {
             m.warnings.get_or_create(&ReasonLabels { reason }).inc();
         }
-        if let Err(e) = self.status.warn(node, reason, &message).await {
+        if let Ok(Err(e)) = self
+            .executor
+            .fence()
+            .guard(self.status.warn(node, reason, &message))
+            .await
+        {
             warn!(node = %node.name, error = %e, "could not record event");
         }
+    }
+}
+
+/// When a failed operation is tried again, for its Event.
+fn next_attempt(e: &CloudError, failures: u32, wait: std::time::Duration) -> String {
+    if e.kind == ErrorKind::Throttled {
+        "throttled; retrying as soon as the cloud accepts calls again".into()
+    } else {
+        format!("attempt {failures}, retrying in {wait:?}")
     }
 }
 

@@ -6,22 +6,24 @@
 //! the provider's `max_concurrent_operations`; a creation that must follow a
 //! deletion (address change, blackhole replacement) starts only after that
 //! deletion succeeded. Providers that take batches get the whole plan in one
-//! call. A throttled answer closes a shared gate until its retry-after, so the
-//! rest of the pass waits instead of piling more requests on the cloud.
+//! call. A throttled answer closes a shared [`ThrottleGate`] until its
+//! retry-after, so the rest of the pass waits instead of piling more requests
+//! on the cloud.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::future::join_all;
+pub use route_cloud::Fence;
 use route_cloud::{Batch, CloudError, CloudRoutes, ErrorKind};
 use route_core::{Plan, Route};
-use tokio::sync::{Mutex, Semaphore};
+use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
 use crate::hold::Held;
 use crate::retry::{OpKey, RetryBook};
+use crate::throttle::{ThrottleGate, Ticket};
 
 /// The result of one planned operation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,7 +36,8 @@ pub enum OpResult {
     Deferred,
     /// A deletion it depends on did not succeed in this pass.
     Blocked,
-    /// Not attempted: leadership lost or shutting down.
+    /// Not sent, or abandoned before its answer came: the fence closed
+    /// (leadership lost, renew deadline passed, shutting down).
     Cancelled,
 }
 
@@ -73,150 +76,6 @@ impl Outcome {
     }
 }
 
-/// Whether this process may change the cloud right now. Checked before every
-/// call, so a replica that loses its Lease or is shutting down stops at once.
-#[derive(Debug, Clone)]
-pub struct Fence {
-    leader: Arc<AtomicBool>,
-    stopping: Arc<AtomicBool>,
-}
-
-impl Default for Fence {
-    fn default() -> Self {
-        Self::new(true)
-    }
-}
-
-impl Fence {
-    /// A fence that starts open (`leader`) or closed.
-    pub fn new(leader: bool) -> Self {
-        Self {
-            leader: Arc::new(AtomicBool::new(leader)),
-            stopping: Arc::new(AtomicBool::new(false)),
-        }
-    }
-
-    /// Mutations are allowed.
-    pub fn is_open(&self) -> bool {
-        self.leader.load(Ordering::SeqCst) && !self.stopping.load(Ordering::SeqCst)
-    }
-
-    /// Sets leadership.
-    pub fn set_leader(&self, leader: bool) {
-        self.leader.store(leader, Ordering::SeqCst);
-    }
-
-    /// This replica holds leadership.
-    pub fn is_leader(&self) -> bool {
-        self.leader.load(Ordering::SeqCst)
-    }
-
-    /// Shutting down: no new mutation may start.
-    pub fn stop(&self) {
-        self.stopping.store(true, Ordering::SeqCst);
-    }
-}
-
-/// Paces cloud calls after throttling.
-///
-/// A throttled answer closes the gate until its retry-after and switches to
-/// paced mode: calls then start one at a time, at least one retry-after apart,
-/// which is the rate the cloud just told us it can take. Each run of
-/// [`PACE_RELAX_AFTER`] successes halves the spacing until it is gone. Without
-/// this, every reopening of the gate would release the whole queue of calls at
-/// once and most of them would be throttled again.
-#[derive(Debug, Default)]
-pub struct ThrottleGate {
-    state: Mutex<GateState>,
-}
-
-#[derive(Debug, Default)]
-struct GateState {
-    until: Option<Instant>,
-    pace: Option<Duration>,
-    next_slot: Option<Instant>,
-    successes: u32,
-    last_throttle: Option<Instant>,
-}
-
-/// Successes in a row after which the pacing interval halves.
-pub const PACE_RELAX_AFTER: u32 = 10;
-
-impl ThrottleGate {
-    /// Waits until a call may start; returns the time spent held back by
-    /// throttling (zero when the gate was open).
-    pub async fn pass(&self) -> Duration {
-        let start = Instant::now();
-        let mut held = false;
-        loop {
-            let wait_until = {
-                let mut s = self.state.lock().await;
-                let now = Instant::now();
-                match (s.until, s.pace) {
-                    (Some(t), _) if now < t => Some(t),
-                    (_, Some(pace)) => {
-                        let slot = s.next_slot.unwrap_or(now).max(now);
-                        if slot > now {
-                            Some(slot)
-                        } else {
-                            s.next_slot = Some(now + pace);
-                            None
-                        }
-                    }
-                    _ => None,
-                }
-            };
-            match wait_until {
-                Some(t) => {
-                    held = true;
-                    tokio::time::sleep_until(t).await;
-                }
-                None if held => return start.elapsed(),
-                None => return Duration::ZERO,
-            }
-        }
-    }
-
-    /// A call that started at `started` was throttled: close for
-    /// `retry_after` and pace from now on.
-    pub async fn throttled(&self, retry_after: Duration, started: Instant) {
-        let mut s = self.state.lock().await;
-        let now = Instant::now();
-        // Calls that were already in flight together are one throttling
-        // event, not many: only a call started after the last throttled
-        // answer widens the spacing.
-        let fresh = s.last_throttle.is_none_or(|t| started > t);
-        s.last_throttle = Some(now);
-        let t = now + retry_after;
-        if s.until.is_none_or(|x| x < t) {
-            s.until = Some(t);
-        }
-        let floor = retry_after.max(Duration::from_millis(10));
-        s.pace = Some(match s.pace {
-            None => floor,
-            // The spacing that was just throttled was too short, whatever the
-            // retry-after says: back off multiplicatively.
-            Some(p) if fresh => (p * 2).max(floor),
-            Some(p) => p.max(floor),
-        });
-        s.next_slot = Some(t);
-        s.successes = 0;
-    }
-
-    /// A call went through.
-    pub async fn succeeded(&self) {
-        let mut s = self.state.lock().await;
-        if let Some(p) = s.pace {
-            s.successes += 1;
-            if s.successes >= PACE_RELAX_AFTER {
-                s.successes = 0;
-                let half = p / 2;
-                s.pace = (half >= Duration::from_millis(10)).then_some(half);
-            }
-        }
-    }
-}
-
 /// Runs plans against one cloud.
 pub struct Executor {
     cloud: Arc<dyn CloudRoutes>,
@@ -251,30 +110,18 @@ impl Executor {
 
     /// Lists the cloud's routes (through the throttle gate).
     pub async fn list(&self) -> Result<Vec<Route>, CloudError> {
-        self.wait_gate().await;
-        let started = Instant::now();
+        let ticket = self.wait_gate().await;
         let r = self.cloud.list_routes(&self.cluster).await;
-        self.note(r.as_ref().map(|_| ()), started).await;
+        note(ticket, r.as_ref().map(|_| ()));
         r
     }
 
-    async fn wait_gate(&self) {
-        let w = self.gate.pass().await;
-        if !w.is_zero() {
-            *self.throttle_wait.lock().unwrap_or_else(|e| e.into_inner()) += w;
+    async fn wait_gate(&self) -> Ticket<'_> {
+        let t = self.gate.pass().await;
+        if !t.held.is_zero() {
+            *self.throttle_wait.lock().unwrap_or_else(|e| e.into_inner()) += t.held;
         }
-    }
-
-    async fn note(&self, r: Result<(), &CloudError>, started: Instant) {
-        match r {
-            Ok(()) => self.gate.succeeded().await,
-            Err(e) if e.kind == ErrorKind::Throttled => {
-                self.gate
-                    .throttled(e.retry_after.unwrap_or(Duration::from_secs(1)), started)
-                    .await;
-            }
-            Err(_) => {}
-        }
+        t
     }
 
     /// Executes `plan`, skipping operations whose backoff is not due in
@@ -418,15 +265,6 @@ impl Executor {
         if del_idx.is_empty() && cre_idx.is_empty() {
             return out;
         }
-        if !self.fence.is_open() {
-            for &i in &del_idx {
-                out.deletions[i] = OpResult::Cancelled;
-            }
-            for &i in &cre_idx {
-                out.creations[i] = OpResult::Cancelled;
-            }
-            return out;
-        }
         let batch = Batch {
             delete: del_idx
                 .iter()
@@ -442,11 +280,39 @@ impl Executor {
                 })
                 .collect(),
         };
-        self.wait_gate().await;
+        let cancel = |out: &mut Outcome| {
+            for &i in &del_idx {
+                out.deletions[i] = OpResult::Cancelled;
+            }
+            for &i in &cre_idx {
+                out.creations[i] = OpResult::Cancelled;
+            }
+        };
+        let Ok(ticket) = self.fence.guard(self.wait_gate()).await else {
+            cancel(&mut out);
+            return out;
+        };
         let started = Instant::now();
-        match self.cloud.apply_batch(&self.cluster, &batch).await {
+        let answer = match self
+            .fence
+            .guard(self.cloud.apply_batch(&self.cluster, &batch))
+            .await
+        {
+            Ok(Err(e)) if e.kind == ErrorKind::Fenced => Err(e),
+            Ok(a) => Ok(a),
+            Err(e) => Err(e),
+        };
+        let answer = match answer {
+            Ok(a) => a,
+            Err(e) => {
+                info!(reason = %e.message, "batch route update not sent or abandoned");
+                cancel(&mut out);
+                return out;
+            }
+        };
+        match answer {
             Ok(results) if results.len() == del_idx.len() + cre_idx.len() => {
-                self.note(Ok(()), started).await;
+                ticket.succeeded();
                 let (d, c) = results.split_at(del_idx.len());
                 for (&i, r) in del_idx.iter().zip(d) {
                     out.deletions[i] = to_result(r.clone());
@@ -483,6 +349,7 @@ impl Executor {
                 }
             }
             Ok(results) => {
+                ticket.answered();
                 let e = CloudError::new(
                     ErrorKind::Timeout,
                     format!(
@@ -494,7 +361,7 @@ impl Executor {
                 fail_all(&mut out, &del_idx, &cre_idx, &e);
             }
             Err(e) => {
-                self.note(Err(&e), started).await;
+                note(ticket, Err(&e));
                 warn!(error = %e, deletions = del_idx.len(), creations = cre_idx.len(), "batch route update failed");
                 fail_all(&mut out, &del_idx, &cre_idx, &e);
             }
@@ -503,18 +370,25 @@ impl Executor {
     }
 
     async fn delete(&self, route: &Route) -> OpResult {
-        self.wait_gate().await;
-        if !self.fence.is_open() {
+        // The gate may hold a call for a long time: the fence is checked
+        // again after it, and the call abandoned if the fence closes while
+        // it is waiting inside the provider or in flight.
+        let Ok(ticket) = self.fence.guard(self.wait_gate()).await else {
             return OpResult::Cancelled;
-        }
+        };
         let started = Instant::now();
-        let r = match self.cloud.delete_route(&self.cluster, route).await {
-            Ok(()) => {
-                self.note(Ok(()), started).await;
+        let answer = self
+            .fence
+            .guard(self.cloud.delete_route(&self.cluster, route))
+            .await;
+        let r = match answer.and_then(unfenced) {
+            Err(e) => return cancelled("delete", route, &e),
+            Ok(Ok(())) => {
+                ticket.succeeded();
                 OpResult::Done(None)
             }
-            Err(e) => {
-                self.note(Err(&e), started).await;
+            Ok(Err(e)) => {
+                note(ticket, Err(&e));
                 OpResult::Failed(e)
             }
         };
@@ -523,24 +397,59 @@ impl Executor {
     }
 
     async fn create(&self, hint: &str, route: &Route) -> OpResult {
-        self.wait_gate().await;
-        if !self.fence.is_open() {
+        let Ok(ticket) = self.fence.guard(self.wait_gate()).await else {
             return OpResult::Cancelled;
-        }
+        };
         let started = Instant::now();
-        let r = match self.cloud.create_route(&self.cluster, hint, route).await {
-            Ok(created) => {
-                self.note(Ok(()), started).await;
+        let answer = self
+            .fence
+            .guard(self.cloud.create_route(&self.cluster, hint, route))
+            .await;
+        let r = match answer.and_then(unfenced) {
+            Err(e) => return cancelled("create", route, &e),
+            Ok(Ok(created)) => {
+                ticket.succeeded();
                 OpResult::Done(Some(created))
             }
-            Err(e) => {
-                self.note(Err(&e), started).await;
+            Ok(Err(e)) => {
+                note(ticket, Err(&e));
                 OpResult::Failed(e)
             }
         };
         log_op("create", route, &r, started);
         r
     }
+}
+
+/// Tells the gate how the cloud answered.
+fn note(ticket: Ticket<'_>, r: Result<(), &CloudError>) {
+    match r {
+        Ok(()) => ticket.succeeded(),
+        Err(e) if e.kind == ErrorKind::Throttled => {
+            ticket.throttled(e.retry_after.unwrap_or(Duration::from_secs(1)));
+        }
+        Err(_) => ticket.answered(),
+    }
+}
+
+/// A provider's own fence refusal (after a wait of its own) is the same as
+/// the executor's: moved to the outer error.
+fn unfenced<T>(r: Result<T, CloudError>) -> Result<Result<T, CloudError>, CloudError> {
+    match r {
+        Err(e) if e.kind == ErrorKind::Fenced => Err(e),
+        r => Ok(r),
+    }
+}
+
+fn cancelled(op: &str, route: &Route, e: &CloudError) -> OpResult {
+    info!(
+        operation = op,
+        node = %route.target_node,
+        destination = %route.destination,
+        reason = %e.message,
+        "route change not sent or abandoned"
+    );
+    OpResult::Cancelled
 }
 
 fn to_result(r: Result<Option<Route>, CloudError>) -> OpResult {

@@ -19,6 +19,7 @@ pub mod nodes;
 pub mod retry;
 pub mod schedule;
 pub mod status;
+pub mod throttle;
 pub mod watch;
 
 pub use controller::{Controller, ControllerConfig, NodeStore, PassReport};

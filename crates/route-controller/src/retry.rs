@@ -4,7 +4,10 @@
 //! exponential backoff (1 s doubling to 5 min by default, with jitter), and the
 //! loop wakes itself when the earliest one is due — so a failed route is
 //! retried without waiting for another Node event or the next resync, which is
-//! what upstream's watch mode does. A throttled answer's retry-after is a floor.
+//! what upstream's watch mode does. A throttled operation is the exception:
+//! the cloud refused the rate, not the route, so its backoff does not grow and
+//! it is due again at once — the executor's throttle gate holds it until the
+//! cloud accepts calls again, and sends one probe per retry-after meanwhile.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -126,6 +129,14 @@ impl RetryBook {
         });
         e.quota = err.kind == route_cloud::ErrorKind::QuotaExceeded;
         e.released = false;
+        if err.kind == route_cloud::ErrorKind::Throttled {
+            // Retried when the gate reopens, not at a backoff that grew
+            // with every probe of a throttling storm; the gate paces it,
+            // and the loop wakes for it once.
+            e.next_at = now;
+            e.released = true;
+            return now;
+        }
         e.failures = e.failures.saturating_add(1);
         let base = self.cfg.delay(e.failures);
         let jittered = base
@@ -268,14 +279,29 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn retry_after_is_a_floor() {
-        let mut b = RetryBook::new(BackoffConfig::default());
+    async fn throttled_operation_is_due_at_once_and_keeps_its_backoff() {
+        let mut b = RetryBook::new(BackoffConfig {
+            jitter: 0.0,
+            ..Default::default()
+        });
         let now = Instant::now();
-        let err = CloudError::throttled("slow down", Some(Duration::from_secs(42)));
+        let transient = CloudError::new(ErrorKind::Transient, "boom");
+        b.failed(key(), &transient, now, 0.0);
+        b.failed(key(), &transient, now, 0.0);
+        let throttled = CloudError::throttled("slow down", Some(Duration::from_secs(42)));
+        for _ in 0..20 {
+            assert_eq!(b.failed(key(), &throttled, now, 0.0), now);
+        }
+        assert!(b.is_due(&key(), now));
+        assert_eq!(b.next_wake(now), Some(now), "the loop wakes for it once");
+        assert_eq!(b.next_wake(now), None, "and does not spin on it");
         assert_eq!(
-            b.failed(key(), &err, now, 0.0),
-            now + Duration::from_secs(42)
+            b.failures(&key()),
+            2,
+            "throttling is not the route's failure"
         );
+        let at = b.failed(key(), &transient, now, 0.0);
+        assert_eq!(at, now + Duration::from_secs(4));
     }
 
     #[tokio::test(start_paused = true)]

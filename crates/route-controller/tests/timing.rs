@@ -43,6 +43,17 @@ fn node(i: usize) -> NodeView {
 }
 
 fn start(mode: Mode, cloud: MemoryCloud, initial: &[NodeView]) -> Harness {
+    let provider = Arc::new(cloud.clone()) as Arc<dyn CloudRoutes>;
+    start_on(mode, cloud, provider, initial)
+}
+
+/// `start` with the controller talking to `provider`, which fronts `cloud`.
+fn start_on(
+    mode: Mode,
+    cloud: MemoryCloud,
+    provider: Arc<dyn CloudRoutes>,
+    initial: &[NodeView],
+) -> Harness {
     let nodes = NodeStore::new(None);
     nodes.apply(NodeEvent::Init);
     for n in initial {
@@ -75,7 +86,7 @@ fn start(mode: Mode, cloud: MemoryCloud, initial: &[NodeView]) -> Harness {
     let ctrl = Controller::new(
         cfg,
         nodes.clone(),
-        Arc::new(cloud.clone()) as Arc<dyn CloudRoutes>,
+        provider,
         status.clone(),
         Fence::default(),
         None,
@@ -608,4 +619,109 @@ async fn relist_from_a_stale_watch_cache_keeps_the_newest_nodes_route() {
     sleep(Duration::from_secs(30)).await;
     assert_eq!(h.cloud.stats().total("delete"), 0);
     assert_eq!(h.cloud.routes(CLUSTER).len(), 2);
+}
+
+/// A cloud that answers every call `Throttled` from `from` until `until`,
+/// each time with a longer retry-after (1 s, 2 s, ... up to 5 s).
+struct Storm {
+    inner: MemoryCloud,
+    from: Instant,
+    until: Instant,
+    refused: std::sync::atomic::AtomicU32,
+}
+
+impl Storm {
+    fn weather(&self) -> Result<(), route_cloud::CloudError> {
+        let now = Instant::now();
+        if now < self.from || now >= self.until {
+            return Ok(());
+        }
+        let n = self
+            .refused
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Err(route_cloud::CloudError::throttled(
+            "RequestLimitExceeded",
+            Some(Duration::from_secs(u64::from(n.min(4)) + 1)),
+        ))
+    }
+}
+
+#[async_trait::async_trait]
+impl CloudRoutes for Storm {
+    fn name(&self) -> &'static str {
+        "storm"
+    }
+    fn capabilities(&self) -> route_cloud::Capabilities {
+        self.inner.capabilities()
+    }
+    fn stats(&self) -> &route_cloud::RequestStats {
+        self.inner.stats()
+    }
+    async fn list_routes(
+        &self,
+        cluster: &str,
+    ) -> Result<Vec<route_core::Route>, route_cloud::CloudError> {
+        self.weather()?;
+        self.inner.list_routes(cluster).await
+    }
+    async fn create_route(
+        &self,
+        cluster: &str,
+        hint: &str,
+        route: &route_core::Route,
+    ) -> Result<route_core::Route, route_cloud::CloudError> {
+        self.weather()?;
+        self.inner.create_route(cluster, hint, route).await
+    }
+    async fn delete_route(
+        &self,
+        cluster: &str,
+        route: &route_core::Route,
+    ) -> Result<(), route_cloud::CloudError> {
+        self.weather()?;
+        self.inner.delete_route(cluster, route).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn throttling_storm_of_30s_over_50_new_nodes_converges_within_10s_of_its_end() {
+    let cloud = MemoryCloud::default();
+    // The first pass lists at 0; the storm starts as the Nodes arrive.
+    let from = Instant::now() + Duration::from_millis(1);
+    let storm = Arc::new(Storm {
+        inner: cloud.clone(),
+        from,
+        until: from + Duration::from_secs(30),
+        refused: Default::default(),
+    });
+    let storm_end = storm.until;
+    let h = start_on(Mode::Incremental, cloud, storm.clone(), &[]);
+    sleep(Duration::from_millis(1)).await;
+    for i in 0..50 {
+        h.nodes.apply(NodeEvent::Apply(node(i)));
+    }
+    let mut converged = None;
+    while Instant::now() < storm_end + Duration::from_secs(60) {
+        if h.cloud.routes(CLUSTER).len() == 50 {
+            converged = Some(Instant::now());
+            break;
+        }
+        sleep(Duration::from_millis(100)).await;
+    }
+    let refused = storm.refused.load(std::sync::atomic::Ordering::SeqCst);
+    let converged = converged.unwrap_or_else(|| {
+        panic!(
+            "{} of 50 routes a minute after the storm",
+            h.cloud.routes(CLUSTER).len()
+        )
+    });
+    // The ramp from one call per 5 s to unpaced takes under 2 s; a route
+    // whose own backoff had grown with each throttled probe would come later.
+    assert!(
+        converged < storm_end + Duration::from_secs(5),
+        "converged {:?} after the storm",
+        converged - storm_end
+    );
+    // One probe per retry-after: 1 + 2 + 3 + 4 + 5 + 5 + 5 + 5 s = 30 s.
+    assert!(refused <= 9, "{refused} requests refused during the storm");
 }

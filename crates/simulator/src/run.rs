@@ -449,6 +449,8 @@ impl Driver<'_> {
                     }
                 }
             }
+            Action::StormStart(retry_after) => self.cloud.set_storm(Some(*retry_after)),
+            Action::StormEnd => self.cloud.set_storm(None),
             Action::AddStrays(cidrs) => {
                 for c in cidrs {
                     self.strays += 1;

@@ -27,6 +27,10 @@ pub const SHIPPED: &[(&str, &str)] = &[
         "flaky-hetzner",
         include_str!("../scenarios/flaky-hetzner.toml"),
     ),
+    (
+        "throttle-storm-50",
+        include_str!("../scenarios/throttle-storm-50.toml"),
+    ),
 ];
 
 /// Why a scenario cannot be used.
@@ -225,6 +229,10 @@ pub struct Scenario {
     /// Stray routes (inside the cluster CIDR, to no Node) added behind its back.
     #[serde(default)]
     pub routes_added: Vec<Burst>,
+    /// Spans in which the cloud answers every call `Throttled` (EC2's
+    /// `RequestLimitExceeded` while other clients exhaust the account's budget).
+    #[serde(default)]
+    pub throttle_storms: Vec<Storm>,
 }
 
 fn default_mask() -> u8 {
@@ -356,6 +364,20 @@ pub struct Wave {
     /// Spread (default 0: all at once).
     #[serde(default)]
     pub over: Span,
+}
+
+/// A span of time in which every call is throttled.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Storm {
+    /// Start.
+    pub at: Span,
+    /// How long it lasts.
+    pub lasting: Span,
+    /// The retry-after every throttled answer carries (none: the answer
+    /// says nothing, like EC2's).
+    #[serde(default)]
+    pub retry_after: Option<Span>,
 }
 
 /// A number of changes at one instant.
@@ -521,6 +543,14 @@ impl Scenario {
                         w.at, w.over, self.duration
                     ));
                 }
+            }
+        }
+        for (i, s) in self.throttle_storms.iter().enumerate() {
+            if s.lasting.0.is_zero() || s.at.0 + s.lasting.0 > end {
+                return Err(format!(
+                    "throttle_storms[{i}] (at {:?} lasting {:?}) must last and end within the scenario's duration {:?}",
+                    s.at, s.lasting, self.duration
+                ));
             }
         }
         for (what, list) in [

@@ -51,6 +51,10 @@ pub enum Action {
     RemoveRoutes(u32),
     /// Routes to no Node appear in the cloud for these CIDRs.
     AddStrays(Vec<Cidr>),
+    /// The cloud starts throttling every call, with this retry-after.
+    StormStart(Option<Duration>),
+    /// The cloud stops throttling every call.
+    StormEnd,
 }
 
 /// The minimum number of mutations the scenario needs, by cause; the run
@@ -226,6 +230,8 @@ enum Intent {
     Address,
     Remove(u32),
     Strays(u32),
+    Storm(Option<Duration>),
+    StormEnd,
 }
 
 fn spread(rng: &mut StdRng, w: &Wave) -> Duration {
@@ -328,6 +334,12 @@ impl Timeline {
         for b in &scenario.routes_added {
             intents.push((b.at.0, intents.len() as u64, Intent::Strays(b.count)));
         }
+        for s in &scenario.throttle_storms {
+            let retry_after = s.retry_after.map(|r| r.0);
+            intents.push((s.at.0, intents.len() as u64, Intent::Storm(retry_after)));
+            let end = s.at.0 + s.lasting.0;
+            intents.push((end, intents.len() as u64, Intent::StormEnd));
+        }
         intents.sort();
 
         let mut minimum = Minimum {
@@ -386,6 +398,8 @@ impl Timeline {
                     }
                 }
                 Intent::Remove(n) => actions.push((t, seq, Action::RemoveRoutes(n))),
+                Intent::Storm(r) => actions.push((t, seq, Action::StormStart(r))),
+                Intent::StormEnd => actions.push((t, seq, Action::StormEnd)),
                 Intent::Strays(n) => {
                     let mut cidrs = Vec::with_capacity(n as usize);
                     for _ in 0..n {
