@@ -41,6 +41,8 @@ pub enum Command {
     Plan(PlanArgs),
     /// Simulate a scenario in every mode on a virtual clock (a day in seconds): cloud calls, node-to-route latency, a chart. Needs no cluster and no cloud.
     Simulate(simulator::SimulateArgs),
+    /// Model-check the reconcile loop: seeded random Node changes and cloud faults on a virtual clock, invariants checked after every call; a failing seed prints its replay command and a shrunk sequence.
+    Check(simulator::check::CheckArgs),
 }
 
 /// Where the cluster and the cloud are.

@@ -39,6 +39,13 @@ fn main() -> ExitCode {
                 }
             };
         }
+        Some(cli::Command::Check(c)) => {
+            return if simulator::check::check(c) {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            };
+        }
         Some(cli::Command::Run(r)) => (Cmd::Run(r.clone()), r.cluster),
         Some(cli::Command::Plan(p)) => (Cmd::Plan(p.clone()), p.cluster),
         None => (Cmd::Run(cli.run.clone()), cli.run.cluster),

@@ -301,7 +301,9 @@ impl Controller {
         // The cached table is moved out for planning and back before the
         // outcome is folded in, so a cached pass copies nothing.
         let cached = match (kind, self.cfg.mode) {
-            (PassKind::Cached, Mode::Incremental) => self.route_cache.take(),
+            (PassKind::Cached, Mode::Incremental) if !self.holds.wants_listing(started) => {
+                self.route_cache.take()
+            }
             _ => None,
         };
         let listed = cached.is_none();
@@ -367,7 +369,22 @@ impl Controller {
             .capabilities()
             .max_routes
             .map(|max| max.saturating_sub(routes.len()));
-        let held = self.holds.hold(&plan, Instant::now(), listed, room);
+        let mut held = self.holds.hold(&plan, Instant::now(), listed, room);
+        // A blackhole is deleted only to be replaced: while its replacement
+        // waits for a backoff, deleting it would change nothing for the
+        // better and cost a call each pass.
+        let now = Instant::now();
+        for c in &plan.creations {
+            if c.reason == route_core::CreationReason::ReplacesBlackhole
+                && !self.book.is_due(&OpKey::create(c), now)
+            {
+                for &d in &c.after {
+                    if plan.deletions[d].reason == route_core::DeletionReason::Blackhole {
+                        held.deletions[d] = true;
+                    }
+                }
+            }
+        }
         for (node, uid, cidr, next) in &held.new_recurrences {
             let node = NodeRef {
                 name: node.clone(),
@@ -464,13 +481,24 @@ impl Controller {
     async fn absorb(&mut self, plan: &Plan, outcome: &Outcome) {
         let now = Instant::now();
         let mut uncertain = false;
-        for (d, r) in plan.deletions.iter().zip(&outcome.deletions) {
+        for (i, (d, r)) in plan.deletions.iter().zip(&outcome.deletions).enumerate() {
             let key = OpKey::delete(d);
             match r {
                 OpResult::Done(_) => {
                     self.book.succeeded(&key);
                     self.book.release_quota_waiters(now);
                     self.cache_remove(&d.route);
+                    // A blackhole deleted to be replaced is one repair,
+                    // however its creation then fares.
+                    if d.reason == route_core::DeletionReason::Blackhole
+                        && let Some(c) = plan.creations.iter().find(|c| {
+                            c.reason == route_core::CreationReason::ReplacesBlackhole
+                                && c.after.contains(&i)
+                        })
+                        && let Some(cidr) = c.route.destination.cidr()
+                    {
+                        self.holds.repaired(&c.name_hint, cidr, now);
+                    }
                 }
                 OpResult::Failed(e) => {
                     uncertain |= e.makes_cache_uncertain();
@@ -507,7 +535,7 @@ impl Controller {
             match r {
                 OpResult::Done(created) => {
                     self.book.succeeded(&key);
-                    if c.reason == route_core::CreationReason::ReplacesBlackhole
+                    if c.replaces.is_some()
                         && let Some(cidr) = c.route.destination.cidr()
                     {
                         self.holds.repaired(&c.name_hint, cidr, now);
@@ -521,6 +549,15 @@ impl Controller {
                 }
                 OpResult::Failed(e) => {
                     uncertain |= e.makes_cache_uncertain();
+                    // A replacement whose answer was lost may well have
+                    // landed; if the next listing shows a blackhole again,
+                    // that is a recurrence like any other.
+                    if e.makes_cache_uncertain()
+                        && c.replaces.is_some()
+                        && let Some(cidr) = c.route.destination.cidr()
+                    {
+                        self.holds.repaired(&c.name_hint, cidr, now);
+                    }
                     let unit = rand::rng().random::<f64>();
                     let at = self.book.failed(key.clone(), e, now, unit);
                     let node = NodeRef {

@@ -41,8 +41,11 @@ fn may_wait(reason: DeletionReason) -> bool {
     )
 }
 
-/// The least wait before repairing a blackhole that came back.
-pub const BLACKHOLE_REPAIR_FLOOR: Duration = Duration::from_secs(30);
+/// The least wait before repairing a blackhole that came back. A route that
+/// is a blackhole again right after its repair names an instance that is
+/// stopped, and instances stay stopped for minutes; when it runs again, its
+/// route is active again without any call.
+pub const BLACKHOLE_REPAIR_FLOOR: Duration = Duration::from_secs(60);
 
 /// Which operations of one plan are held, and until when.
 #[derive(Debug, Default, Clone)]
@@ -66,6 +69,9 @@ struct Repair {
     last: Instant,
     /// The recurrence has been reported.
     reported: bool,
+    /// The repair was held until then; when that passes, only a fresh
+    /// listing may decide it, since the instance may be running again.
+    held_until: Option<Instant>,
 }
 
 /// See the module docs.
@@ -154,7 +160,11 @@ impl Holds {
                 .saturating_mul(1u32 << (r.repairs.saturating_sub(1)).min(16))
                 .min(self.max_wait);
             let until = r.last + wait;
+            if full && r.held_until.is_some_and(|u| now >= u) {
+                r.held_until = None;
+            }
             if now < until {
+                r.held_until = Some(until);
                 held.creations[i] = true;
                 for &d in &c.after {
                     if plan.deletions[d].reason == DeletionReason::Blackhole {
@@ -190,9 +200,18 @@ impl Holds {
                 repairs: 0,
                 last: now,
                 reported: false,
+                held_until: None,
             });
         r.repairs = r.repairs.saturating_add(1);
         r.last = now;
+    }
+
+    /// A held repair is due: the next pass must list the cloud rather than
+    /// trust a cached table that still shows the blackhole it saw then.
+    pub fn wants_listing(&self, now: Instant) -> bool {
+        self.repairs
+            .values()
+            .any(|r| r.held_until.is_some_and(|u| now >= u))
     }
 
     /// Blackholes repaired at least once and seen again, not yet healthy.

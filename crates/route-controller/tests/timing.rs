@@ -583,9 +583,9 @@ async fn blackhole_of_a_stopped_instance_is_repaired_with_backoff_not_every_pass
     sleep(Duration::from_secs(60)).await;
     let mutations = h.mutations() - before;
     stop.abort();
-    // Periodic passes every 10 s: 6 in the minute. Repairs at 0 s, 30 s
-    // (floor), then the next is due 60 s after that: at most 2 repairs of
-    // 2 mutations each, instead of 6 × 2.
+    // Periodic passes every 10 s: 6 in the minute. The first repair is at
+    // once, the next only after the 60 s floor: at most 2 repairs of 2
+    // mutations each, instead of 6 × 2.
     assert!(
         mutations <= 4,
         "{mutations} mutations in 60 s for one unrepairable blackhole"

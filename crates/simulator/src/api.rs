@@ -91,6 +91,18 @@ impl ApiServer {
         self.lock().contains_key(name)
     }
 
+    /// A copy of every Node as stored now.
+    pub fn nodes(&self) -> Vec<NodeView> {
+        let mut v: Vec<NodeView> = self.lock().values().cloned().collect();
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+        v
+    }
+
+    /// A copy of one Node as stored now.
+    pub fn get(&self, name: &str) -> Option<NodeView> {
+        self.lock().get(name).cloned()
+    }
+
     /// Watch events delivered so far.
     pub fn events_delivered(&self) -> u64 {
         self.events_delivered.load(Ordering::Relaxed)

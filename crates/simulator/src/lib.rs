@@ -18,6 +18,7 @@
 
 pub mod api;
 pub mod chart;
+pub mod check;
 pub mod observe;
 pub mod report;
 pub mod run;

@@ -1,0 +1,342 @@
+//! The cloud as the checked controller sees it: the memory cloud behind a
+//! wrapper that checks every call as it is made and as it lands.
+//!
+//! The wrapper also models the two things the memory cloud does not: routes
+//! target an instance (a creation without `spec.providerID` is refused, as
+//! the AWS provider refuses it), and a stopped instance makes every route to
+//! it list as a blackhole until it starts again.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use route_cloud::memory::MemoryCloud;
+use route_cloud::{Capabilities, CloudError, CloudRoutes, ErrorKind, RequestStats};
+use route_core::{Cidr, Destination, NodeAddress, NodeView, Route};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::expect::{Want, claims, in_cluster, points_at};
+use super::{Kind, Violation};
+use crate::api::ApiServer;
+
+/// What the checker knows while a run goes on; shared by the driver and the wrapper.
+pub struct World {
+    /// When the run started.
+    pub start: Instant,
+    /// The cluster CIDRs.
+    pub cluster: Vec<Cidr>,
+    /// The cloud lists target addresses.
+    pub reports_addresses: bool,
+    /// The Nodes of the controller's latest pass (from `observe_nodes`).
+    pub snapshot: Vec<Arc<NodeView>>,
+    /// The replica has been told it leads (the fence is open).
+    pub told_leader: bool,
+    /// The replica holds the Lease: no other replica may write.
+    pub lease_held: bool,
+    /// ProviderIDs of stopped instances.
+    pub stopped: BTreeSet<String>,
+    /// Routes that must never be touched, as inserted.
+    pub foreign: Vec<Route>,
+    /// Everything found so far.
+    pub violations: Vec<Violation>,
+    /// Mutations that took effect, per destination.
+    pub mutations: BTreeMap<Destination, u64>,
+    /// Create and delete calls, any result.
+    pub attempts: u64,
+    /// List calls.
+    pub lists: u64,
+    /// One line per cloud call, for the report of a failing case.
+    pub trace: Vec<String>,
+    /// The providerID and addresses a Node registered without them will
+    /// get, by UID: what it needs is judged by what it will be.
+    pub eventual: HashMap<String, (String, Vec<NodeAddress>)>,
+}
+
+impl World {
+    /// Virtual time since the start.
+    pub fn now(&self) -> Duration {
+        Instant::now().saturating_duration_since(self.start)
+    }
+
+    /// Records a violation found now.
+    pub fn violation(&mut self, kind: Kind, detail: String) {
+        let at = self.now();
+        self.violations.push(Violation { at, kind, detail });
+    }
+
+    /// Whether one of `nodes` needs exactly `route`: it claims the
+    /// destination alone, and the route points at it — judged by the
+    /// providerID and addresses the Node has, or will have if it registered
+    /// without them. A blackhole, or a route to another instance or with
+    /// other addresses (when the cloud reports them), is not needed.
+    pub fn needs(&self, nodes: &[Arc<NodeView>], route: &Route) -> bool {
+        let Some(c) = route.destination.cidr() else {
+            return false;
+        };
+        let Some(n) = nodes.iter().find(|n| n.name == route.target_node.as_str()) else {
+            return false;
+        };
+        let alone = claims(nodes, &self.cluster)
+            .iter()
+            .any(|x| x.node == n.name && x.cidr == c && !x.conflicted);
+        if !alone {
+            return false;
+        }
+        let (provider_id, mut addresses) = match (&n.provider_id, self.eventual.get(&n.uid)) {
+            (Some(p), _) => (p.clone(), n.addresses.clone()),
+            (None, Some((p, a))) => (p.clone(), a.clone()),
+            (None, None) => return false,
+        };
+        addresses.sort();
+        let want = Want {
+            node: n.name.clone(),
+            provider_id: Some(provider_id),
+            addresses,
+        };
+        points_at(route, &want, self.reports_addresses)
+    }
+
+    fn note(&mut self, line: String) {
+        let at = self.now();
+        self.trace
+            .push(format!("{:>9.3}s  {line}", at.as_secs_f64()));
+    }
+}
+
+/// Locks the shared world.
+pub fn lock(world: &Mutex<World>) -> MutexGuard<'_, World> {
+    world.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The checked cloud handed to the controller.
+pub struct CheckedCloud {
+    inner: MemoryCloud,
+    world: Arc<Mutex<World>>,
+    api: Arc<ApiServer>,
+    /// Ends the controller when it spins (see [`super::LIVELOCK_PASSES`]).
+    shutdown: CancellationToken,
+    /// The virtual instant of the latest pass, and how many passes started at it.
+    passes: Mutex<(Option<Instant>, u32)>,
+}
+
+impl CheckedCloud {
+    /// Wraps `inner`; `api` is the truth about the Nodes.
+    pub fn new(
+        inner: MemoryCloud,
+        world: Arc<Mutex<World>>,
+        api: Arc<ApiServer>,
+        shutdown: CancellationToken,
+    ) -> Self {
+        Self {
+            inner,
+            world,
+            api,
+            shutdown,
+            passes: Mutex::new((None, 0)),
+        }
+    }
+
+    /// Checks made when a mutating call starts.
+    fn before_mutation(&self, w: &mut World, op: &str, route: &Route) {
+        if !w.told_leader {
+            w.violation(
+                Kind::MutationWithoutLeadership,
+                format!(
+                    "{op} {} -> {:?} started after the replica was told it is not leader",
+                    route.destination, route.target_node
+                ),
+            );
+        }
+        let inside = route
+            .destination
+            .cidr()
+            .is_some_and(|c| in_cluster(&w.cluster, &c));
+        let foreign = w.foreign.iter().any(|f| f.destination == route.destination);
+        if !inside || foreign {
+            w.violation(
+                Kind::TouchedForeign,
+                format!(
+                    "{op} of {} -> {:?}, which is outside the cluster CIDRs, unparsable or foreign",
+                    route.destination, route.target_node
+                ),
+            );
+        }
+    }
+
+    /// Checks made when a mutating call has landed (`landed`: it took effect).
+    fn after_mutation(&self, op: &str, route: &Route, result: &Result<(), CloudError>) {
+        let mut w = lock(&self.world);
+        let landed = match result {
+            Ok(()) => true,
+            Err(e) => e.kind == ErrorKind::Timeout,
+        };
+        w.note(format!(
+            "{op} {} -> {:?} ({}): {}",
+            route.destination,
+            route.target_node,
+            route
+                .target_provider_id
+                .as_deref()
+                .unwrap_or("no providerID"),
+            match result {
+                Ok(()) => "ok".to_string(),
+                Err(e) => e.kind.to_string(),
+            }
+        ));
+        if !landed {
+            return;
+        }
+        if !w.lease_held {
+            w.violation(
+                Kind::MutationWithoutLeadership,
+                format!(
+                    "{op} {} -> {:?} landed after the Lease had expired",
+                    route.destination, route.target_node
+                ),
+            );
+        }
+        *w.mutations.entry(route.destination.clone()).or_default() += 1;
+    }
+}
+
+#[async_trait]
+impl CloudRoutes for CheckedCloud {
+    fn name(&self) -> &'static str {
+        "memory"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            // Creations without a providerID are refused (below), as AWS
+            // does; the controller is told so, as AWS's provider tells it.
+            needs: route_core::TargetNeeds::ProviderId,
+            ..self.inner.capabilities()
+        }
+    }
+
+    fn stats(&self) -> &RequestStats {
+        self.inner.stats()
+    }
+
+    async fn list_routes(&self, cluster: &str) -> Result<Vec<Route>, CloudError> {
+        let r = self.inner.list_routes(cluster).await;
+        let mut w = lock(&self.world);
+        w.lists += 1;
+        let r = r.map(|mut routes| {
+            for route in &mut routes {
+                if route
+                    .target_provider_id
+                    .as_deref()
+                    .is_some_and(|p| w.stopped.contains(p))
+                {
+                    route.blackhole = true;
+                }
+            }
+            routes
+        });
+        let line = match &r {
+            Ok(routes) => format!("list: {} routes", routes.len()),
+            Err(e) => format!("list: {}", e.kind),
+        };
+        w.note(line);
+        r
+    }
+
+    async fn create_route(
+        &self,
+        cluster: &str,
+        name_hint: &str,
+        route: &Route,
+    ) -> Result<Route, CloudError> {
+        {
+            let mut w = lock(&self.world);
+            w.attempts += 1;
+            self.before_mutation(&mut w, "create", route);
+            let claimed = route.destination.cidr().is_some_and(|c| {
+                claims(&w.snapshot, &w.cluster)
+                    .iter()
+                    .any(|x| x.cidr == c && !x.conflicted && x.node == route.target_node.as_str())
+            });
+            if !claimed {
+                w.violation(
+                    Kind::UnneededCreate,
+                    format!(
+                        "created {} -> {:?}, which no Node of the pass's snapshot claims alone",
+                        route.destination, route.target_node
+                    ),
+                );
+            }
+            if route.target_provider_id.is_none() {
+                let e = CloudError::new(
+                    ErrorKind::InvalidRequest,
+                    format!(
+                        "node {} has no spec.providerID: no instance to route {} to",
+                        route.target_node, route.destination
+                    ),
+                );
+                w.note(format!(
+                    "create {} -> {:?}: refused, no providerID",
+                    route.destination, route.target_node
+                ));
+                return Err(e);
+            }
+        }
+        let r = self.inner.create_route(cluster, name_hint, route).await;
+        self.after_mutation(
+            "create",
+            route,
+            &r.as_ref().map(|_| ()).map_err(Clone::clone),
+        );
+        r
+    }
+
+    async fn delete_route(&self, cluster: &str, route: &Route) -> Result<(), CloudError> {
+        {
+            let mut w = lock(&self.world);
+            w.attempts += 1;
+            self.before_mutation(&mut w, "delete", route);
+            let truth: Vec<Arc<NodeView>> = self.api.nodes().into_iter().map(Arc::new).collect();
+            if w.needs(&w.snapshot, route) && w.needs(&truth, route) {
+                w.violation(
+                    Kind::NeededRouteDeleted,
+                    format!(
+                        "deleted {} -> {:?} ({}), the route that Node needs (in the pass's snapshot and now)",
+                        route.destination,
+                        route.target_node,
+                        route.target_provider_id.as_deref().unwrap_or("no providerID")
+                    ),
+                );
+            }
+        }
+        let r = self.inner.delete_route(cluster, route).await;
+        self.after_mutation("delete", route, &r);
+        r
+    }
+
+    fn observe_nodes(&self, nodes: &[Arc<NodeView>]) {
+        let mut w = lock(&self.world);
+        w.snapshot = nodes.to_vec();
+        // A loop that never waits keeps the paused clock from moving and
+        // would hang the run; every pass starts here, so this is where it
+        // is caught and the controller told to stop after its pass.
+        let now = Instant::now();
+        let mut p = self.passes.lock().unwrap_or_else(|e| e.into_inner());
+        if p.0 == Some(now) {
+            p.1 += 1;
+        } else {
+            *p = (Some(now), 0);
+        }
+        if p.1 == super::LIVELOCK_PASSES {
+            w.violation(
+                Kind::Livelock,
+                format!(
+                    "{} passes without virtual time moving; the controller was stopped",
+                    super::LIVELOCK_PASSES
+                ),
+            );
+            self.shutdown.cancel();
+        }
+    }
+}

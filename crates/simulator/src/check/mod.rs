@@ -1,0 +1,1142 @@
+//! `cloud-route-controller check`: a randomized model checker.
+//!
+//! Each seed generates a [`Case`] ([`steps`]): Nodes created, deleted and
+//! re-created, late providerIDs and addresses, address changes, stopped
+//! instances, routes changed behind the controller's back, foreign and
+//! unparsable routes, cloud errors, timeouts that took effect, throttle
+//! storms, eventual consistency, slow calls and lost leadership — each class
+//! switched on or off by [`Faults`]. [`run_case`] plays it, on tokio's paused
+//! clock, against the unchanged [`Controller`] in the seed's mode, with the
+//! memory cloud behind a wrapper ([`cloud`]) that checks every call:
+//!
+//! * no deletion of a route a live Node needs, in the pass's snapshot and
+//!   now (a blackhole, or a route whose addresses or instance changed, may be
+//!   replaced);
+//! * no call about a route outside the cluster CIDRs, unparsable or foreign,
+//!   and no creation of a route no Node of the snapshot claims alone;
+//! * no mutation started after the replica was told it is not leader, and
+//!   none landing after its Lease expired ([`LEASE_GRACE`] later).
+//!
+//! After every step the foreign routes must still be there, unchanged. Once
+//! the last step and the last fault are over, the run goes on for a stated
+//! bound ([`bound`]) and then the cloud must hold exactly the routes the
+//! Nodes need ([`expect`]), every NetworkUnavailable condition must be
+//! right, and no destination may have seen more than
+//! [`CALL_FACTOR`] × its minimum + [`CALL_SLACK`] mutations. A failing case
+//! is shrunk by removing steps while the same kind of violation persists
+//! ([`shrink`]), and its report names the command that replays it.
+
+pub mod cloud;
+pub mod expect;
+pub mod steps;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use route_cloud::memory::{
+    ErrorRate, LatencyConfig, MemoryCloud, MemoryConfig, Operation, RateLimitConfig,
+};
+use route_cloud::{CloudRoutes, ErrorKind};
+use route_controller::{
+    BackoffConfig, Controller, ControllerConfig, Fence, Mode, NodeStore, Timing, pick_resync,
+};
+use route_core::{
+    Cidr, Destination, NetworkCondition, NodeAddress, NodeView, PlanConfig, PodCidr, Route,
+};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::ApiServer;
+use crate::run::CLUSTER;
+use cloud::{CheckedCloud, World, lock};
+use expect::{claims, in_cluster, points_at, wants};
+pub use steps::{
+    Case, CloudShape, Extra, Faults, NodeSpec, Step, TimedStep, generate, mode_of_seed,
+};
+
+/// Time between the replica being told it lost leadership and its Lease
+/// expiring: the binary's defaults, `--leader-elect-lease-duration` 15 s
+/// minus `--leader-elect-renew-deadline` 10 s.
+pub const LEASE_GRACE: Duration = Duration::from_secs(5);
+
+/// `--route-reconciliation-period` of the checked controller.
+pub const PERIOD: Duration = Duration::from_secs(10);
+
+/// `--min-resync-period` of the checked controller (the resync is drawn from
+/// `[60 s, 120 s)`), short so that changes behind its back are repaired
+/// within a run.
+pub const MIN_RESYNC: Duration = Duration::from_secs(60);
+
+/// The convergence bound without faults: two resyncs' worth, since a
+/// change behind the controller's back waits for the next resync (< 120 s).
+pub const BASE_BOUND: Duration = Duration::from_secs(150);
+
+/// Added to the bound when eventual consistency was on: a route hidden from
+/// one list may only show at the next resync.
+pub const LAG_BOUND: Duration = Duration::from_secs(120);
+
+/// Passes at one virtual instant after which the controller counts as
+/// spinning: the paused clock only moves when every task waits, so a loop
+/// that never waits would otherwise hang the run.
+pub const LIVELOCK_PASSES: u32 = 1000;
+
+/// Mutations per destination may be at most this many times the minimum…
+pub const CALL_FACTOR: u64 = 2;
+/// …plus this many.
+pub const CALL_SLACK: u64 = 2;
+
+/// The fault classes under which every invariant holds on this branch; the
+/// default of `cloud-route-controller check` and of the test.
+pub const PASSING: Faults = Faults {
+    recreate: true,
+    new_instance: false,
+    late_data: false,
+    address_change: true,
+    instance_stop: false,
+    behind_back: true,
+    foreign: true,
+    odd_pod_cidrs: true,
+    errors: true,
+    timeouts: true,
+    throttle: false,
+    lag: true,
+    slow: false,
+    leader: true,
+};
+
+/// The kinds of violation, one per invariant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    /// A route a live Node needs was deleted.
+    NeededRouteDeleted,
+    /// A route outside the cluster CIDRs, unparsable or foreign was touched.
+    TouchedForeign,
+    /// A route no Node claims alone was created.
+    UnneededCreate,
+    /// A mutation while the replica was not leader.
+    MutationWithoutLeadership,
+    /// After the bound, the cloud does not hold exactly the desired routes.
+    NotConverged,
+    /// After the bound, a NetworkUnavailable condition is wrong.
+    WrongCondition,
+    /// A destination saw more mutations than the bound allows.
+    TooManyCalls,
+    /// The controller ran pass after pass without virtual time moving.
+    Livelock,
+}
+
+/// One broken invariant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// Virtual time since the start of the run.
+    pub at: Duration,
+    /// Which invariant.
+    pub kind: Kind,
+    /// What happened.
+    pub detail: String,
+}
+
+/// Counters of one run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunStats {
+    /// List calls.
+    pub lists: u64,
+    /// Create and delete calls, any result.
+    pub attempts: u64,
+    /// Mutations that took effect.
+    pub mutations: u64,
+    /// The sum of the per-destination minimums.
+    pub minimum: u64,
+    /// When the final state was checked, since the start.
+    pub checked_at: Duration,
+}
+
+/// What one run found.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// Every violation, in the order found.
+    pub violations: Vec<Violation>,
+    /// Counters.
+    pub stats: RunStats,
+    /// One line per cloud call.
+    pub trace: Vec<String>,
+}
+
+impl Outcome {
+    /// No invariant broke.
+    pub fn passed(&self) -> bool {
+        self.violations.is_empty()
+    }
+}
+
+/// Settings of a run beyond its case; the defaults check the controller as
+/// the binary configures it.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Cluster CIDRs given to the controller instead of the real ones (to
+    /// show that the checker catches a controller that claims too much).
+    pub controller_cluster_cidrs: Option<Vec<Cidr>>,
+}
+
+/// The cluster CIDRs of every run.
+pub fn cluster_cidrs() -> Vec<Cidr> {
+    ["10.244.0.0/16", "fd00:10::/48"]
+        .iter()
+        .filter_map(|c| Cidr::parse(c).ok())
+        .collect()
+}
+
+/// The convergence bound of `case`: [`BASE_BOUND`], plus [`LAG_BOUND`] if
+/// eventual consistency was on, plus twice the longest stretch of
+/// overlapping faults — retries back off exponentially while faults last,
+/// so a correct controller may wait about as long again after they end.
+pub fn bound(case: &Case) -> Duration {
+    let mut windows: Vec<(Duration, Duration)> = case
+        .steps
+        .iter()
+        .filter_map(|s| s.step.fault_duration().map(|d| (s.at, s.at + d)))
+        .collect();
+    windows.sort();
+    let mut longest = Duration::ZERO;
+    let mut current: Option<(Duration, Duration)> = None;
+    for (a, b) in windows {
+        current = match current {
+            Some((s, e)) if a <= e => Some((s, e.max(b))),
+            _ => Some((a, b)),
+        };
+        if let Some((s, e)) = current {
+            longest = longest.max(e - s);
+        }
+    }
+    let lag = case
+        .steps
+        .iter()
+        .any(|s| matches!(s.step, Step::Lag { .. }));
+    BASE_BOUND + if lag { LAG_BOUND } else { Duration::ZERO } + longest * 2
+}
+
+/// Runs `case` and checks it.
+pub fn run_case(case: &Case) -> Outcome {
+    run_case_with(case, &Options::default())
+}
+
+/// Runs `case` with `options` and checks it.
+pub fn run_case_with(case: &Case, options: &Options) -> Outcome {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a current-thread runtime with only the timer enabled builds");
+    let out = rt.block_on(drive(case, options));
+    // Dropping the runtime ends the controller and every helper task.
+    drop(rt);
+    out
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Window {
+    Errors(Operation),
+    Throttle,
+    Lag,
+    Slow,
+}
+
+#[derive(Debug, Clone)]
+enum Act {
+    Step(usize),
+    /// The providerID and InternalIP of a late Node arrive (if it is still that incarnation).
+    Data {
+        name: String,
+        uid: String,
+        instance: u32,
+        ip: u32,
+    },
+    Start(String),
+    End(Window),
+    LeaseExpires,
+    Regain,
+}
+
+/// The route signature the minimum is counted on.
+type Sig = (String, Option<String>, Vec<NodeAddress>);
+
+struct Driver<'a> {
+    case: &'a Case,
+    cluster: Vec<Cidr>,
+    api: Arc<ApiServer>,
+    cloud: MemoryCloud,
+    world: Arc<Mutex<World>>,
+    fence: Fence,
+    leader: watch::Sender<bool>,
+    /// Pending acts: (when, order, what).
+    pending: Vec<(Duration, u64, Act)>,
+    order: u64,
+    desired: BTreeMap<Cidr, Sig>,
+    minimum: BTreeMap<Destination, u64>,
+    extras: u32,
+}
+
+fn view_of(spec: &NodeSpec) -> NodeView {
+    let cidrs: Vec<&str> = spec.pod_cidrs.iter().map(String::as_str).collect();
+    let hostname = NodeAddress::new("Hostname", spec.name.clone());
+    let v = NodeView::new(&spec.name, &spec.uid, &cidrs);
+    if spec.late.is_some() {
+        // Registered by the kubelet with --cloud-provider=external: the
+        // cloud's node controller fills in the rest later.
+        return v.with_addresses(vec![hostname]);
+    }
+    v.with_addresses(vec![
+        NodeAddress::internal_ip(steps::ip_text(spec.ip)),
+        hostname,
+    ])
+    .with_provider_id(steps::provider_id(spec.instance))
+}
+
+impl Driver<'_> {
+    fn later(&mut self, at: Duration, act: Act) {
+        self.order += 1;
+        self.pending.push((at, self.order, act));
+    }
+
+    fn next(&mut self) -> Option<(Duration, Act)> {
+        let i = (0..self.pending.len()).min_by_key(|&i| (self.pending[i].0, self.pending[i].1))?;
+        let (at, _, act) = self.pending.swap_remove(i);
+        Some((at, act))
+    }
+
+    fn reports(&self) -> bool {
+        self.case.cloud.reports_node_addresses
+    }
+
+    fn signature(&self) -> BTreeMap<Cidr, Sig> {
+        let reports = self.reports();
+        wants(&self.api.nodes(), &self.cluster)
+            .into_iter()
+            .map(|(c, w)| {
+                let addrs = if reports { w.addresses } else { Vec::new() };
+                (c, (w.node, w.provider_id, addrs))
+            })
+            .collect()
+    }
+
+    fn charge(&mut self, d: &Destination, n: u64) {
+        *self.minimum.entry(d.clone()).or_default() += n;
+    }
+
+    /// Adds what the change of the desired routes costs at least: a
+    /// creation per new route, a deletion per route no longer needed, both
+    /// for a route that must point elsewhere.
+    fn account(&mut self) {
+        let now = self.signature();
+        let old = std::mem::take(&mut self.desired);
+        for (c, s) in &now {
+            match old.get(c) {
+                None => self.charge(&Destination::Cidr(*c), 1),
+                Some(o) if o != s => self.charge(&Destination::Cidr(*c), 2),
+                Some(_) => {}
+            }
+        }
+        for c in old.keys() {
+            if !now.contains_key(c) {
+                self.charge(&Destination::Cidr(*c), 1);
+            }
+        }
+        self.desired = now;
+    }
+
+    fn create(&mut self, at: Duration, spec: &NodeSpec) {
+        if self.api.get(&spec.name).is_some() {
+            return;
+        }
+        self.api.create(view_of(spec));
+        if let Some(late) = spec.late {
+            let full = NodeSpec {
+                late: None,
+                ..spec.clone()
+            };
+            let v = view_of(&full);
+            lock(&self.world).eventual.insert(
+                spec.uid.clone(),
+                (steps::provider_id(spec.instance), v.addresses),
+            );
+            self.later(
+                at + late,
+                Act::Data {
+                    name: spec.name.clone(),
+                    uid: spec.uid.clone(),
+                    instance: spec.instance,
+                    ip: spec.ip,
+                },
+            );
+        }
+    }
+
+    fn insert(&mut self, route: Route) {
+        let d = route.destination.clone();
+        if let Some(c) = d.cidr()
+            && in_cluster(&self.cluster, &c)
+        {
+            let cost = if self.desired.contains_key(&c) { 2 } else { 1 };
+            self.charge(&d, cost);
+        }
+        self.cloud.insert_route(CLUSTER, route);
+    }
+
+    fn extra_name(&mut self, what: &str) -> String {
+        self.extras += 1;
+        format!("{CLUSTER}-{what}-{}", self.extras)
+    }
+
+    fn apply(&mut self, at: Duration, act: Act) {
+        match act {
+            Act::Step(i) => self.step(at, i),
+            Act::Data {
+                name,
+                uid,
+                instance,
+                ip,
+            } => {
+                if self.api.get(&name).is_some_and(|v| v.uid == uid) {
+                    self.api.update(&name, |v| {
+                        v.provider_id = Some(steps::provider_id(instance));
+                        v.addresses
+                            .insert(0, NodeAddress::internal_ip(steps::ip_text(ip)));
+                    });
+                }
+            }
+            Act::Start(pid) => {
+                lock(&self.world).stopped.remove(&pid);
+            }
+            Act::End(w) => match w {
+                Window::Errors(op) => self.cloud.set_error_rate(op, None),
+                Window::Throttle => self.cloud.set_rate_limit(None),
+                Window::Lag => self.cloud.set_list_lag(0),
+                Window::Slow => self.set_latency(self.case.cloud.latency_ms),
+            },
+            Act::LeaseExpires => lock(&self.world).lease_held = false,
+            Act::Regain => {
+                {
+                    let mut w = lock(&self.world);
+                    w.lease_held = true;
+                    w.told_leader = true;
+                }
+                self.fence.set_leader(true);
+                self.leader.send_replace(true);
+            }
+        }
+    }
+
+    fn set_latency(&self, ms: u64) {
+        let d = Duration::from_millis(ms);
+        for op in [
+            Operation::List,
+            Operation::Create,
+            Operation::Delete,
+            Operation::Batch,
+        ] {
+            self.cloud.set_latency(op, d);
+        }
+    }
+
+    fn step(&mut self, at: Duration, i: usize) {
+        let step = self.case.steps[i].step.clone();
+        match step {
+            Step::Create(spec) => self.create(at, &spec),
+            Step::Delete { node } => self.api.delete(&node),
+            Step::Recreate(spec) => {
+                self.api.delete(&spec.name);
+                self.create(at, &spec);
+            }
+            Step::ChangeAddress { node, ip } => self.api.update(&node, |v| {
+                if let Some(a) = v.addresses.iter_mut().find(|a| a.kind == "InternalIP") {
+                    a.address = steps::ip_text(ip).into();
+                }
+            }),
+            Step::StopInstance { node, duration } => {
+                let Some(pid) = self.api.get(&node).and_then(|v| v.provider_id) else {
+                    return;
+                };
+                let routed: Vec<Cidr> = self
+                    .desired
+                    .iter()
+                    .filter(|(_, s)| s.1.as_deref() == Some(pid.as_str()))
+                    .map(|(c, _)| *c)
+                    .collect();
+                for c in routed {
+                    self.charge(&Destination::Cidr(c), 2);
+                }
+                lock(&self.world).stopped.insert(pid.clone());
+                self.later(at + duration, Act::Start(pid));
+            }
+            Step::RemoveRoute { pick } => {
+                let inside: Vec<Route> = self
+                    .cloud
+                    .routes(CLUSTER)
+                    .into_iter()
+                    .filter(|r| {
+                        r.destination
+                            .cidr()
+                            .is_some_and(|c| in_cluster(&self.cluster, &c))
+                    })
+                    .collect();
+                if inside.is_empty() {
+                    return;
+                }
+                let r = &inside[pick as usize % inside.len()];
+                if let Some(c) = r.destination.cidr()
+                    && self.desired.contains_key(&c)
+                {
+                    self.charge(&r.destination, 1);
+                }
+                self.cloud.remove_route(CLUSTER, &r.destination);
+            }
+            Step::AddRoute(extra) => self.add_route(extra),
+            Step::Errors {
+                op,
+                kind,
+                percent,
+                duration,
+            } => {
+                self.cloud.set_error_rate(
+                    op,
+                    Some(ErrorRate {
+                        probability: f64::from(percent) / 100.0,
+                        kind,
+                    }),
+                );
+                self.later(at + duration, Act::End(Window::Errors(op)));
+            }
+            Step::Timeouts { op, n } => self.cloud.fail_next(op, n, ErrorKind::Timeout),
+            Step::Throttle {
+                every_secs,
+                burst,
+                duration,
+            } => {
+                self.cloud.set_rate_limit(Some(RateLimitConfig {
+                    requests: 1,
+                    period_secs: every_secs,
+                    burst,
+                }));
+                self.later(at + duration, Act::End(Window::Throttle));
+            }
+            Step::Lag { lists, duration } => {
+                self.cloud.set_list_lag(lists);
+                self.later(at + duration, Act::End(Window::Lag));
+            }
+            Step::Slow { ms, duration } => {
+                self.set_latency(ms);
+                self.later(at + duration, Act::End(Window::Slow));
+            }
+            Step::LeaderLoss { duration } => {
+                {
+                    let mut w = lock(&self.world);
+                    if !w.told_leader {
+                        return;
+                    }
+                    w.told_leader = false;
+                }
+                // As the binary does: the fence follows leadership at once,
+                // not only between passes.
+                self.fence.set_leader(false);
+                self.leader.send_replace(false);
+                self.later(at + LEASE_GRACE.min(duration), Act::LeaseExpires);
+                self.later(at + duration, Act::Regain);
+            }
+        }
+    }
+
+    fn add_route(&mut self, extra: Extra) {
+        match extra {
+            Extra::Stray { cidr, target } => {
+                let name = self.extra_name("stray");
+                let mut r = Route::from_text(target, &cidr).named(name);
+                r.cloud_target = "eni-gone".into();
+                self.insert(r);
+            }
+            Extra::Hijack { node, target } => {
+                let Some(v) = self.api.get(&node) else { return };
+                let Some(c) = v
+                    .valid_pod_cidrs()
+                    .into_iter()
+                    .find(|c| in_cluster(&self.cluster, c))
+                else {
+                    return;
+                };
+                let name = self.extra_name("hijack");
+                let mut r = Route::new(target, Destination::Cidr(c)).named(name);
+                r.cloud_target = "eni-elsewhere".into();
+                self.insert(r);
+            }
+            Extra::Correct { node } => {
+                let Some(v) = self.api.get(&node) else { return };
+                let Some(pid) = v.provider_id.clone() else {
+                    return;
+                };
+                let reports = self.reports();
+                for c in v.valid_pod_cidrs() {
+                    if !in_cluster(&self.cluster, &c) {
+                        continue;
+                    }
+                    let mut r = Route::new(node.clone(), Destination::Cidr(c))
+                        .named(format!("{CLUSTER}-{}-previous-{c}", v.uid))
+                        .with_addresses(v.addresses.clone(), reports);
+                    r.cloud_target = pid.clone().into();
+                    r.target_provider_id = Some(pid.clone().into());
+                    // Only a route that replaces another one costs anything.
+                    let replaces = self
+                        .cloud
+                        .routes(CLUSTER)
+                        .iter()
+                        .any(|x| x.destination == r.destination);
+                    if replaces {
+                        self.charge(&r.destination, 1);
+                    }
+                    self.cloud.insert_route(CLUSTER, r);
+                }
+            }
+            Extra::Foreign {
+                destination,
+                target,
+            } => {
+                let name = self.extra_name("foreign");
+                let mut r = Route::from_text(target, &destination).named(name);
+                r.cloud_target = "igw-1".into();
+                let mut w = lock(&self.world);
+                w.foreign.retain(|f| f.destination != r.destination);
+                w.foreign.push(r.clone());
+                drop(w);
+                self.cloud.insert_route(CLUSTER, r);
+            }
+        }
+    }
+
+    /// The continuous check between steps: every foreign route is still there, unchanged.
+    fn check_foreign(&self) {
+        let table = self.cloud.routes(CLUSTER);
+        let mut w = lock(&self.world);
+        let missing: Vec<String> = w
+            .foreign
+            .iter()
+            .filter(|f| !table.contains(f))
+            .map(|f| format!("{} -> {:?}", f.destination, f.target_node))
+            .collect();
+        for m in missing {
+            w.violation(
+                Kind::TouchedForeign,
+                format!("foreign route {m} was changed or removed"),
+            );
+        }
+    }
+
+    /// The final check: exact routes, conditions, mutations per destination.
+    fn check_final(&self) {
+        let table = self.cloud.routes(CLUSTER);
+        let nodes = self.api.nodes();
+        let reports = self.reports();
+        let want = wants(&nodes, &self.cluster);
+        let claimed = claims(&nodes, &self.cluster);
+        let mut w = lock(&self.world);
+        for (c, x) in &want {
+            let at: Vec<&Route> = table
+                .iter()
+                .filter(|r| r.destination == Destination::Cidr(*c))
+                .collect();
+            match at.as_slice() {
+                [] => w.violation(
+                    Kind::NotConverged,
+                    format!("no route for {c}, the pod CIDR of {}", x.node),
+                ),
+                [r] if points_at(r, x, reports) => {}
+                [r, ..] => w.violation(
+                    Kind::NotConverged,
+                    format!(
+                        "the route for {c} points at {:?} ({}, blackhole {}, addresses {:?}); {} ({}) needs it",
+                        r.target_node,
+                        r.target_provider_id.as_deref().unwrap_or("no providerID"),
+                        r.blackhole,
+                        r.target_node_addresses.iter().map(|a| a.address.as_str()).collect::<Vec<_>>(),
+                        x.node,
+                        x.provider_id.as_deref().unwrap_or("no providerID"),
+                    ),
+                ),
+            }
+        }
+        for r in &table {
+            let Some(c) = r
+                .destination
+                .cidr()
+                .filter(|c| in_cluster(&self.cluster, c))
+            else {
+                continue;
+            };
+            if want.contains_key(&c) {
+                continue;
+            }
+            // A conflict keeps an existing route to one of its claimants.
+            let kept = !r.blackhole
+                && claimed
+                    .iter()
+                    .any(|x| x.conflicted && x.cidr == c && x.node == r.target_node.as_str());
+            if !kept {
+                w.violation(
+                    Kind::NotConverged,
+                    format!(
+                        "stale route {c} -> {:?} is still in the table",
+                        r.target_node
+                    ),
+                );
+            }
+        }
+        // Upstream leaves the condition of a Node without pod CIDRs alone
+        // unless some route targets it; this checker does not judge those.
+        for n in nodes.iter().filter(|n| !n.pod_cidrs.is_empty()) {
+            let expected = expected_condition(n, &claimed, &table, &self.cluster);
+            if !expected.already_set(n.network_unavailable.as_ref()) {
+                w.violation(
+                    Kind::WrongCondition,
+                    format!(
+                        "{} has NetworkUnavailable {:?}, expected {}/{}",
+                        n.name,
+                        n.network_unavailable,
+                        expected.status(),
+                        expected.reason()
+                    ),
+                );
+            }
+        }
+        let over: Vec<String> = w
+            .mutations
+            .iter()
+            .filter_map(|(d, n)| {
+                let min = self.minimum.get(d).copied().unwrap_or(0);
+                (*n > CALL_FACTOR * min + CALL_SLACK)
+                    .then(|| format!("{d}: {n} mutations, minimum {min}"))
+            })
+            .collect();
+        for o in over {
+            w.violation(Kind::TooManyCalls, o);
+        }
+    }
+}
+
+/// The condition a Node should carry once routes are in place.
+fn expected_condition(
+    n: &NodeView,
+    claimed: &[expect::Claim],
+    table: &[Route],
+    cluster: &[Cidr],
+) -> NetworkCondition {
+    let routed = n.pod_cidrs.iter().all(|pc| match pc {
+        PodCidr::Invalid(_) => false,
+        PodCidr::Valid(c) if !in_cluster(cluster, c) => false,
+        PodCidr::Valid(c) => {
+            let conflicted = claimed
+                .iter()
+                .any(|x| x.node == n.name && x.cidr == *c && x.conflicted);
+            if conflicted {
+                table.iter().any(|r| {
+                    !r.blackhole
+                        && r.destination == Destination::Cidr(*c)
+                        && r.target_node == n.name.as_str()
+                })
+            } else {
+                n.provider_id.is_some()
+            }
+        }
+    });
+    if routed {
+        NetworkCondition::RouteCreated
+    } else {
+        NetworkCondition::NoRouteCreated
+    }
+}
+
+async fn drive(case: &Case, options: &Options) -> Outcome {
+    let start = Instant::now();
+    let cluster = cluster_cidrs();
+    let cloud = MemoryCloud::new(MemoryConfig {
+        latency: LatencyConfig::uniform(case.cloud.latency_ms),
+        reports_node_addresses: case.cloud.reports_node_addresses,
+        max_concurrent_operations: case.cloud.max_concurrent_operations,
+        seed: case.seed,
+        ..MemoryConfig::default()
+    })
+    .expect("the checker's memory cloud settings are valid");
+    let store = NodeStore::new(None);
+    let api = Arc::new(ApiServer::new(store.clone()));
+    let world = Arc::new(Mutex::new(World {
+        start,
+        cluster: cluster.clone(),
+        reports_addresses: case.cloud.reports_node_addresses,
+        snapshot: Vec::new(),
+        told_leader: true,
+        lease_held: true,
+        stopped: Default::default(),
+        foreign: Vec::new(),
+        violations: Vec::new(),
+        mutations: BTreeMap::new(),
+        attempts: 0,
+        lists: 0,
+        trace: Vec::new(),
+        eventual: Default::default(),
+    }));
+    let (leader, leader_rx) = watch::channel(true);
+    let fence = Fence::new(true);
+    let mut d = Driver {
+        case,
+        cluster: cluster.clone(),
+        api: api.clone(),
+        cloud: cloud.with_caller("checker"),
+        world: world.clone(),
+        fence: fence.clone(),
+        leader,
+        pending: Vec::new(),
+        order: 0,
+        desired: BTreeMap::new(),
+        minimum: BTreeMap::new(),
+        extras: 0,
+    };
+    for i in 0..case.steps.len() {
+        d.later(case.steps[i].at, Act::Step(i));
+    }
+
+    // Steps at 0 s are the cluster and the cloud the controller finds when
+    // it starts: the watcher's first list, the table a previous leader left.
+    while let Some(i) = (0..d.pending.len()).find(|&i| d.pending[i].0.is_zero()) {
+        let (at, _, act) = d.pending.swap_remove(i);
+        d.apply(at, act);
+        d.account();
+    }
+    api.initial_list(api.nodes());
+
+    let mut rng = StdRng::seed_from_u64(case.seed ^ 0x00c4_ec4e_4000);
+    let cfg = ControllerConfig {
+        cluster_name: CLUSTER.into(),
+        plan: PlanConfig {
+            cluster_cidrs: options
+                .controller_cluster_cidrs
+                .clone()
+                .unwrap_or_else(|| cluster.clone()),
+            ..PlanConfig::default()
+        },
+        mode: case.mode,
+        timing: Timing {
+            period: PERIOD,
+            min_interval: crate::run::MIN_INTERVAL,
+            resync: pick_resync(MIN_RESYNC, rng.random::<f64>()),
+        },
+        // No jitter: the controller draws it from a thread-local RNG, and a
+        // failing seed must replay exactly.
+        backoff: BackoffConfig {
+            jitter: 0.0,
+            ..BackoffConfig::default()
+        },
+        status_concurrency: 4,
+        deletion_grace: route_controller::controller::DEFAULT_DELETION_GRACE,
+    };
+    let shutdown = CancellationToken::new();
+    let checked = CheckedCloud::new(
+        cloud.with_caller("controller"),
+        world.clone(),
+        api.clone(),
+        shutdown.clone(),
+    );
+    let controller = Controller::new(
+        cfg,
+        store,
+        Arc::new(checked) as Arc<dyn CloudRoutes>,
+        api.clone(),
+        fence,
+        None,
+    );
+    let stop = shutdown.clone();
+    tokio::spawn(controller.run(leader_rx, shutdown));
+
+    let mut quiet_from = Duration::ZERO;
+    while let Some((at, act)) = d.next() {
+        tokio::time::sleep_until(start + at).await;
+        d.apply(at, act);
+        d.account();
+        d.check_foreign();
+        quiet_from = at;
+    }
+    let checked_at = quiet_from + bound(case);
+    tokio::time::sleep_until(start + checked_at).await;
+    d.check_final();
+    stop.cancel();
+
+    let minimum = d.minimum.values().sum();
+    let mut w = lock(&world);
+    Outcome {
+        violations: std::mem::take(&mut w.violations),
+        stats: RunStats {
+            lists: w.lists,
+            attempts: w.attempts,
+            mutations: w.mutations.values().sum(),
+            minimum,
+            checked_at,
+        },
+        trace: std::mem::take(&mut w.trace),
+    }
+}
+
+/// Removes steps from `case`, one at a time from the end, for as long as a
+/// violation of `kind` persists; repeats until no single step can go.
+/// Stops after `budget` runs.
+pub fn shrink(case: &Case, kind: Kind, options: &Options, budget: usize) -> Case {
+    let mut best = case.clone();
+    let mut runs = 0;
+    loop {
+        let mut progress = false;
+        let mut i = best.steps.len();
+        while i > 0 && runs < budget {
+            i -= 1;
+            let mut c = best.clone();
+            c.steps.remove(i);
+            runs += 1;
+            if run_case_with(&c, options)
+                .violations
+                .iter()
+                .any(|v| v.kind == kind)
+            {
+                best = c;
+                progress = true;
+            }
+        }
+        if !progress || runs >= budget {
+            return best;
+        }
+    }
+}
+
+/// The command that replays `case` (its seed, classes and mode).
+pub fn replay_command(case: &Case) -> String {
+    let mode = if case.mode == mode_of_seed(case.seed) {
+        String::new()
+    } else {
+        format!(" --mode {}", case.mode.as_str())
+    };
+    format!(
+        "cargo run -p cloud-route-controller -- check --seed {} --faults {}{mode}",
+        case.seed, case.faults
+    )
+}
+
+/// The report of a failing case: the violations, the replay command, the
+/// shrunk sequence and the cloud calls of the shrunk run.
+pub fn report(case: &Case, outcome: &Outcome, options: &Options) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "seed {} failed: mode {}, faults {}, cloud latency {} ms, {} concurrent calls, addresses {}",
+        case.seed,
+        case.mode.as_str(),
+        case.faults,
+        case.cloud.latency_ms,
+        case.cloud.max_concurrent_operations,
+        if case.cloud.reports_node_addresses {
+            "reported"
+        } else {
+            "not reported"
+        }
+    );
+    for v in outcome.violations.iter().take(8) {
+        let _ = writeln!(
+            s,
+            "  {:>9.3}s  {:?}: {}",
+            v.at.as_secs_f64(),
+            v.kind,
+            v.detail
+        );
+    }
+    if outcome.violations.len() > 8 {
+        let _ = writeln!(s, "  ... {} more", outcome.violations.len() - 8);
+    }
+    let _ = writeln!(s, "replay: {}", replay_command(case));
+    let _ = writeln!(
+        s,
+        "    or: CRC_CHECK_SEED={} CRC_CHECK_FAULTS={}{} cargo test -p simulator --test check -- --nocapture",
+        case.seed,
+        case.faults,
+        if case.mode == mode_of_seed(case.seed) {
+            String::new()
+        } else {
+            format!(" CRC_CHECK_MODE={}", case.mode.as_str())
+        }
+    );
+    let Some(first) = outcome.violations.first() else {
+        return s;
+    };
+    let shrunk = shrink(case, first.kind, options, 300);
+    let rerun = run_case_with(&shrunk, options);
+    let _ = writeln!(
+        s,
+        "shrunk to {} of {} steps (still {:?}, converged state checked at {:.0}s):",
+        shrunk.steps.len(),
+        case.steps.len(),
+        first.kind,
+        rerun.stats.checked_at.as_secs_f64()
+    );
+    for t in &shrunk.steps {
+        let _ = writeln!(s, "  {:>9.3}s  {}", t.at.as_secs_f64(), t.step);
+    }
+    let _ = writeln!(s, "its violations:");
+    for v in rerun.violations.iter().take(4) {
+        let _ = writeln!(
+            s,
+            "  {:>9.3}s  {:?}: {}",
+            v.at.as_secs_f64(),
+            v.kind,
+            v.detail
+        );
+    }
+    let _ = writeln!(s, "its cloud calls (last 30):");
+    let skip = rerun.trace.len().saturating_sub(30);
+    for line in &rerun.trace[skip..] {
+        let _ = writeln!(s, "  {line}");
+    }
+    s
+}
+
+/// The result of many seeds.
+#[derive(Debug, Default)]
+pub struct Summary {
+    /// Seeds run.
+    pub seeds: u64,
+    /// Failing seeds and their outcome, in seed order.
+    pub failures: Vec<(Case, Outcome)>,
+    /// Virtual time checked, summed over the runs.
+    pub virtual_time: Duration,
+    /// Mutations that took effect, summed.
+    pub mutations: u64,
+    /// The per-destination minimums, summed.
+    pub minimum: u64,
+}
+
+/// Runs `count` seeds from `first` on `threads` threads.
+pub fn run_seeds(
+    first: u64,
+    count: u64,
+    faults: Faults,
+    mode: Option<Mode>,
+    threads: usize,
+) -> Summary {
+    let next = std::sync::atomic::AtomicU64::new(first);
+    let end = first.saturating_add(count);
+    let parts: Vec<Summary> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads.max(1))
+            .map(|_| {
+                let next = &next;
+                s.spawn(move || {
+                    let mut part = Summary::default();
+                    loop {
+                        let seed = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        if seed >= end {
+                            return part;
+                        }
+                        let case = generate(seed, faults, mode);
+                        let out = run_case(&case);
+                        part.seeds += 1;
+                        part.virtual_time += out.stats.checked_at;
+                        part.mutations += out.stats.mutations;
+                        part.minimum += out.stats.minimum;
+                        if !out.passed() {
+                            part.failures.push((case, out));
+                        }
+                    }
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a checker thread panicked"))
+            .collect()
+    });
+    let mut total = Summary::default();
+    for p in parts {
+        total.seeds += p.seeds;
+        total.failures.extend(p.failures);
+        total.virtual_time += p.virtual_time;
+        total.mutations += p.mutations;
+        total.minimum += p.minimum;
+    }
+    total.failures.sort_by_key(|(c, _)| c.seed);
+    total
+}
+
+/// Flags of `cloud-route-controller check`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CheckArgs {
+    /// Replay this one seed and print its report.
+    #[arg(long, conflicts_with_all = ["seeds", "first_seed"])]
+    pub seed: Option<u64>,
+
+    /// Run this many seeds.
+    #[arg(long, default_value_t = 1000)]
+    pub seeds: u64,
+
+    /// The first of the seeds run.
+    #[arg(long, default_value_t = 0)]
+    pub first_seed: u64,
+
+    /// Fault classes, comma-separated (or all, none); default: the classes that pass on this build.
+    #[arg(long, value_parser = Faults::parse)]
+    pub faults: Option<Faults>,
+
+    /// Run every seed in this mode instead of cycling through the three.
+    #[arg(long, value_parser = |s: &str| s.parse::<Mode>())]
+    pub mode: Option<Mode>,
+}
+
+/// The `check` subcommand; returns whether every seed passed.
+pub fn check(args: CheckArgs) -> bool {
+    let faults = args.faults.unwrap_or(PASSING);
+    let options = Options::default();
+    if let Some(seed) = args.seed {
+        let case = generate(seed, faults, args.mode);
+        let out = run_case(&case);
+        if out.passed() {
+            println!(
+                "seed {seed} passed: mode {}, faults {faults}, {} steps, {} mutations (minimum {}), state checked at {:.0}s",
+                case.mode.as_str(),
+                case.steps.len(),
+                out.stats.mutations,
+                out.stats.minimum,
+                out.stats.checked_at.as_secs_f64()
+            );
+            return true;
+        }
+        print!("{}", report(&case, &out, &options));
+        return false;
+    }
+    let wall = std::time::Instant::now();
+    let threads = std::thread::available_parallelism().map_or(1, usize::from);
+    let summary = run_seeds(args.first_seed, args.seeds, faults, args.mode, threads);
+    println!(
+        "{} seeds ({}..{}), faults {faults}: {} failed; {:.1} h of virtual time in {:.1} s; {} mutations, minimum {}",
+        summary.seeds,
+        args.first_seed,
+        args.first_seed.saturating_add(args.seeds),
+        summary.failures.len(),
+        summary.virtual_time.as_secs_f64() / 3600.0,
+        wall.elapsed().as_secs_f64(),
+        summary.mutations,
+        summary.minimum
+    );
+    if let Some((case, out)) = summary.failures.first() {
+        let seeds: Vec<String> = summary
+            .failures
+            .iter()
+            .take(20)
+            .map(|(c, _)| c.seed.to_string())
+            .collect();
+        println!("failing seeds: {}", seeds.join(", "));
+        print!("{}", report(case, out, &options));
+    }
+    summary.failures.is_empty()
+}

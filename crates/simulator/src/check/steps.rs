@@ -1,0 +1,849 @@
+//! What the checker generates: fault classes, steps, and the seeded generator.
+//!
+//! A [`Case`] is everything one run needs: the mode, the shape of the cloud
+//! and a list of [`TimedStep`]s at absolute virtual times. Steps name Nodes
+//! and carry every parameter they need, so that removing any of them (the
+//! shrinker does) leaves a sequence the driver can still play: a step about a
+//! Node that does not exist at that moment does nothing.
+
+use std::fmt;
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use route_cloud::ErrorKind;
+use route_cloud::memory::Operation;
+use route_controller::Mode;
+
+/// The fault classes the generator can draw from; each can be switched on
+/// or off. Node creation and deletion are always generated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Faults {
+    /// A Node deleted and registered again at once under the same name (new
+    /// UID), on the same instance, with the same or another pod CIDR.
+    pub recreate: bool,
+    /// The same, on a new instance (new providerID and InternalIP).
+    pub new_instance: bool,
+    /// A Node registered without providerID and InternalIP, its pod CIDR
+    /// assigned at once, the rest seconds later (the external cloud provider order).
+    pub late_data: bool,
+    /// A Node's InternalIP changes.
+    pub address_change: bool,
+    /// A Node's instance stops for a while: the cloud reports its routes as blackholes.
+    pub instance_stop: bool,
+    /// Routes removed from or added to the table behind the controller's back,
+    /// inside the cluster CIDRs: strays to gone Nodes, host routes (/32, /128),
+    /// a Node's CIDR pointed elsewhere, a previous leader's correct route.
+    pub behind_back: bool,
+    /// Routes the controller must never touch: outside the cluster CIDRs
+    /// (default route, peering, host routes) and unparsable destinations.
+    pub foreign: bool,
+    /// Pod CIDRs that get no route: not a CIDR, outside the cluster CIDRs,
+    /// or claimed by two Nodes.
+    pub odd_pod_cidrs: bool,
+    /// Windows in which list, create or delete calls fail (transient, conflict).
+    pub errors: bool,
+    /// Creations or deletions that take effect but answer `Timeout`.
+    pub timeouts: bool,
+    /// Windows in which the cloud's rate limit drops to a request every few seconds.
+    pub throttle: bool,
+    /// Windows in which newly created routes are missing from the next list.
+    pub lag: bool,
+    /// Windows in which every call takes seconds.
+    pub slow: bool,
+    /// The replica loses its Lease for a while, then wins it back.
+    pub leader: bool,
+}
+
+impl Faults {
+    /// Every class, by its name on the command line.
+    pub const NAMES: [&'static str; 14] = [
+        "recreate",
+        "new_instance",
+        "late_data",
+        "address_change",
+        "instance_stop",
+        "behind_back",
+        "foreign",
+        "odd_pod_cidrs",
+        "errors",
+        "timeouts",
+        "throttle",
+        "lag",
+        "slow",
+        "leader",
+    ];
+
+    /// No fault class: Nodes come and go, nothing else happens.
+    pub const NONE: Faults = Faults {
+        recreate: false,
+        new_instance: false,
+        late_data: false,
+        address_change: false,
+        instance_stop: false,
+        behind_back: false,
+        foreign: false,
+        odd_pod_cidrs: false,
+        errors: false,
+        timeouts: false,
+        throttle: false,
+        lag: false,
+        slow: false,
+        leader: false,
+    };
+
+    /// Every fault class.
+    pub const ALL: Faults = Faults {
+        recreate: true,
+        new_instance: true,
+        late_data: true,
+        address_change: true,
+        instance_stop: true,
+        behind_back: true,
+        foreign: true,
+        odd_pod_cidrs: true,
+        errors: true,
+        timeouts: true,
+        throttle: true,
+        lag: true,
+        slow: true,
+        leader: true,
+    };
+
+    fn slot(&mut self, name: &str) -> Option<&mut bool> {
+        Some(match name {
+            "recreate" => &mut self.recreate,
+            "new_instance" => &mut self.new_instance,
+            "late_data" => &mut self.late_data,
+            "address_change" => &mut self.address_change,
+            "instance_stop" => &mut self.instance_stop,
+            "behind_back" => &mut self.behind_back,
+            "foreign" => &mut self.foreign,
+            "odd_pod_cidrs" => &mut self.odd_pod_cidrs,
+            "errors" => &mut self.errors,
+            "timeouts" => &mut self.timeouts,
+            "throttle" => &mut self.throttle,
+            "lag" => &mut self.lag,
+            "slow" => &mut self.slow,
+            "leader" => &mut self.leader,
+            _ => return None,
+        })
+    }
+
+    /// Whether the class `name` is on.
+    pub fn get(&self, name: &str) -> Option<bool> {
+        let mut copy = *self;
+        copy.slot(name).map(|b| *b)
+    }
+
+    /// Parses a comma-separated list of class names; `all` and `none` stand
+    /// for every class and no class.
+    pub fn parse(s: &str) -> Result<Faults, String> {
+        let mut f = Faults::NONE;
+        for name in s.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            match name {
+                "all" => f = Faults::ALL,
+                "none" => f = Faults::NONE,
+                _ => match f.slot(name) {
+                    Some(b) => *b = true,
+                    None => {
+                        return Err(format!(
+                            "unknown fault class {name:?}; known: all, none, {}",
+                            Faults::NAMES.join(", ")
+                        ));
+                    }
+                },
+            }
+        }
+        Ok(f)
+    }
+}
+
+impl fmt::Display for Faults {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let on: Vec<&str> = Faults::NAMES
+            .iter()
+            .copied()
+            .filter(|n| self.get(n) == Some(true))
+            .collect();
+        if on.is_empty() {
+            f.write_str("none")
+        } else {
+            f.write_str(&on.join(","))
+        }
+    }
+}
+
+/// A Node incarnation as a step registers it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeSpec {
+    /// `metadata.name`.
+    pub name: String,
+    /// `metadata.uid`.
+    pub uid: String,
+    /// `spec.podCIDRs`, verbatim (may hold text that is not a CIDR).
+    pub pod_cidrs: Vec<String>,
+    /// The instance; `spec.providerID` is `sim:///i-<instance>`.
+    pub instance: u32,
+    /// The InternalIP, as a number (see [`ip_text`]).
+    pub ip: u32,
+    /// Registered without providerID and InternalIP; they arrive this much later.
+    pub late: Option<Duration>,
+}
+
+/// The InternalIP numbered `n`.
+pub fn ip_text(n: u32) -> String {
+    format!("10.0.{}.{}", n / 200, n % 200 + 1)
+}
+
+/// The providerID of instance `n`.
+pub fn provider_id(instance: u32) -> String {
+    format!("sim:///i-{instance}")
+}
+
+/// A route put in the table behind the controller's back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Extra {
+    /// An in-cluster route to a Node that does not exist; the controller deletes it.
+    Stray {
+        /// Destination.
+        cidr: String,
+        /// Target node name.
+        target: String,
+    },
+    /// A Node's pod CIDR pointed at another (or no) node; the controller replaces it.
+    Hijack {
+        /// The Node whose CIDR is taken.
+        node: String,
+        /// Where the route points now.
+        target: String,
+    },
+    /// The route a previous leader created for a Node, exactly right.
+    Correct {
+        /// The Node.
+        node: String,
+    },
+    /// A route the controller must never touch: outside the cluster CIDRs or
+    /// not a CIDR at all.
+    Foreign {
+        /// Destination, verbatim.
+        destination: String,
+        /// Target node name (usually empty: a gateway).
+        target: String,
+    },
+}
+
+/// One thing that happens to the cluster or the cloud.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// A Node registers.
+    Create(NodeSpec),
+    /// A Node is deleted.
+    Delete {
+        /// Its name.
+        node: String,
+    },
+    /// A Node is deleted and registered again at once under the same name.
+    Recreate(NodeSpec),
+    /// A Node's InternalIP changes.
+    ChangeAddress {
+        /// Its name.
+        node: String,
+        /// The new InternalIP number.
+        ip: u32,
+    },
+    /// The instance of a Node stops, and starts again `duration` later.
+    StopInstance {
+        /// The Node.
+        node: String,
+        /// How long it stays stopped.
+        duration: Duration,
+    },
+    /// A route disappears from the table; `pick` chooses among the routes present.
+    RemoveRoute {
+        /// Index, modulo the number of in-cluster routes present.
+        pick: u32,
+    },
+    /// A route appears in the table.
+    AddRoute(Extra),
+    /// Calls of `op` fail with `kind` with this probability, for a while.
+    Errors {
+        /// The operation.
+        op: Operation,
+        /// The answer.
+        kind: ErrorKind,
+        /// Percent of calls that fail.
+        percent: u8,
+        /// How long.
+        duration: Duration,
+    },
+    /// The next `n` calls of `op` take effect and answer `Timeout`.
+    Timeouts {
+        /// Create or delete.
+        op: Operation,
+        /// How many.
+        n: u32,
+    },
+    /// The cloud admits `burst` requests, then one every `every_secs`, for a while.
+    Throttle {
+        /// Seconds per request.
+        every_secs: u64,
+        /// Bucket size.
+        burst: u32,
+        /// How long.
+        duration: Duration,
+    },
+    /// Routes created during this window are missing from the next `lists` lists.
+    Lag {
+        /// Lists that miss a new route.
+        lists: u32,
+        /// How long.
+        duration: Duration,
+    },
+    /// Every call takes `ms` milliseconds, for a while.
+    Slow {
+        /// Latency.
+        ms: u64,
+        /// How long.
+        duration: Duration,
+    },
+    /// The replica is told it lost leadership; its Lease expires
+    /// [`super::LEASE_GRACE`] later and it wins it back after `duration`.
+    LeaderLoss {
+        /// Time without leadership.
+        duration: Duration,
+    },
+}
+
+impl Step {
+    /// When the fault this step starts is over, relative to the step (zero
+    /// for Node changes and instant faults).
+    pub fn fault_duration(&self) -> Option<Duration> {
+        match self {
+            Step::StopInstance { duration, .. }
+            | Step::Errors { duration, .. }
+            | Step::Throttle { duration, .. }
+            | Step::Lag { duration, .. }
+            | Step::Slow { duration, .. }
+            | Step::LeaderLoss { duration } => Some(*duration),
+            Step::Timeouts { .. } => Some(Duration::ZERO),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for NodeSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} uid={} podCIDRs=[{}] instance=i-{} ip={}",
+            self.name,
+            self.uid,
+            self.pod_cidrs.join(","),
+            self.instance,
+            ip_text(self.ip)
+        )?;
+        if let Some(l) = self.late {
+            write!(f, " providerID+InternalIP {:?} later", l)?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Step::Create(s) => write!(f, "create {s}"),
+            Step::Delete { node } => write!(f, "delete {node}"),
+            Step::Recreate(s) => write!(f, "recreate {s}"),
+            Step::ChangeAddress { node, ip } => {
+                write!(f, "change address of {node} to {}", ip_text(*ip))
+            }
+            Step::StopInstance { node, duration } => {
+                write!(f, "stop the instance of {node} for {duration:?}")
+            }
+            Step::RemoveRoute { pick } => write!(f, "remove in-cluster route #{pick}"),
+            Step::AddRoute(e) => match e {
+                Extra::Stray { cidr, target } => write!(f, "add stray route {cidr} -> {target:?}"),
+                Extra::Hijack { node, target } => {
+                    write!(f, "point the pod CIDR of {node} at {target:?}")
+                }
+                Extra::Correct { node } => write!(f, "add the correct route of {node}"),
+                Extra::Foreign {
+                    destination,
+                    target,
+                } => write!(f, "add foreign route {destination} -> {target:?}"),
+            },
+            Step::Errors {
+                op,
+                kind,
+                percent,
+                duration,
+            } => write!(f, "{percent}% of {op} calls fail {kind} for {duration:?}"),
+            Step::Timeouts { op, n } => write!(f, "next {n} {op} calls time out (taking effect)"),
+            Step::Throttle {
+                every_secs,
+                burst,
+                duration,
+            } => write!(
+                f,
+                "throttle storm: burst {burst}, one request per {every_secs}s, for {duration:?}"
+            ),
+            Step::Lag { lists, duration } => write!(
+                f,
+                "eventual consistency: new routes miss {lists} list(s), for {duration:?}"
+            ),
+            Step::Slow { ms, duration } => write!(f, "every call takes {ms}ms for {duration:?}"),
+            Step::LeaderLoss { duration } => write!(f, "leadership lost for {duration:?}"),
+        }
+    }
+}
+
+/// A step at its virtual time since the start of the run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TimedStep {
+    /// Since the start.
+    pub at: Duration,
+    /// What happens.
+    pub step: Step,
+}
+
+/// The cloud's shape for one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CloudShape {
+    /// Latency of every call outside `slow` windows, ms.
+    pub latency_ms: u64,
+    /// Listed routes carry the target's addresses (the planner compares them).
+    pub reports_node_addresses: bool,
+    /// Calls in flight at once.
+    pub max_concurrent_operations: usize,
+}
+
+/// Everything one run needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Case {
+    /// The seed it was generated from.
+    pub seed: u64,
+    /// The fault classes it was generated with.
+    pub faults: Faults,
+    /// The reconcile mode.
+    pub mode: Mode,
+    /// The cloud.
+    pub cloud: CloudShape,
+    /// The steps, in time order.
+    pub steps: Vec<TimedStep>,
+}
+
+/// The mode a seed runs in unless one is given: the seeds cycle through all three.
+pub fn mode_of_seed(seed: u64) -> Mode {
+    crate::ALL_MODES[(seed % 3) as usize]
+}
+
+/// The most Nodes alive at once.
+const MAX_LIVE: usize = 8;
+/// Pod CIDR slots `10.244.<k>.0/24` (and `fd00:10:0:<k>::/64`).
+const SLOTS: u32 = 16;
+
+struct Live {
+    name: String,
+    instance: u32,
+    ip: u32,
+    slot: Option<u32>,
+}
+
+struct Gen {
+    rng: StdRng,
+    faults: Faults,
+    steps: Vec<TimedStep>,
+    live: Vec<Live>,
+    names: u32,
+    incarnations: u32,
+    instances: u32,
+    ips: u32,
+    extras: u32,
+    /// Per window kind, when the current window ends (windows of one kind never overlap).
+    busy: [Duration; 8],
+}
+
+impl Gen {
+    fn push(&mut self, at: Duration, step: Step) {
+        self.steps.push(TimedStep { at, step });
+    }
+
+    fn free_slot(&mut self) -> Option<u32> {
+        let used: Vec<u32> = self.live.iter().filter_map(|l| l.slot).collect();
+        let free: Vec<u32> = (0..SLOTS).filter(|s| !used.contains(s)).collect();
+        (!free.is_empty()).then(|| free[self.rng.random_range(0..free.len())])
+    }
+
+    /// Pod CIDRs for a new incarnation; `keep` is the slot of the previous one.
+    fn pod_cidrs(&mut self, keep: Option<u32>) -> (Vec<String>, Option<u32>) {
+        if self.faults.odd_pod_cidrs && self.rng.random_bool(0.15) {
+            let k = self.rng.random_range(0..SLOTS);
+            let odd = match self.rng.random_range(0..4) {
+                0 => format!("10.244.{k}.0/33"),
+                1 => format!("192.168.{k}.0/24"),
+                // Claimed by two Nodes: equal or nested blocks.
+                2 => format!("10.244.{k}.0/24"),
+                _ => format!("10.244.{k}.128/25"),
+            };
+            return (vec![odd], None);
+        }
+        if self.rng.random_bool(0.05) {
+            return (Vec::new(), None);
+        }
+        let slot = match keep {
+            Some(s) => Some(s),
+            None => self.free_slot(),
+        };
+        let Some(s) = slot else {
+            return (Vec::new(), None);
+        };
+        let mut cidrs = vec![format!("10.244.{s}.0/24")];
+        if self.rng.random_bool(0.25) {
+            cidrs.push(format!("fd00:10:0:{s:x}::/64"));
+        }
+        (cidrs, Some(s))
+    }
+
+    fn spec(&mut self, name: String, keep: Option<(u32, u32, Option<u32>)>) -> NodeSpec {
+        self.incarnations += 1;
+        let (instance, ip, slot) = match keep {
+            Some(k) => k,
+            None => {
+                self.instances += 1;
+                self.ips += 1;
+                (self.instances, self.ips, None)
+            }
+        };
+        let (pod_cidrs, slot) = self.pod_cidrs(slot);
+        let late = (self.faults.late_data && self.rng.random_bool(0.4))
+            .then(|| Duration::from_secs(self.rng.random_range(1..=15)));
+        self.live.retain(|l| l.name != name);
+        self.live.push(Live {
+            name: name.clone(),
+            instance,
+            ip,
+            slot,
+        });
+        NodeSpec {
+            uid: format!("{name}-{}", self.incarnations),
+            name,
+            pod_cidrs,
+            instance,
+            ip,
+            late,
+        }
+    }
+
+    fn pick_live(&mut self) -> Option<usize> {
+        (!self.live.is_empty()).then(|| self.rng.random_range(0..self.live.len()))
+    }
+
+    /// A window of kind `k` starting at `at` if none of that kind is open.
+    fn window(&mut self, k: usize, at: Duration, duration: Duration) -> bool {
+        if self.busy[k] > at {
+            return false;
+        }
+        self.busy[k] = at + duration;
+        true
+    }
+
+    fn secs(&mut self, lo: u64, hi: u64) -> Duration {
+        Duration::from_secs(self.rng.random_range(lo..=hi))
+    }
+
+    fn node_step(&mut self, at: Duration) {
+        let f = self.faults;
+        let mut choices: Vec<u8> = vec![0, 0, 1];
+        if f.recreate {
+            choices.extend([2, 2]);
+        }
+        if f.new_instance {
+            choices.extend([3, 3]);
+        }
+        if f.address_change {
+            choices.push(4);
+        }
+        if f.instance_stop {
+            choices.push(5);
+        }
+        match choices[self.rng.random_range(0..choices.len())] {
+            0 => {
+                if self.live.len() >= MAX_LIVE {
+                    return self.delete(at);
+                }
+                // A fresh name: re-use of a name is what `recreate` and
+                // `new_instance` are about.
+                self.names += 1;
+                let spec = self.spec(format!("n{}", self.names), None);
+                self.push(at, Step::Create(spec));
+            }
+            1 => self.delete(at),
+            kind @ (2 | 3) => {
+                let Some(i) = self.pick_live() else { return };
+                let (name, instance, ip, slot) = {
+                    let l = &self.live[i];
+                    (l.name.clone(), l.instance, l.ip, l.slot)
+                };
+                // Another pod CIDR once the old one is released, or the same one.
+                let slot = if self.rng.random_bool(0.6) {
+                    slot
+                } else {
+                    None
+                };
+                let keep = if kind == 2 {
+                    Some((instance, ip, slot))
+                } else {
+                    self.instances += 1;
+                    self.ips += 1;
+                    Some((self.instances, self.ips, slot))
+                };
+                let spec = self.spec(name, keep);
+                self.push(at, Step::Recreate(spec));
+            }
+            4 => {
+                let Some(i) = self.pick_live() else { return };
+                self.ips += 1;
+                self.live[i].ip = self.ips;
+                let node = self.live[i].name.clone();
+                self.push(at, Step::ChangeAddress { node, ip: self.ips });
+            }
+            _ => {
+                let Some(i) = self.pick_live() else { return };
+                let node = self.live[i].name.clone();
+                let duration = self.secs(30, 90);
+                self.push(at, Step::StopInstance { node, duration });
+            }
+        }
+    }
+
+    fn delete(&mut self, at: Duration) {
+        let Some(i) = self.pick_live() else { return };
+        let node = self.live.remove(i).name;
+        self.push(at, Step::Delete { node });
+    }
+
+    fn route_step(&mut self, at: Duration) {
+        let f = self.faults;
+        let mut choices: Vec<u8> = Vec::new();
+        if f.behind_back {
+            choices.extend([0, 0, 1, 2, 3, 4]);
+        }
+        if f.foreign {
+            choices.extend([5, 5]);
+        }
+        if choices.is_empty() {
+            return;
+        }
+        self.extras += 1;
+        let k = self.extras;
+        let step = match choices[self.rng.random_range(0..choices.len())] {
+            0 => Step::RemoveRoute {
+                pick: self.rng.random_range(0..64),
+            },
+            1 => {
+                let slot = self.rng.random_range(0..SLOTS);
+                Step::AddRoute(Extra::Stray {
+                    cidr: format!("10.244.{slot}.0/24"),
+                    target: format!("gone-{k}"),
+                })
+            }
+            2 => {
+                // Host routes inside the cluster CIDRs are the cluster's: upstream deletes them.
+                let cidr = if self.rng.random_bool(0.5) {
+                    format!("10.244.200.{}/32", k % 250)
+                } else {
+                    format!("fd00:10::{k:x}/128")
+                };
+                let target = if self.rng.random_bool(0.5) {
+                    String::new()
+                } else {
+                    format!("gone-{k}")
+                };
+                Step::AddRoute(Extra::Stray { cidr, target })
+            }
+            3 => {
+                let Some(i) = self.pick_live() else { return };
+                let node = self.live[i].name.clone();
+                let target = match self.pick_live() {
+                    Some(j) if j != i => self.live[j].name.clone(),
+                    _ => format!("gone-{k}"),
+                };
+                Step::AddRoute(Extra::Hijack { node, target })
+            }
+            4 => {
+                let Some(i) = self.pick_live() else { return };
+                Step::AddRoute(Extra::Correct {
+                    node: self.live[i].name.clone(),
+                })
+            }
+            _ => {
+                let (destination, target) = match self.rng.random_range(0..6) {
+                    0 => ("0.0.0.0/0".to_string(), String::new()),
+                    1 => ("172.16.0.0/12".to_string(), String::new()),
+                    2 => (format!("192.168.{}.7/32", k % 250), "bastion".to_string()),
+                    3 => (format!("2001:db8::{k:x}/128"), "bastion".to_string()),
+                    4 => (format!("pl-{k:05x}"), String::new()),
+                    _ => (
+                        format!("10.{}.0.0/16", 100 + k % 100),
+                        format!("n{}", k % 8),
+                    ),
+                };
+                Step::AddRoute(Extra::Foreign {
+                    destination,
+                    target,
+                })
+            }
+        };
+        self.push(at, step);
+    }
+
+    fn fault_step(&mut self, at: Duration) {
+        let f = self.faults;
+        let mut choices: Vec<u8> = Vec::new();
+        for (on, c) in [
+            (f.errors, 0),
+            (f.timeouts, 1),
+            (f.throttle, 2),
+            (f.lag, 3),
+            (f.slow, 4),
+            (f.leader, 5),
+        ] {
+            if on {
+                choices.push(c);
+            }
+        }
+        if choices.is_empty() {
+            return;
+        }
+        match choices[self.rng.random_range(0..choices.len())] {
+            0 => {
+                let (op, k) = match self.rng.random_range(0..3) {
+                    0 => (Operation::List, 0),
+                    1 => (Operation::Create, 1),
+                    _ => (Operation::Delete, 2),
+                };
+                let duration = self.secs(5, 20);
+                if !self.window(k, at, duration) {
+                    return;
+                }
+                let kind = if self.rng.random_bool(0.7) {
+                    ErrorKind::Transient
+                } else {
+                    ErrorKind::Conflict
+                };
+                let percent = self.rng.random_range(20..=100);
+                self.push(
+                    at,
+                    Step::Errors {
+                        op,
+                        kind,
+                        percent,
+                        duration,
+                    },
+                );
+            }
+            1 => {
+                let op = if self.rng.random_bool(0.5) {
+                    Operation::Create
+                } else {
+                    Operation::Delete
+                };
+                let n = self.rng.random_range(1..=3);
+                self.push(at, Step::Timeouts { op, n });
+            }
+            2 => {
+                let duration = self.secs(20, 60);
+                if !self.window(3, at, duration) {
+                    return;
+                }
+                let every_secs = self.rng.random_range(1..=20);
+                let burst = self.rng.random_range(1..=3);
+                self.push(
+                    at,
+                    Step::Throttle {
+                        every_secs,
+                        burst,
+                        duration,
+                    },
+                );
+            }
+            3 => {
+                let duration = self.secs(5, 30);
+                if !self.window(4, at, duration) {
+                    return;
+                }
+                let lists = self.rng.random_range(1..=2);
+                self.push(at, Step::Lag { lists, duration });
+            }
+            4 => {
+                let duration = self.secs(5, 30);
+                if !self.window(5, at, duration) {
+                    return;
+                }
+                let ms = self.rng.random_range(1_000..=9_000);
+                self.push(at, Step::Slow { ms, duration });
+            }
+            _ => {
+                let duration = self.secs(8, 40);
+                if !self.window(6, at, duration) {
+                    return;
+                }
+                self.push(at, Step::LeaderLoss { duration });
+            }
+        }
+    }
+}
+
+/// Generates the case of `seed` with the fault classes `faults`, in `mode`
+/// (or the seed's mode).
+pub fn generate(seed: u64, faults: Faults, mode: Option<Mode>) -> Case {
+    let mut g = Gen {
+        rng: StdRng::seed_from_u64(seed),
+        faults,
+        steps: Vec::new(),
+        live: Vec::new(),
+        names: 0,
+        incarnations: 0,
+        instances: 0,
+        ips: 0,
+        extras: 0,
+        busy: [Duration::ZERO; 8],
+    };
+    let cloud = CloudShape {
+        latency_ms: g.rng.random_range(0..=200),
+        reports_node_addresses: g.rng.random_bool(0.5),
+        max_concurrent_operations: g.rng.random_range(1..=10),
+    };
+    // The cluster and the cloud as the controller finds them at start.
+    for _ in 0..g.rng.random_range(0..=4) {
+        g.node_step(Duration::ZERO);
+    }
+    if faults.behind_back || faults.foreign {
+        for _ in 0..g.rng.random_range(0..=3) {
+            g.route_step(Duration::ZERO);
+        }
+    }
+    let n = g.rng.random_range(10..=35);
+    let mut at = Duration::ZERO;
+    for _ in 0..n {
+        at += Duration::from_millis(g.rng.random_range(0..=12_000));
+        // Several changes at one instant are common (a scale-up, a re-create).
+        if g.rng.random_bool(0.15) {
+            at = Duration::from_secs(at.as_secs());
+        }
+        match g.rng.random_range(0..10) {
+            0..=4 => g.node_step(at),
+            5..=6 => g.route_step(at),
+            _ => g.fault_step(at),
+        }
+    }
+    Case {
+        seed,
+        faults,
+        mode: mode.unwrap_or_else(|| mode_of_seed(seed)),
+        cloud,
+        steps: g.steps,
+    }
+}

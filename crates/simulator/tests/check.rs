@@ -1,0 +1,202 @@
+//! The randomized model checker (`simulator::check`) over many seeds, the
+//! seeds it found bugs with, and the checker's own tests.
+//!
+//! `cargo test` runs 300 seeds with the fault classes that hold on this
+//! branch ([`PASSING`]). Environment variables change that run:
+//!
+//! * `CRC_CHECK_SEEDS=10000` — how many seeds (a long run);
+//! * `CRC_CHECK_FIRST_SEED=N` — where they start;
+//! * `CRC_CHECK_SEED=N` — this one seed only (a replay);
+//! * `CRC_CHECK_FAULTS=errors,leader` — the fault classes (`all`, `none`, or names);
+//! * `CRC_CHECK_MODE=watch` — one mode for every seed instead of the seed's.
+//!
+//! The ignored tests pin the seeds that found bugs this branch still has;
+//! each passes once its fix lands (`cargo test -p simulator --test check -- --ignored`).
+
+use route_controller::Mode;
+use route_core::Cidr;
+use simulator::check::{
+    Faults, Kind, Options, PASSING, generate, report, run_case, run_case_with, run_seeds, shrink,
+};
+
+fn env<T: std::str::FromStr>(name: &str) -> Option<T> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+#[test]
+fn passing_fault_classes_hold_on_300_seeds() {
+    let faults = match std::env::var("CRC_CHECK_FAULTS") {
+        Ok(s) => Faults::parse(&s).expect("CRC_CHECK_FAULTS names known fault classes"),
+        Err(_) => PASSING,
+    };
+    let mode: Option<Mode> = env("CRC_CHECK_MODE");
+    let (first, count) = match env::<u64>("CRC_CHECK_SEED") {
+        Some(seed) => (seed, 1),
+        None => (
+            env("CRC_CHECK_FIRST_SEED").unwrap_or(0),
+            env("CRC_CHECK_SEEDS").unwrap_or(300),
+        ),
+    };
+    let threads = std::thread::available_parallelism().map_or(1, usize::from);
+    let summary = run_seeds(first, count, faults, mode, threads);
+    assert_eq!(summary.seeds, count);
+    eprintln!(
+        "{} seeds from {first}, faults {faults}: {} failed, {:.1} h of virtual time, {} mutations (minimum {})",
+        summary.seeds,
+        summary.failures.len(),
+        summary.virtual_time.as_secs_f64() / 3600.0,
+        summary.mutations,
+        summary.minimum
+    );
+    if let Some((case, out)) = summary.failures.first() {
+        let seeds: Vec<String> = summary
+            .failures
+            .iter()
+            .map(|(c, _)| c.seed.to_string())
+            .collect();
+        panic!(
+            "{} of {count} seeds failed ({})\n{}",
+            summary.failures.len(),
+            seeds.join(", "),
+            report(case, out, &Options::default())
+        );
+    }
+}
+
+/// Runs one pinned seed and fails with its report.
+fn pinned(seed: u64, faults: &str) {
+    let case = generate(seed, Faults::parse(faults).expect("known classes"), None);
+    let out = run_case(&case);
+    assert!(out.passed(), "{}", report(&case, &out, &Options::default()));
+}
+
+/// Shrunk: create n1 (10.244.3.0/24 and fd00:10:0:3::/64, i-1) at 0 s;
+/// at 8.5 s re-create n1 on i-1, its InternalIP and providerID 6 s later.
+/// The incremental pass deletes both routes at once (the re-registered
+/// Node's addresses look changed) and cannot re-create them without a
+/// providerID.
+#[test]
+#[ignore = "finds bug (a): a Node re-created on the same instance and CIDR loses its route while its InternalIP is not back; enable when fixed"]
+fn recreated_node_on_the_same_instance_keeps_its_route_seed_17() {
+    pinned(17, "recreate,late_data");
+}
+
+/// Shrunk: create n2 (10.244.13.0/24, i-2) at 59 s; re-create n2 on i-3,
+/// same CIDR, at 93 s. The route keeps pointing at i-2.
+#[test]
+#[ignore = "finds bug (b): a Node re-created on a new instance keeps its route to the old one; enable when fixed"]
+fn recreated_node_on_a_new_instance_gets_a_route_to_it_seed_0() {
+    pinned(0, "new_instance");
+}
+
+/// Shrunk: create n7 (10.244.6.0/24) at 124.6 s without providerID and
+/// InternalIP, which arrive 15 s later. The creation is refused
+/// (InvalidRequest, no instance), backs off for five minutes, and the
+/// providerID arriving does not retry it.
+#[test]
+#[ignore = "finds bug (c): a pod CIDR that arrives before the providerID waits ~5 min for its route; enable when fixed"]
+fn pod_cidr_before_provider_id_is_routed_once_it_arrives_seed_0() {
+    pinned(0, "late_data");
+}
+
+/// Shrunk: create n2 (10.244.2.0/24) at 50 s; stop its instance at 69.6 s
+/// for 43 s. Every periodic pass deletes and re-creates the blackhole: 11
+/// mutations where 3 would do.
+#[test]
+#[ignore = "finds bug (d): a blackhole that cannot be repaired is rewritten every pass; enable when fixed"]
+fn blackhole_of_a_stopped_instance_is_not_rewritten_every_pass_seed_3() {
+    pinned(3, "instance_stop");
+}
+
+/// Eleven steps remain after shrinking: Nodes created and deleted around
+/// two throttle storms (one request per 9 s for 30 s from 3.4 s, one per
+/// 18 s for 44 s from 153 s). After the last storm ends at 197 s, calls
+/// still go out about 36 s apart; a stale route is left at 435 s.
+#[test]
+#[ignore = "finds bug (e): after a throttle storm the controller keeps calling at the storm's pace; enable when fixed"]
+fn throttle_storm_recovers_within_the_bound_seed_24() {
+    pinned(24, "throttle");
+}
+
+/// Shrunk: every call takes 6.6 s from 7 s for 18 s; create n1 at 17 s;
+/// leadership lost at 23.7 s for 11 s. The creation started before the
+/// loss lands at 30.1 s, after the Lease expired at 28.7 s.
+#[test]
+#[ignore = "finds bug (f): a call in flight when leadership is lost lands after the Lease expired; enable when fixed"]
+fn call_in_flight_does_not_land_after_the_lease_expired_seed_49() {
+    pinned(49, "slow,leader");
+}
+
+/// Shrunk: a stray route 10.244.11.0/24 -> gone-4 appears at 87.3 s; 43 %
+/// of deletions fail (conflict) from 92.7 s for 8 s; n2 is created with
+/// 10.244.11.0/24 at 99.9 s. Its creation waits for the stray's deletion,
+/// whose retry is not due yet; the due creation makes every incremental
+/// pass start the next at once, and the loop spins without waiting.
+#[test]
+#[ignore = "finds bug (g): incremental spins while a due creation waits for a deletion still backing off; enable when fixed"]
+fn creation_blocked_by_a_backing_off_deletion_does_not_spin_seed_3905() {
+    pinned(
+        3905,
+        "recreate,address_change,behind_back,foreign,odd_pod_cidrs,errors,timeouts,lag,leader",
+    );
+}
+
+#[test]
+fn a_seed_replays_the_same_calls() {
+    let case = generate(7, Faults::ALL, None);
+    let a = run_case(&case);
+    let b = run_case(&case);
+    assert!(!a.trace.is_empty());
+    assert_eq!(a.trace, b.trace);
+    assert_eq!(a.violations, b.violations);
+}
+
+#[test]
+fn a_controller_that_owns_every_address_is_caught_and_shrunk() {
+    // Told the cluster is everything, the controller deletes the foreign
+    // routes as strays of its own: the checker must say so.
+    let options = Options {
+        controller_cluster_cidrs: Some(
+            ["0.0.0.0/0", "::/0"]
+                .iter()
+                .map(|c| Cidr::parse(c).unwrap())
+                .collect(),
+        ),
+    };
+    let faults = Faults::parse("foreign").unwrap();
+    let (case, out) = (0..50)
+        .map(|seed| generate(seed, faults, None))
+        .map(|case| {
+            let out = run_case_with(&case, &options);
+            (case, out)
+        })
+        .find(|(_, out)| {
+            out.violations
+                .iter()
+                .any(|v| v.kind == Kind::TouchedForeign)
+        })
+        .expect("one of 50 seeds with foreign routes catches it");
+    assert!(run_case(&case).passed(), "the real configuration passes");
+    let shrunk = shrink(&case, Kind::TouchedForeign, &options, 200);
+    assert!(shrunk.steps.len() < case.steps.len());
+    assert!(
+        run_case_with(&shrunk, &options)
+            .violations
+            .iter()
+            .any(|v| v.kind == Kind::TouchedForeign)
+    );
+    assert!(report(&case, &out, &options).contains(&format!(
+        "cargo run -p cloud-route-controller -- check --seed {} --faults foreign",
+        case.seed
+    )));
+}
+
+#[test]
+fn fault_classes_parse_by_name() {
+    assert_eq!(Faults::parse("all").unwrap(), Faults::ALL);
+    assert_eq!(Faults::parse("none").unwrap(), Faults::NONE);
+    let f = Faults::parse("errors, leader").unwrap();
+    assert_eq!(f.to_string(), "errors,leader");
+    assert_eq!(Faults::parse(&PASSING.to_string()).unwrap(), PASSING);
+    assert!(Faults::parse("earthquake").is_err());
+}
