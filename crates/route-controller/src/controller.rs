@@ -488,20 +488,14 @@ impl Controller {
                     self.book.succeeded(&key);
                     self.book.release_quota_waiters(now);
                     self.cache_remove(&d.route);
-                    // A blackhole deleted to be replaced is one repair,
-                    // however its creation then fares.
-                    if d.reason == route_core::DeletionReason::Blackhole
-                        && let Some(c) = plan.creations.iter().find(|c| {
-                            c.reason == route_core::CreationReason::ReplacesBlackhole
-                                && c.after.contains(&i)
-                        })
-                        && let Some(cidr) = c.route.destination.cidr()
-                    {
-                        self.holds.repaired(&c.name_hint, cidr, now);
-                    }
+                    self.count_blackhole_repair(plan, i, now);
                 }
                 OpResult::Failed(e) => {
                     uncertain |= e.makes_cache_uncertain();
+                    if e.makes_cache_uncertain() {
+                        // It may well have happened.
+                        self.count_blackhole_repair(plan, i, now);
+                    }
                     if e.kind == ErrorKind::NotFound {
                         // Gone already: the goal is reached; the resync that
                         // follows checks the rest of the table.
@@ -535,10 +529,8 @@ impl Controller {
             match r {
                 OpResult::Done(created) => {
                     self.book.succeeded(&key);
-                    if c.replaces.is_some()
-                        && let Some(cidr) = c.route.destination.cidr()
-                    {
-                        self.holds.repaired(&c.name_hint, cidr, now);
+                    if c.replaces.is_some() {
+                        self.holds.repaired(c, now);
                     }
                     if let Some(replaced) = &c.replaces {
                         self.cache_remove(replaced);
@@ -552,11 +544,8 @@ impl Controller {
                     // A replacement whose answer was lost may well have
                     // landed; if the next listing shows a blackhole again,
                     // that is a recurrence like any other.
-                    if e.makes_cache_uncertain()
-                        && c.replaces.is_some()
-                        && let Some(cidr) = c.route.destination.cidr()
-                    {
-                        self.holds.repaired(&c.name_hint, cidr, now);
+                    if e.makes_cache_uncertain() && c.replaces.is_some() {
+                        self.holds.repaired(c, now);
                     }
                     let unit = rand::rng().random::<f64>();
                     let at = self.book.failed(key.clone(), e, now, unit);
@@ -587,6 +576,19 @@ impl Controller {
             // Planning from a table known to be stale would repeat the
             // failing call; the next pass lists instead.
             self.route_cache = None;
+        }
+    }
+
+    /// A blackhole deleted to be replaced is one repair, however its
+    /// creation then fares.
+    fn count_blackhole_repair(&mut self, plan: &Plan, deletion: usize, now: Instant) {
+        if plan.deletions[deletion].reason != route_core::DeletionReason::Blackhole {
+            return;
+        }
+        if let Some(c) = plan.creations.iter().find(|c| {
+            c.reason == route_core::CreationReason::ReplacesBlackhole && c.after.contains(&deletion)
+        }) {
+            self.holds.repaired(c, now);
         }
     }
 

@@ -27,10 +27,23 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use route_core::{Cidr, CreationReason, DeletionReason, Plan};
+use route_core::{Cidr, Creation, CreationReason, DeletionReason, Plan, Text};
 use tokio::time::Instant;
 
 use crate::retry::OpKey;
+
+/// A blackhole repair is the Node's by name and instance, not by UID: a Node
+/// re-created under the same name on the same stopped instance has the same
+/// blackhole, and repairing it at once again would change nothing.
+type RepairKey = (Text, Cidr, Option<Text>);
+
+fn repair_key(c: &Creation, cidr: Cidr) -> RepairKey {
+    (
+        c.route.target_node.clone(),
+        cidr,
+        c.route.target_provider_id.clone(),
+    )
+}
 
 /// Deletions that may wait for the grace: their Node, or its pod CIDR, is
 /// gone from the view, which a re-creation or a stale relist explains.
@@ -82,7 +95,7 @@ pub struct Holds {
     /// Deletions held for grace, by when they were first planned.
     gone_since: HashMap<OpKey, Instant>,
     /// Blackhole repairs by (node UID, CIDR).
-    repairs: HashMap<(String, Cidr), Repair>,
+    repairs: HashMap<RepairKey, Repair>,
 }
 
 impl Holds {
@@ -151,7 +164,7 @@ impl Holds {
             let Some(cidr) = c.route.destination.cidr() else {
                 continue;
             };
-            let key = (c.name_hint.clone(), cidr);
+            let key = repair_key(c, cidr);
             replacing.insert(key.clone());
             let Some(r) = self.repairs.get_mut(&key) else {
                 continue;
@@ -184,24 +197,32 @@ impl Holds {
             }
         }
         if full {
-            // A listing without the blackhole: repaired for good, or the
-            // Node is gone. Either way, forget it.
-            self.repairs.retain(|k, _| replacing.contains(k));
+            // A listing with a live route for the pair (nothing to create)
+            // or without the Node: repaired for good, or moot. A pair whose
+            // route is missing is mid-repair (its blackhole was deleted, the
+            // creation is pending) and stays.
+            let creating: HashSet<RepairKey> = plan
+                .creations
+                .iter()
+                .filter_map(|c| Some(repair_key(c, c.route.destination.cidr()?)))
+                .collect();
+            self.repairs
+                .retain(|k, _| replacing.contains(k) || creating.contains(k));
         }
         held
     }
 
     /// A blackhole replacement for the Node with this UID succeeded at `now`.
-    pub fn repaired(&mut self, uid: &str, cidr: Cidr, now: Instant) {
-        let r = self
-            .repairs
-            .entry((uid.to_string(), cidr))
-            .or_insert(Repair {
-                repairs: 0,
-                last: now,
-                reported: false,
-                held_until: None,
-            });
+    pub fn repaired(&mut self, c: &Creation, now: Instant) {
+        let Some(cidr) = c.route.destination.cidr() else {
+            return;
+        };
+        let r = self.repairs.entry(repair_key(c, cidr)).or_insert(Repair {
+            repairs: 0,
+            last: now,
+            reported: false,
+            held_until: None,
+        });
         r.repairs = r.repairs.saturating_add(1);
         r.last = now;
     }
@@ -268,7 +289,7 @@ mod tests {
             !first.creations[0] && !first.deletions[0],
             "first repair is immediate"
         );
-        h.repaired("u1", cidr, t0);
+        h.repaired(&p.creations[0], t0);
         // The next listing shows it blackholed again.
         let t1 = t0 + Duration::from_secs(10);
         let again = h.hold(&p, t1, true, None);
@@ -278,7 +299,7 @@ mod tests {
         assert_eq!(h.recurring_blackholes(), 1);
         let t2 = t0 + BLACKHOLE_REPAIR_FLOOR;
         assert!(!h.hold(&p, t2, true, None).creations[0]);
-        h.repaired("u1", cidr, t2);
+        h.repaired(&p.creations[0], t2);
         let third = h.hold(&p, t2 + Duration::from_secs(10), true, None);
         assert_eq!(third.until, Some(t2 + 2 * BLACKHOLE_REPAIR_FLOOR));
         assert!(third.new_recurrences.is_empty(), "reported once");

@@ -334,12 +334,21 @@ impl Driver<'_> {
     fn account(&mut self) {
         let now = self.signature();
         let old = std::mem::take(&mut self.desired);
+        let stopped = lock(&self.world).stopped.clone();
         for (c, s) in &now {
-            match old.get(c) {
-                None => self.charge(&Destination::Cidr(*c), 1),
-                Some(o) if o != s => self.charge(&Destination::Cidr(*c), 2),
-                Some(_) => {}
-            }
+            let cost = match old.get(c) {
+                None => 1,
+                Some(o) if o != s => 2,
+                Some(_) => continue,
+            };
+            // A route made to a stopped instance is a blackhole from the
+            // start; a controller that cannot know the instance will run
+            // again repairs it once, as for a stop that comes later.
+            let blackholed = s.1.as_ref().is_some_and(|p| stopped.contains(p));
+            self.charge(
+                &Destination::Cidr(*c),
+                cost + if blackholed { 2 } else { 0 },
+            );
         }
         for c in old.keys() {
             if !now.contains_key(c) {
