@@ -14,7 +14,10 @@
 //! - A budget: the cloud refused a burst, and a call after the retry-after
 //!   went through soon. The rate starts at what the retry-after implies (one
 //!   call per retry-after) and doubles only after every [`PACE_GROW_AFTER`]
-//!   successes in a row; a refusal of paced traffic halves it (or drops it to
+//!   successes in a row, or after [`PACE_GROW_QUIET`] without a refusal if
+//!   that comes first (at a slow pace ten successes take minutes, and a
+//!   limit that was lifted must not be crept up on for that long); a
+//!   refusal of paced traffic halves it (or drops it to
 //!   what that retry-after implies, if lower). A steady limit, or a budget
 //!   whose refill busier clients take first, is approached from below instead
 //!   of being hit again and again.
@@ -35,6 +38,10 @@ use tokio::time::Instant;
 /// Successes in a row at a rate known to be near the cloud's limit before
 /// the rate doubles.
 pub const PACE_GROW_AFTER: u32 = 10;
+
+/// Paced at a rate near the cloud's limit, the rate also doubles after this
+/// long without a refusal, whatever the number of successes.
+pub const PACE_GROW_QUIET: Duration = Duration::from_secs(8);
 
 /// Above this many calls per second pacing ends.
 pub const UNPACED_RATE: f64 = 50.0;
@@ -93,6 +100,8 @@ struct GateState {
     /// When the last paced call went out.
     last_paced: Option<Instant>,
     last_throttle: Option<Instant>,
+    /// When the rate last doubled on the careful path.
+    last_grow: Option<Instant>,
 }
 
 impl Default for GateState {
@@ -109,6 +118,7 @@ impl Default for GateState {
             next_slot: None,
             last_paced: None,
             last_throttle: None,
+            last_grow: None,
         }
     }
 }
@@ -232,8 +242,15 @@ impl Ticket<'_> {
                     (r * 2.0).max(r + 1.0).min(s.threshold)
                 } else {
                     s.successes += 1;
-                    if s.successes >= PACE_GROW_AFTER {
+                    let now = Instant::now();
+                    let calm_since = match (s.last_throttle, s.last_grow) {
+                        (Some(a), Some(b)) => Some(a.max(b)),
+                        (a, b) => a.or(b),
+                    };
+                    let quiet = calm_since.is_some_and(|t| now - t >= PACE_GROW_QUIET);
+                    if s.successes >= PACE_GROW_AFTER || quiet {
                         s.successes = 0;
+                        s.last_grow = Some(now);
                         r * 2.0
                     } else {
                         r
