@@ -14,9 +14,11 @@
 //! - A budget: the cloud refused a burst, and a call after the retry-after
 //!   went through soon. The rate starts at what the retry-after implies (one
 //!   call per retry-after) and doubles only after every [`PACE_GROW_AFTER`]
-//!   successes in a row, or after [`PACE_GROW_QUIET`] without a refusal if
-//!   that comes first (at a slow pace ten successes take minutes, and a
-//!   limit that was lifted must not be crept up on for that long); a
+//!   successes in a row, or once no refusal came for [`PACE_GROW_QUIET`] and
+//!   [`PACE_GROW_QUIET_CALLS`] paced intervals, if that comes first (at a
+//!   slow pace ten successes take many minutes, and a limit that was lifted
+//!   must not be crept up on for that long; a steady slow budget costs a
+//!   refused call every few of its intervals); a
 //!   refusal of paced traffic halves it (or drops it to
 //!   what that retry-after implies, if lower). A steady limit, or a budget
 //!   whose refill busier clients take first, is approached from below instead
@@ -40,8 +42,11 @@ use tokio::time::Instant;
 pub const PACE_GROW_AFTER: u32 = 10;
 
 /// Paced at a rate near the cloud's limit, the rate also doubles after this
-/// long without a refusal, whatever the number of successes.
+/// long without a refusal…
 pub const PACE_GROW_QUIET: Duration = Duration::from_secs(8);
+
+/// …when that is also at least this many intervals of the current pace.
+pub const PACE_GROW_QUIET_CALLS: u32 = 3;
 
 /// Above this many calls per second pacing ends.
 pub const UNPACED_RATE: f64 = 50.0;
@@ -247,7 +252,10 @@ impl Ticket<'_> {
                         (Some(a), Some(b)) => Some(a.max(b)),
                         (a, b) => a.or(b),
                     };
-                    let quiet = calm_since.is_some_and(|t| now - t >= PACE_GROW_QUIET);
+                    let needed = PACE_GROW_QUIET.max(Duration::from_secs_f64(
+                        f64::from(PACE_GROW_QUIET_CALLS) / r,
+                    ));
+                    let quiet = calm_since.is_some_and(|t| now - t >= needed);
                     if s.successes >= PACE_GROW_AFTER || quiet {
                         s.successes = 0;
                         s.last_grow = Some(now);
