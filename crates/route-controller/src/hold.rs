@@ -282,7 +282,6 @@ mod tests {
             .named("r1")
             .blackholed();
         let p = plan(&nodes, &[bh], &cfg());
-        let cidr = p.creations[0].route.destination.cidr().unwrap();
         let t0 = Instant::now();
         let first = h.hold(&p, t0, true, None);
         assert!(
