@@ -568,8 +568,14 @@ impl Driver<'_> {
                     return;
                 };
                 let name = self.extra_name("hijack");
-                let mut r = Route::new(target, Destination::Cidr(c)).named(name);
+                let reports = self.reports();
+                let mut r = Route::new(target.clone(), Destination::Cidr(c)).named(name);
                 r.cloud_target = "eni-elsewhere".into();
+                // A route names the Node whose instance it points at.
+                if let Some(t) = self.api.get(&target) {
+                    r = r.with_addresses(t.addresses.clone(), reports);
+                    r.target_provider_id = t.provider_id.map(Into::into);
+                }
                 self.insert(r);
             }
             Extra::Correct { node } => {
@@ -1134,6 +1140,25 @@ pub fn check(args: CheckArgs) -> bool {
             .map(|(c, _)| c.seed.to_string())
             .collect();
         println!("failing seeds: {}", seeds.join(", "));
+        // What each failing seed broke first, so one bug does not hide another.
+        let mut by_kind: BTreeMap<(Kind, &str), Vec<u64>> = BTreeMap::new();
+        for (c, o) in &summary.failures {
+            if let Some(v) = o.violations.first() {
+                by_kind
+                    .entry((v.kind, c.mode.as_str()))
+                    .or_default()
+                    .push(c.seed);
+            }
+        }
+        for ((kind, mode), seeds) in &by_kind {
+            let first: Vec<String> = seeds.iter().take(5).map(u64::to_string).collect();
+            println!(
+                "  first broken {kind:?} in {mode}: {} seeds ({}{})",
+                seeds.len(),
+                first.join(", "),
+                if seeds.len() > 5 { ", ..." } else { "" }
+            );
+        }
         print!("{}", report(case, out, &options));
     }
     summary.failures.is_empty()
