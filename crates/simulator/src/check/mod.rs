@@ -15,7 +15,8 @@
 //! * no call about a route outside the cluster CIDRs, unparsable or foreign,
 //!   and no creation of a route no Node of the snapshot claims alone;
 //! * no mutation started after the replica was told it is not leader, and
-//!   none landing after its Lease expired ([`LEASE_GRACE`] later).
+//!   none landing after its Lease expired ([`LEASE_GRACE`] later);
+//! * no spinning: [`LIVELOCK_PASSES`] passes at one virtual instant stop the run.
 //!
 //! After every step the foreign routes must still be there, unchanged. Once
 //! the last step and the last fault are over, the run goes on for a stated
@@ -813,8 +814,8 @@ async fn drive(case: &Case, options: &Options) -> Outcome {
 
     // Steps at 0 s are the cluster and the cloud the controller finds when
     // it starts: the watcher's first list, the table a previous leader left.
-    while let Some(i) = (0..d.pending.len()).find(|&i| d.pending[i].0.is_zero()) {
-        let (at, _, act) = d.pending.swap_remove(i);
+    while d.pending.iter().any(|p| p.0.is_zero()) {
+        let Some((at, act)) = d.next() else { break };
         d.apply(at, act);
         d.account();
     }
