@@ -1,8 +1,8 @@
 //! The randomized model checker (`simulator::check`) over many seeds, the
 //! seeds it found bugs with, and the checker's own tests.
 //!
-//! `cargo test` runs 300 seeds with the fault classes that hold on this
-//! branch ([`PASSING`]). Environment variables change that run:
+//! `cargo test` runs 300 seeds with every fault class ([`PASSING`]).
+//! Environment variables change that run:
 //!
 //! * `CRC_CHECK_SEEDS=10000` — how many seeds (a long run);
 //! * `CRC_CHECK_FIRST_SEED=N` — where they start;
@@ -10,8 +10,8 @@
 //! * `CRC_CHECK_FAULTS=errors,leader` — the fault classes (`all`, `none`, or names);
 //! * `CRC_CHECK_MODE=watch` — one mode for every seed instead of the seed's.
 //!
-//! The ignored tests pin the seeds that found bugs this branch still has;
-//! each passes once its fix lands (`cargo test -p simulator --test check -- --ignored`).
+//! The pinned-seed tests are the seeds that found bugs (a)–(g) before they
+//! were fixed; each keeps its bug fixed.
 
 use route_controller::Mode;
 use route_core::Cidr;
@@ -76,7 +76,6 @@ fn pinned(seed: u64, faults: &str) {
 /// Node's addresses look changed) and cannot re-create them without a
 /// providerID.
 #[test]
-#[ignore = "finds bug (a): a Node re-created on the same instance and CIDR loses its route while its InternalIP is not back; enable when fixed"]
 fn recreated_node_on_the_same_instance_keeps_its_route_seed_17() {
     pinned(17, "recreate,late_data");
 }
@@ -84,7 +83,6 @@ fn recreated_node_on_the_same_instance_keeps_its_route_seed_17() {
 /// Shrunk: create n2 (10.244.13.0/24, i-2) at 59 s; re-create n2 on i-3,
 /// same CIDR, at 93 s. The route keeps pointing at i-2.
 #[test]
-#[ignore = "finds bug (b): a Node re-created on a new instance keeps its route to the old one; enable when fixed"]
 fn recreated_node_on_a_new_instance_gets_a_route_to_it_seed_0() {
     pinned(0, "new_instance");
 }
@@ -94,7 +92,6 @@ fn recreated_node_on_a_new_instance_gets_a_route_to_it_seed_0() {
 /// (InvalidRequest, no instance), backs off for five minutes, and the
 /// providerID arriving does not retry it.
 #[test]
-#[ignore = "finds bug (c): a pod CIDR that arrives before the providerID waits ~5 min for its route; enable when fixed"]
 fn pod_cidr_before_provider_id_is_routed_once_it_arrives_seed_0() {
     pinned(0, "late_data");
 }
@@ -103,7 +100,6 @@ fn pod_cidr_before_provider_id_is_routed_once_it_arrives_seed_0() {
 /// for 43 s. Every periodic pass deletes and re-creates the blackhole: 11
 /// mutations where 3 would do.
 #[test]
-#[ignore = "finds bug (d): a blackhole that cannot be repaired is rewritten every pass; enable when fixed"]
 fn blackhole_of_a_stopped_instance_is_not_rewritten_every_pass_seed_3() {
     pinned(3, "instance_stop");
 }
@@ -113,7 +109,6 @@ fn blackhole_of_a_stopped_instance_is_not_rewritten_every_pass_seed_3() {
 /// 18 s for 44 s from 153 s). After the last storm ends at 197 s, calls
 /// still go out about 36 s apart; a stale route is left at 435 s.
 #[test]
-#[ignore = "finds bug (e): after a throttle storm the controller keeps calling at the storm's pace; enable when fixed"]
 fn throttle_storm_recovers_within_the_bound_seed_24() {
     pinned(24, "throttle");
 }
@@ -122,7 +117,6 @@ fn throttle_storm_recovers_within_the_bound_seed_24() {
 /// leadership lost at 23.7 s for 11 s. The creation started before the
 /// loss lands at 30.1 s, after the Lease expired at 28.7 s.
 #[test]
-#[ignore = "finds bug (f): a call in flight when leadership is lost lands after the Lease expired; enable when fixed"]
 fn call_in_flight_does_not_land_after_the_lease_expired_seed_49() {
     pinned(49, "slow,leader");
 }
@@ -133,7 +127,6 @@ fn call_in_flight_does_not_land_after_the_lease_expired_seed_49() {
 /// whose retry is not due yet; the due creation makes every incremental
 /// pass start the next at once, and the loop spins without waiting.
 #[test]
-#[ignore = "finds bug (g): incremental spins while a due creation waits for a deletion still backing off; enable when fixed"]
 fn creation_blocked_by_a_backing_off_deletion_does_not_spin_seed_3905() {
     pinned(
         3905,

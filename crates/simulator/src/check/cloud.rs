@@ -165,7 +165,8 @@ impl CheckedCloud {
         }
     }
 
-    /// Checks made when a mutating call has landed (`landed`: it took effect).
+    /// Checks made when a mutating call has come back; an answer of `Ok` or
+    /// `Timeout` means it took effect.
     fn after_mutation(&self, op: &str, route: &Route, result: &Result<(), CloudError>) {
         let mut w = lock(&self.world);
         let landed = match result {

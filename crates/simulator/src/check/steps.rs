@@ -132,6 +132,7 @@ impl Faults {
 
     /// Whether the class `name` is on.
     pub fn get(&self, name: &str) -> Option<bool> {
+        // `slot` is the one table of names; a copy lends it to a reader.
         let mut copy = *self;
         copy.slot(name).map(|b| *b)
     }
