@@ -440,7 +440,7 @@ impl Controller {
             }
         }
         self.record_sync(trigger, outcome_label, kind, started);
-        let wake = match (self.book.next_wake(Instant::now()), held.until) {
+        let wake = match (self.book.next_wake(started), held.until) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };

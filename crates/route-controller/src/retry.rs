@@ -186,16 +186,18 @@ impl RetryBook {
     }
 
     /// When the loop must wake next for a retry, as seen at the end of a
-    /// pass at `now`. An operation already due that the pass did not attempt
+    /// pass that started at `started`. An operation that was already due when
+    /// the pass started and is still waiting was not attempted because it
     /// waits for something else (a creation blocked by a deletion still
-    /// backing off): waking for it at once would spin, so only later retries
-    /// count, and operations just released for room, once.
-    pub fn next_wake(&mut self, now: Instant) -> Option<Instant> {
+    /// backing off): waking for it at once would spin. Operations that came
+    /// due while the pass ran, later retries, and operations just released
+    /// for room (once) all count.
+    pub fn next_wake(&mut self, started: Instant) -> Option<Instant> {
         let mut wake: Option<Instant> = None;
         for e in self.entries.values_mut() {
             let at = if std::mem::take(&mut e.released) {
-                e.next_at.min(now)
-            } else if e.next_at > now {
+                e.next_at.min(started)
+            } else if e.next_at > started {
                 e.next_at
             } else {
                 continue;
@@ -276,6 +278,22 @@ mod tests {
         let d_at = b.failed(deletion, &err, t1, 0.0);
         assert_eq!(b.next_due(), Some(t1), "the creation is due");
         assert_eq!(b.next_wake(t1), Some(d_at), "wake for the deletion");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retry_that_came_due_while_a_pass_ran_still_wakes_the_loop() {
+        // Regression: with cloud latency, a retry due in the middle of a
+        // pass (not attempted: it was not due when the pass planned) was
+        // treated like a blocked one and never woken for.
+        let mut b = RetryBook::new(BackoffConfig {
+            jitter: 0.0,
+            ..Default::default()
+        });
+        let t0 = Instant::now();
+        let err = CloudError::new(ErrorKind::Transient, "boom");
+        let due = b.failed(key(), &err, t0, 0.0);
+        let pass_started = due - Duration::from_millis(300);
+        assert_eq!(b.next_wake(pass_started), Some(due));
     }
 
     #[tokio::test(start_paused = true)]

@@ -725,3 +725,23 @@ async fn throttling_storm_of_30s_over_50_new_nodes_converges_within_10s_of_its_e
     // One probe per retry-after: 1 + 2 + 3 + 4 + 5 + 5 + 5 + 5 s = 30 s.
     assert!(refused <= 9, "{refused} requests refused during the storm");
 }
+
+#[tokio::test(start_paused = true)]
+async fn retry_due_while_another_retry_is_in_flight_is_not_forgotten() {
+    // Regression: with cloud latency, a retry that came due while another
+    // pass ran was taken for one blocked by a deletion, and the loop never
+    // woke for it (found by the hcloud fault test: 2 of 3 routes in 90 s).
+    let cloud = MemoryCloud::default();
+    cloud.set_latency(Operation::Create, Duration::from_millis(500));
+    cloud.fail_next(Operation::Create, 2, ErrorKind::Transient);
+    let h = start(Mode::Incremental, cloud, &[node(0)]);
+    sleep(Duration::from_millis(300)).await;
+    h.nodes.apply(NodeEvent::Apply(node(1)));
+    sleep(Duration::from_secs(10)).await;
+    assert_eq!(
+        h.cloud.routes(CLUSTER).len(),
+        2,
+        "both failed creations retried: {:?}",
+        h.cloud.log()
+    );
+}
