@@ -66,6 +66,26 @@ fn start(c: &ClusterGuard, dir: &TempDir, id: &str, config: &std::path::Path) ->
     }
 }
 
+impl Replica {
+    /// Waits until this replica holds the Lease.
+    async fn wait_holds_lease(&self, c: &ClusterGuard, id: &str) {
+        wait_until(
+            Duration::from_secs(60),
+            &format!("{id} holds the Lease"),
+            || async { holder(c).await.filter(|(h, _)| h == id) },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", self.ctl.log_text()));
+    }
+
+    /// Waits until this replica answers `/readyz` with 200.
+    async fn wait_ready(&self) {
+        wait_http(&self.metrics, "/readyz", 200, Duration::from_secs(60))
+            .await
+            .unwrap_or_else(|e| panic!("{e}\n{}", self.ctl.log_text()));
+    }
+}
+
 async fn holder(c: &ClusterGuard) -> Option<(String, i32)> {
     let leases: Api<Lease> = Api::namespaced(c.client(), NAMESPACE);
     let spec = leases.get_opt(LEASE_NAME).await.ok()??.spec?;
@@ -122,19 +142,11 @@ async fn only_the_leader_mutates_and_leadership_moves_on_stop_and_on_kill() {
 
     // A wins the empty Lease; B starts once A holds it.
     let a = start(&c, &dir, "crc-a", &config);
-    wait_until(Duration::from_secs(60), "crc-a holds the Lease", || async {
-        holder(&c).await.filter(|(h, _)| h == "crc-a")
-    })
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", a.ctl.log_text()));
+    a.wait_holds_lease(&c, "crc-a").await;
     let b = start(&c, &dir, "crc-b", &config);
     // A non-leader is ready once its Node cache is synced.
-    wait_http(&b.metrics, "/readyz", 200, Duration::from_secs(60))
-        .await
-        .unwrap_or_else(|e| panic!("{e}\n{}", b.ctl.log_text()));
-    wait_http(&a.metrics, "/readyz", 200, Duration::from_secs(60))
-        .await
-        .unwrap_or_else(|e| panic!("{e}\n{}", a.ctl.log_text()));
+    b.wait_ready().await;
+    a.wait_ready().await;
     assert_eq!(leader_gauge(&a).await, Some(1.0));
     assert_eq!(leader_gauge(&b).await, Some(0.0));
 
@@ -285,18 +297,10 @@ async fn resumed_leader_past_renew_deadline_sends_no_cloud_mutation() {
     let config = sim_cloud_config(dir.path(), "cloud", &sim.url(), None);
 
     let a = start(&c, &dir, "crc-a", &config);
-    wait_until(Duration::from_secs(60), "crc-a holds the Lease", || async {
-        holder(&c).await.filter(|(h, _)| h == "crc-a")
-    })
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", a.ctl.log_text()));
-    wait_http(&a.metrics, "/readyz", 200, Duration::from_secs(60))
-        .await
-        .unwrap_or_else(|e| panic!("{e}\n{}", a.ctl.log_text()));
+    a.wait_holds_lease(&c, "crc-a").await;
+    a.wait_ready().await;
     let b = start(&c, &dir, "crc-b", &config);
-    wait_http(&b.metrics, "/readyz", 200, Duration::from_secs(60))
-        .await
-        .unwrap_or_else(|e| panic!("{e}\n{}", b.ctl.log_text()));
+    b.wait_ready().await;
     add_node(&c, 1).await;
     let ctx = || format!("A:\n{}\nB:\n{}", a.ctl.log_text(), b.ctl.log_text());
     assert_eq!(

@@ -369,22 +369,11 @@ impl Controller {
             .capabilities()
             .max_routes
             .map(|max| max.saturating_sub(routes.len()));
-        let mut held = self.holds.hold(&plan, Instant::now(), listed, room);
-        // A blackhole is deleted only to be replaced: while its replacement
-        // waits for a backoff, deleting it would change nothing for the
-        // better and cost a call each pass.
         let now = Instant::now();
-        for c in &plan.creations {
-            if c.reason == route_core::CreationReason::ReplacesBlackhole
-                && !self.book.is_due(&OpKey::create(c), now)
-            {
-                for &d in &c.after {
-                    if plan.deletions[d].reason == route_core::DeletionReason::Blackhole {
-                        held.deletions[d] = true;
-                    }
-                }
-            }
-        }
+        let book = &self.book;
+        let held = self.holds.hold(&plan, now, listed, room, |c| {
+            book.is_due(&OpKey::create(c), now)
+        });
         for (node, uid, cidr, next) in &held.new_recurrences {
             let node = NodeRef {
                 name: node.clone(),
@@ -488,13 +477,13 @@ impl Controller {
                     self.book.succeeded(&key);
                     self.book.release_quota_waiters(now);
                     self.cache_remove(&d.route);
-                    self.count_blackhole_repair(plan, i, now);
+                    self.holds.deletion_landed(plan, i, now);
                 }
                 OpResult::Failed(e) => {
                     uncertain |= e.makes_cache_uncertain();
                     if e.makes_cache_uncertain() {
                         // It may well have happened.
-                        self.count_blackhole_repair(plan, i, now);
+                        self.holds.deletion_landed(plan, i, now);
                     }
                     if e.kind == ErrorKind::NotFound {
                         // Gone already: the goal is reached; the resync that
@@ -529,10 +518,8 @@ impl Controller {
             match r {
                 OpResult::Done(created) => {
                     self.book.succeeded(&key);
-                    if c.replaces.is_some() {
-                        self.holds.repaired(c, now);
-                    }
                     if let Some(replaced) = &c.replaces {
+                        self.holds.repaired(c, now);
                         self.cache_remove(replaced);
                     }
                     if let Some(cache) = &mut self.route_cache {
@@ -576,19 +563,6 @@ impl Controller {
             // Planning from a table known to be stale would repeat the
             // failing call; the next pass lists instead.
             self.route_cache = None;
-        }
-    }
-
-    /// A blackhole deleted to be replaced is one repair, however its
-    /// creation then fares.
-    fn count_blackhole_repair(&mut self, plan: &Plan, deletion: usize, now: Instant) {
-        if plan.deletions[deletion].reason != route_core::DeletionReason::Blackhole {
-            return;
-        }
-        if let Some(c) = plan.creations.iter().find(|c| {
-            c.reason == route_core::CreationReason::ReplacesBlackhole && c.after.contains(&deletion)
-        }) {
-            self.holds.repaired(c, now);
         }
     }
 

@@ -94,7 +94,7 @@ pub struct Holds {
     max_wait: Duration,
     /// Deletions held for grace, by when they were first planned.
     gone_since: HashMap<OpKey, Instant>,
-    /// Blackhole repairs by (node UID, CIDR).
+    /// Blackhole repairs by (node name, CIDR, providerID).
     repairs: HashMap<RepairKey, Repair>,
 }
 
@@ -113,8 +113,16 @@ impl Holds {
     /// made from a fresh listing, which is the only evidence that a repaired
     /// blackhole is healthy again. `room` is how many routes the table can
     /// still take (`None`: no limit): when the plan's creations fit only if
-    /// gone Nodes' routes go, those deletions do not wait.
-    pub fn hold(&mut self, plan: &Plan, now: Instant, full: bool, room: Option<usize>) -> Held {
+    /// gone Nodes' routes go, those deletions do not wait. `due` says whether
+    /// a creation's retry backoff lets it run now.
+    pub fn hold(
+        &mut self,
+        plan: &Plan,
+        now: Instant,
+        full: bool,
+        room: Option<usize>,
+        due: impl Fn(&Creation) -> bool,
+    ) -> Held {
         let mut held = Held {
             deletions: vec![false; plan.deletions.len()],
             creations: vec![false; plan.creations.len()],
@@ -166,34 +174,40 @@ impl Holds {
             };
             let key = repair_key(c, cidr);
             replacing.insert(key.clone());
-            let Some(r) = self.repairs.get_mut(&key) else {
-                continue;
-            };
-            let wait = BLACKHOLE_REPAIR_FLOOR
-                .saturating_mul(1u32 << (r.repairs.saturating_sub(1)).min(16))
-                .min(self.max_wait);
-            let until = r.last + wait;
-            if full && r.held_until.is_some_and(|u| now >= u) {
-                r.held_until = None;
+            // A blackhole is deleted only to be replaced: while its
+            // replacement waits for a retry backoff, deleting it would change
+            // nothing for the better and cost a call each pass.
+            let mut hold_deletion = !due(c);
+            if let Some(r) = self.repairs.get_mut(&key) {
+                let wait = BLACKHOLE_REPAIR_FLOOR
+                    .saturating_mul(1u32 << (r.repairs.saturating_sub(1)).min(16))
+                    .min(self.max_wait);
+                let until = r.last + wait;
+                if full && r.held_until.is_some_and(|u| now >= u) {
+                    r.held_until = None;
+                }
+                if now < until {
+                    r.held_until = Some(until);
+                    held.creations[i] = true;
+                    hold_deletion = true;
+                    earliest(until, &mut held);
+                }
+                if !r.reported {
+                    r.reported = true;
+                    held.new_recurrences.push((
+                        c.route.target_node.to_string(),
+                        c.name_hint.clone(),
+                        cidr,
+                        until.max(now),
+                    ));
+                }
             }
-            if now < until {
-                r.held_until = Some(until);
-                held.creations[i] = true;
+            if hold_deletion {
                 for &d in &c.after {
                     if plan.deletions[d].reason == DeletionReason::Blackhole {
                         held.deletions[d] = true;
                     }
                 }
-                earliest(until, &mut held);
-            }
-            if !r.reported {
-                r.reported = true;
-                held.new_recurrences.push((
-                    c.route.target_node.to_string(),
-                    c.name_hint.clone(),
-                    cidr,
-                    until.max(now),
-                ));
             }
         }
         if full {
@@ -212,7 +226,23 @@ impl Holds {
         held
     }
 
-    /// A blackhole replacement for the Node with this UID succeeded at `now`.
+    /// Deletion `deletion` of `plan` took effect (or may have: its answer
+    /// was lost) at `now`: a blackhole deleted to be replaced is one repair,
+    /// however its creation then fares.
+    pub fn deletion_landed(&mut self, plan: &Plan, deletion: usize, now: Instant) {
+        if plan.deletions[deletion].reason != DeletionReason::Blackhole {
+            return;
+        }
+        if let Some(c) = plan
+            .creations
+            .iter()
+            .find(|c| c.reason == CreationReason::ReplacesBlackhole && c.after.contains(&deletion))
+        {
+            self.repaired(c, now);
+        }
+    }
+
+    /// Blackhole replacement `c` took effect (or may have) at `now`.
     pub fn repaired(&mut self, c: &Creation, now: Instant) {
         let Some(cidr) = c.route.destination.cidr() else {
             return;
@@ -262,15 +292,15 @@ mod tests {
         let p = plan(&nodes, &[gone, moved], &cfg());
         assert_eq!(p.deletions.len(), 2);
         let t0 = Instant::now();
-        let held = h.hold(&p, t0, true, None);
+        let held = h.hold(&p, t0, true, None, |_| true);
         // The first frees nothing anyone needs; the second frees node-3's CIDR.
         assert_eq!(held.deletions, vec![true, false]);
         assert_eq!(held.until, Some(t0 + Duration::from_secs(2)));
-        let later = h.hold(&p, t0 + Duration::from_secs(2), false, None);
+        let later = h.hold(&p, t0 + Duration::from_secs(2), false, None, |_| true);
         assert_eq!(later.deletions, vec![false, false]);
         // A full table: node-3's creation fits only once the gone routes go.
         let mut h = Holds::new(Duration::from_secs(2), Duration::from_secs(300));
-        let full = h.hold(&p, t0, true, Some(0));
+        let full = h.hold(&p, t0, true, Some(0), |_| true);
         assert_eq!(full.deletions, vec![false, false]);
     }
 
@@ -283,7 +313,7 @@ mod tests {
             .blackholed();
         let p = plan(&nodes, &[bh], &cfg());
         let t0 = Instant::now();
-        let first = h.hold(&p, t0, true, None);
+        let first = h.hold(&p, t0, true, None, |_| true);
         assert!(
             !first.creations[0] && !first.deletions[0],
             "first repair is immediate"
@@ -291,15 +321,15 @@ mod tests {
         h.repaired(&p.creations[0], t0);
         // The next listing shows it blackholed again.
         let t1 = t0 + Duration::from_secs(10);
-        let again = h.hold(&p, t1, true, None);
+        let again = h.hold(&p, t1, true, None, |_| true);
         assert!(again.creations[0] && again.deletions[0]);
         assert_eq!(again.until, Some(t0 + BLACKHOLE_REPAIR_FLOOR));
         assert_eq!(again.new_recurrences.len(), 1);
         assert_eq!(h.recurring_blackholes(), 1);
         let t2 = t0 + BLACKHOLE_REPAIR_FLOOR;
-        assert!(!h.hold(&p, t2, true, None).creations[0]);
+        assert!(!h.hold(&p, t2, true, None, |_| true).creations[0]);
         h.repaired(&p.creations[0], t2);
-        let third = h.hold(&p, t2 + Duration::from_secs(10), true, None);
+        let third = h.hold(&p, t2 + Duration::from_secs(10), true, None, |_| true);
         assert_eq!(third.until, Some(t2 + 2 * BLACKHOLE_REPAIR_FLOOR));
         assert!(third.new_recurrences.is_empty(), "reported once");
         // Healthy in a listing: forgotten.
@@ -308,7 +338,7 @@ mod tests {
             &[Route::from_text("node-1", "10.244.1.0/24")],
             &cfg(),
         );
-        h.hold(&healthy, t2 + Duration::from_secs(20), true, None);
+        h.hold(&healthy, t2 + Duration::from_secs(20), true, None, |_| true);
         assert_eq!(h.recurring_blackholes(), 0);
     }
 }
