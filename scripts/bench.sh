@@ -2,8 +2,8 @@
 # The real-API-server benchmark (`make bench`): upstream's route controller
 # (watch gate off and on) and this project's periodic, watch and incremental
 # modes, each against a fresh local etcd + kube-apiserver, under the same Node
-# scenario. Arguments are passed to crc-bench (e.g. --nodes 5000,
-# --cloud-latency-ms 100, --controllers incremental); `crc-bench --help`
+# scenario. Arguments are passed to real-api-bench (e.g. --nodes 5000,
+# --cloud-latency-ms 100, --controllers incremental); `real-api-bench --help`
 # lists them. Results: $BENCH_OUT/results.{md,json} (default under the cache).
 set -euo pipefail
 
@@ -14,14 +14,14 @@ out=${BENCH_OUT:-$HOME/.cache/cloud-route-controller/bench/results-$(date +%Y%m%
 log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 log "building the upstream baseline"
-upstream=$("$root/bench/upstream/build.sh" | tail -n 1)
-log "building cloud-route-controller and crc-bench (release)"
-cargo build --quiet --release --manifest-path "$root/Cargo.toml" -p cloud-route-controller -p crc-bench
+upstream=$("$root/tools/upstream-route-controller/build.sh" | tail -n 1)
+log "building cloud-route-controller and real-api-bench (release)"
+cargo build --quiet --release --manifest-path "$root/Cargo.toml" -p cloud-route-controller -p real-api-bench
 # The control-plane binaries are built (or found in the cache) on first use
-# by crc-bench itself, through scripts/build-controlplane.sh.
+# by real-api-bench itself, through scripts/build-controlplane.sh.
 
 log "results go to $out"
-"$CARGO_TARGET_DIR/release/crc-bench" \
+"$CARGO_TARGET_DIR/release/real-api-bench" \
   --upstream-bin "$upstream" \
   --controller-bin "$CARGO_TARGET_DIR/release/cloud-route-controller" \
   --out-dir "$out" \

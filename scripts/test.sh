@@ -44,6 +44,6 @@ step "Rust tests (unit, property, virtual-time, integration, end-to-end)"
 cargo test --workspace --locked --no-fail-fast
 
 step "Go tests (upstream baseline)"
-(cd bench/upstream && go test ./...)
+(cd tools/upstream-route-controller && go test ./...)
 
 step "all tests passed in $((SECONDS - start))s"

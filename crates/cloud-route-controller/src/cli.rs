@@ -102,8 +102,8 @@ pub struct RunArgs {
     /// When to reconcile. periodic: list and reconcile every --route-reconciliation-period (upstream, gate off).
     /// watch: reconcile on node changes, at most every 10 s, plus a resync (upstream KEP-5237, gate on).
     /// incremental: plan node changes against the cached route table, list only to resync (default).
-    #[arg(long, value_name = "MODE", value_parser = ["periodic", "watch", "incremental"])]
-    pub reconcile_mode: Option<String>,
+    #[arg(long, value_name = "MODE", value_enum)]
+    pub reconcile_mode: Option<Mode>,
 
     /// Feature gates, key=value pairs separated by commas. Only CloudControllerManagerWatchBasedRoutesReconciliation is known: true selects watch, false periodic.
     #[arg(long, value_name = "GATES")]
@@ -291,29 +291,13 @@ impl RunArgs {
             Some(g) => parse_feature_gates(g)?,
             None => None,
         };
-        let explicit: Option<Mode> = self
-            .reconcile_mode
-            .as_deref()
-            .map(|m| m.parse().map_err(FlagError::Invalid))
-            .transpose()?;
-        match (explicit, gate) {
-            (Some(m), None) => Ok(m),
-            (None, Some(true)) => Ok(Mode::Watch),
-            (None, Some(false)) => Ok(Mode::Periodic),
-            (None, None) => Ok(Mode::Incremental),
-            (Some(m), Some(g)) => {
-                let implied = if g { Mode::Watch } else { Mode::Periodic };
-                if m == implied {
-                    Ok(m)
-                } else {
-                    Err(FlagError::Contradiction {
-                        mode: m.as_str().into(),
-                        gate: g,
-                        implied: implied.as_str(),
-                    })
-                }
+        Mode::resolve(self.reconcile_mode, gate).map_err(|(mode, implied)| {
+            FlagError::Contradiction {
+                mode: mode.as_str().into(),
+                gate: gate == Some(true),
+                implied: implied.as_str(),
             }
-        }
+        })
     }
 
     /// Checks every flag.

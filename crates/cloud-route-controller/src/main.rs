@@ -8,7 +8,7 @@ mod http;
 mod kube_client;
 mod leader;
 mod logging;
-mod plan;
+mod plan_command;
 mod providers;
 mod run;
 
@@ -72,7 +72,7 @@ fn main() -> ExitCode {
     let result = rt.block_on(async {
         match command {
             Cmd::Run(r) => run::run(r).await,
-            Cmd::Plan(p) => plan::plan(p).await,
+            Cmd::Plan(p) => plan_command::plan(p).await,
         }
     });
     match result {

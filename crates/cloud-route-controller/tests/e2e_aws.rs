@@ -444,7 +444,11 @@ async fn throttling_slows_the_controller_down_without_losing_routes() {
         &["provider=\"aws\""],
     );
     assert_eq!(all, log.len() as f64, "every request counted once\n{body}");
-    let waited = metric_sum(&body, "route_controller_cloud_rate_limit_wait_seconds", &[]);
+    let waited = metric_sum(
+        &body,
+        "route_controller_cloud_rate_limit_wait_seconds_total",
+        &[],
+    );
     let mut by_action: std::collections::BTreeMap<&str, (usize, usize)> = Default::default();
     for r in &log {
         let e = by_action.entry(r.action.as_str()).or_default();

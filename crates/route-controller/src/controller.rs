@@ -1,31 +1,41 @@
-//! The reconcile loop: trigger → snapshot → plan → execute → status.
+//! The reconcile loop and its pass driver.
 //!
 //! One task owns all reconcile state: the [`Scheduler`], the [`RetryBook`],
-//! the cached route table (incremental mode) and the set of warnings already
-//! emitted. Node events reach it only through the [`NodeStore`]'s notification,
-//! so passes never overlap and a trigger during a pass becomes exactly one
-//! follow-up pass. Planning is the pure [`route_core::plan`]; the loop only
-//! decides when, with which route table, and what to do with the outcome.
+//! the [`Holds`], the [`RouteCache`] and the [`PlanWarnings`] already
+//! emitted. Node events reach it only through the [`NodeStore`]'s
+//! notification, so passes never overlap and a trigger during a pass becomes
+//! exactly one follow-up pass.
+//!
+//! [`Controller::pass`] is the driver: it calls one step per module, in the
+//! order data flows, and owns no logic of its own:
+//!
+//! ```text
+//! snapshot ─► plan ─► hold ─► warn ─► execute ─► absorb ─► status ─► finish
+//! (cloud I/O  (pure)  (pure)  (Events) (cloud I/O) (pure)  (nodes/status)
+//!  on a full pass)
+//! ```
 
-use futures::StreamExt;
-use rand::Rng;
-use route_cloud::{CloudError, CloudRoutes, ErrorKind};
-use route_core::{NetworkCondition, NodeView, Plan, PlanConfig, Route};
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use tokio::sync::{Notify, watch};
+
+use route_cloud::{CloudError, CloudRoutes};
+use route_core::{NetworkCondition, Plan, PlanConfig};
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, error, info, warn};
+use tracing::{debug, error, info};
 
-use crate::execute::{Executor, Fence, OpResult, Outcome};
-use crate::hold::Holds;
-use crate::metrics::{EventLabels, Metrics, PassLabels, ReasonLabels, SyncLabels};
-use crate::nodes::{NodeCache, NodeEvent, Trigger};
+use crate::absorb::{self, Absorbed};
+use crate::execute::{Executor, Fence, Outcome};
+use crate::hold::{Held, Holds};
+use crate::metrics::{Metrics, MetricsHandle, PassOutcome};
+use crate::nodes::NodeStore;
 use crate::retry::{BackoffConfig, OpKey, RetryBook};
 use crate::schedule::{Decision, Mode, PassKind, Scheduler, SyncTrigger, Timing};
-use crate::status::{NodeRef, StatusWriter, reasons};
+use crate::snapshot::{self, RouteCache, Snapshot};
+use crate::status::{self, NodeRef, StatusWriter};
+use crate::warnings::{PlanWarnings, Warning};
 
 /// Everything the loop needs to know, from flags.
 #[derive(Debug, Clone)]
@@ -50,86 +60,6 @@ pub struct ControllerConfig {
 /// The default of `--route-deletion-grace`.
 pub const DEFAULT_DELETION_GRACE: Duration = Duration::from_secs(2);
 
-/// The Node side: the cache plus the notification the loop waits on.
-/// Written by one feeder (the watcher or a simulator), read by the loop.
-pub struct NodeStore {
-    cache: Mutex<NodeCache>,
-    changed: Notify,
-    synced: watch::Sender<bool>,
-    metrics: Option<Arc<Metrics>>,
-}
-
-impl NodeStore {
-    /// An empty store.
-    pub fn new(metrics: Option<Arc<Metrics>>) -> Arc<Self> {
-        Arc::new(Self {
-            cache: Mutex::new(NodeCache::new()),
-            changed: Notify::new(),
-            synced: watch::channel(false).0,
-            metrics,
-        })
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, NodeCache> {
-        self.cache.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Applies a watch event; wakes the loop if it may change routes.
-    pub fn apply(&self, event: NodeEvent) {
-        let trigger = self.lock().apply(event);
-        if let Some(m) = &self.metrics {
-            let synced = *self.synced.borrow();
-            if trigger.is_some() || synced {
-                let result = if trigger.is_some() {
-                    "trigger"
-                } else {
-                    "absorbed"
-                };
-                m.node_events.get_or_create(&EventLabels { result }).inc();
-            }
-        }
-        match trigger {
-            Some(Trigger::Synced) => {
-                self.synced.send_replace(true);
-                self.changed.notify_one();
-            }
-            Some(Trigger::NodeChanged) => self.changed.notify_one(),
-            None => {}
-        }
-    }
-
-    /// The first full list has been applied.
-    pub fn is_synced(&self) -> bool {
-        *self.synced.borrow()
-    }
-
-    /// Resolves once the first full list has been applied.
-    pub async fn wait_synced(&self) {
-        let mut rx = self.synced.subscribe();
-        let _ = rx.wait_for(|s| *s).await;
-    }
-
-    /// All Nodes now.
-    pub fn snapshot(&self) -> Vec<Arc<NodeView>> {
-        self.lock().snapshot()
-    }
-
-    /// Number of Nodes.
-    pub fn len(&self) -> usize {
-        self.lock().len()
-    }
-
-    /// No Nodes.
-    pub fn is_empty(&self) -> bool {
-        self.lock().is_empty()
-    }
-
-    /// Trigger/absorb counters.
-    pub fn stats(&self) -> crate::nodes::CacheStats {
-        self.lock().stats()
-    }
-}
-
 /// What one pass did; returned for tests, the simulator and logs.
 #[derive(Debug, Clone)]
 pub struct PassReport {
@@ -153,14 +83,14 @@ pub struct Controller {
     nodes: Arc<NodeStore>,
     status: Arc<dyn StatusWriter>,
     executor: Executor,
-    metrics: Option<Arc<Metrics>>,
+    metrics: MetricsHandle,
     scheduler: Scheduler,
     book: RetryBook,
     holds: Holds,
-    route_cache: Option<Vec<Route>>,
-    warned: HashSet<(String, &'static str, String)>,
+    routes: RouteCache,
+    warned: PlanWarnings,
     reports: Option<tokio::sync::mpsc::UnboundedSender<PassReport>>,
-    first_sync: Option<Arc<std::sync::atomic::AtomicBool>>,
+    first_sync: Option<Arc<AtomicBool>>,
 }
 
 impl Controller {
@@ -182,8 +112,10 @@ impl Controller {
         let scheduler = Scheduler::new(cfg.mode, cfg.timing, Instant::now());
         let book = RetryBook::new(cfg.backoff);
         let holds = Holds::new(cfg.deletion_grace, cfg.backoff.max);
-        let executor = Executor::new(cloud, cfg.cluster_name.clone(), fence);
+        let metrics = MetricsHandle::from(metrics);
+        let executor = Executor::new(cloud, cfg.cluster_name.clone(), fence, metrics.clone());
         Self {
+            routes: RouteCache::new(cfg.mode),
             cfg,
             nodes,
             status,
@@ -192,8 +124,7 @@ impl Controller {
             scheduler,
             book,
             holds,
-            route_cache: None,
-            warned: HashSet::new(),
+            warned: PlanWarnings::new(),
             reports: None,
             first_sync: None,
         }
@@ -201,7 +132,7 @@ impl Controller {
 
     /// Sets `flag` once the first full pass after gaining leadership listed
     /// the cloud and ran its plan (for `/readyz`).
-    pub fn with_first_sync(mut self, flag: Arc<std::sync::atomic::AtomicBool>) -> Self {
+    pub fn with_first_sync(mut self, flag: Arc<AtomicBool>) -> Self {
         self.first_sync = Some(flag);
         self
     }
@@ -230,9 +161,7 @@ impl Controller {
         loop {
             let is_leader = *leader.borrow_and_update();
             self.executor.fence().set_leader(is_leader);
-            if let Some(m) = &self.metrics {
-                m.leader.set(i64::from(is_leader));
-            }
+            self.metrics.leader(is_leader);
             if !is_leader {
                 was_leader = false;
                 tokio::select! {
@@ -249,10 +178,10 @@ impl Controller {
             if !was_leader {
                 was_leader = true;
                 if let Some(f) = &self.first_sync {
-                    f.store(false, std::sync::atomic::Ordering::SeqCst);
+                    f.store(false, Ordering::SeqCst);
                 }
                 self.scheduler.became_leader();
-                self.route_cache = None;
+                self.routes.forget();
             }
             match self.scheduler.decide(Instant::now()) {
                 Decision::Run(kind, trigger) => {
@@ -273,7 +202,7 @@ impl Controller {
                         }
                     };
                     tokio::select! {
-                        _ = self.nodes.changed.notified() => self.scheduler.node_changed(),
+                        _ = self.nodes.changed() => self.scheduler.node_changed(),
                         _ = sleep => {}
                         r = leader.changed(), if leader_open => if r.is_err() { leader_open = false },
                         _ = shutdown.cancelled() => return,
@@ -283,79 +212,55 @@ impl Controller {
         }
     }
 
-    /// Runs one pass now (also used by tests and tools).
+    /// Runs one pass now (also used by tests and tools). Each step is one
+    /// call; the steps that talk to the cloud or the API server say so.
     pub async fn pass(&mut self, kind: PassKind, trigger: SyncTrigger) -> PassReport {
         let started = Instant::now();
-        // Triggers that arrived before this snapshot are covered by it.
-        let _ = futures::FutureExt::now_or_never(self.nodes.changed.notified());
-        let nodes = self.nodes.snapshot();
-        self.executor.cloud().observe_nodes(&nodes);
-        let mut report = PassReport {
-            kind,
-            trigger,
-            plan: Plan::default(),
-            outcome: Outcome::default(),
-            list_error: None,
-            conditions: Vec::new(),
-        };
-        // The cached table is moved out for planning and back before the
-        // outcome is folded in, so a cached pass copies nothing.
-        let cached = match (kind, self.cfg.mode) {
-            (PassKind::Cached, Mode::Incremental) if !self.holds.wants_listing(started) => {
-                self.route_cache.take()
-            }
-            _ => None,
-        };
-        let listed = cached.is_none();
-        let routes = match cached {
-            Some(mut cached) => {
-                let cloud = self.executor.cloud();
-                if cloud.capabilities().reports_node_addresses {
-                    for r in cached.iter_mut() {
-                        if let Some(fresh) = cloud.refresh_route(r) {
-                            *r = fresh;
-                        }
-                    }
-                }
-                cached
-            }
-            None => match self.executor.list().await {
-                Ok(listed) => {
-                    self.scheduler.full_pass_listed();
-                    if self.cfg.mode == Mode::Incremental
-                        && let Some(old) = &self.route_cache
-                    {
-                        let drift = drift(old, &listed);
-                        if drift > 0 {
-                            info!(
-                                drift,
-                                "full sync found routes that differ from the cached table"
-                            );
-                        }
-                    }
-                    listed
-                }
-                Err(e) => {
-                    error!(error = %e, "could not list routes; will retry");
-                    self.scheduler.full_pass_failed();
-                    self.record_sync(trigger, "error", kind, started);
-                    report.list_error = Some(e);
-                    return report;
-                }
-            },
-        };
-        let plan = route_core::plan(&nodes, &routes, &self.cfg.plan);
-        self.warn_about(&plan).await;
-        let wanted: HashSet<OpKey> = plan
+        let mut report = PassReport::new(kind, trigger);
+        // 1. Snapshot: the Nodes and the route table, cached or listed (cloud I/O).
+        let use_cache = kind == PassKind::Cached && !self.holds.wants_listing(started);
+        let snap =
+            match snapshot::take(&self.nodes, &mut self.routes, &self.executor, use_cache).await {
+                Ok(snap) => snap,
+                Err(e) => return self.list_failed(report, e, started),
+            };
+        if snap.listed {
+            self.scheduler.full_pass_listed();
+        }
+        // 2. Plan: what must exist, from the snapshot alone (pure).
+        let plan = route_core::plan(&snap.nodes, &snap.routes, &self.cfg.plan);
+        // 3. Hold: what waits for its backoff, grace or repair (pure).
+        let held = self.hold(&plan, &snap);
+        // 4. Warn about what the plan refused and repairs that back off (Events).
+        let warnings = self.plan_warnings(&plan, &held);
+        self.emit(&warnings).await;
+        // 5. Execute the plan (cloud I/O).
+        let outcome = self
+            .executor
+            .execute(&plan, &self.book, &held, snap.routes.len())
+            .await;
+        self.routes.keep(snap.routes);
+        // 6. Absorb the outcome into the retry book, holds and route cache (pure).
+        let absorbed = self.absorb(&plan, &outcome);
+        self.emit(&absorbed.warnings).await;
+        // 7. Status: NetworkUnavailable conditions (nodes/status I/O) and latency.
+        report.conditions = self.update_status(&plan, &outcome).await;
+        // 8. Finish: metrics, and when the next pass is due.
+        self.finish(&mut report, plan, outcome, &held, started);
+        report
+    }
+
+    /// Step 3: prunes the retry book to what this plan still wants and asks
+    /// the holds which operations wait.
+    fn hold(&mut self, plan: &Plan, snap: &Snapshot) -> Held {
+        let wanted: std::collections::HashSet<OpKey> = plan
             .deletions
             .iter()
             .map(OpKey::delete)
             .chain(plan.creations.iter().map(OpKey::create))
             .collect();
         self.book.retain(&wanted);
-        if let Some(m) = &self.metrics {
-            m.pending_operations.set(wanted.len() as i64);
-        }
+        self.metrics.pending_operations(wanted.len());
         if !plan.is_noop() {
             debug!(
                 deletions = plan.deletions.len(),
@@ -368,67 +273,104 @@ impl Controller {
             .cloud()
             .capabilities()
             .max_routes
-            .map(|max| max.saturating_sub(routes.len()));
+            .map(|max| max.saturating_sub(snap.routes.len()));
         let now = Instant::now();
         let book = &self.book;
-        let held = self.holds.hold(&plan, now, listed, room, |c| {
+        self.holds.hold(plan, now, snap.listed, room, |c| {
             book.is_due(&OpKey::create(c), now)
-        });
-        for (node, uid, cidr, next) in &held.new_recurrences {
+        })
+    }
+
+    /// Step 4: the Warnings the plan and the holds call for, each once.
+    fn plan_warnings(&mut self, plan: &Plan, held: &Held) -> Vec<Warning> {
+        let nodes = &self.nodes;
+        let mut warnings = self
+            .warned
+            .new_warnings(plan, &self.cfg.plan.cluster_cidrs, |name| {
+                nodes.get(name).map(|v| v.uid.clone())
+            });
+        let now = Instant::now();
+        for (name, uid, cidr, next) in &held.new_recurrences {
             let node = NodeRef {
-                name: node.clone(),
+                name: name.clone(),
                 uid: uid.clone(),
             };
-            let message = format!(
-                "route {cidr} for node {} was replaced and is a blackhole again (its instance may be stopped or gone); next repair in {:?}",
-                node.name,
-                next.saturating_duration_since(Instant::now())
-            );
-            self.emit(&node, reasons::ROUTE_BLACKHOLED, message).await;
+            let wait = next.saturating_duration_since(now);
+            warnings.push(Warning::route_blackholed(node, *cidr, wait));
         }
-        let outcome = self
-            .executor
-            .execute(&plan, &self.book, &held, routes.len())
-            .await;
-        if self.cfg.mode == Mode::Incremental {
-            self.route_cache = Some(routes);
-        }
-        self.absorb(&plan, &outcome).await;
-        report.conditions = self.write_conditions(&plan, &outcome).await;
+        warnings
+    }
 
-        let outcome_label = if outcome.any_failed() {
-            "error"
-        } else if outcome.changed() > 0 {
-            "changed"
-        } else {
-            "noop"
-        };
-        if let Some(m) = &self.metrics {
-            if trigger == SyncTrigger::Periodic && kind == PassKind::Full {
-                m.route_corrections.inc_by(outcome.changed() as u64);
-            }
-            m.retrying_operations.set(self.book.len() as i64);
-            m.recurring_blackholes
-                .set(self.holds.recurring_blackholes() as i64);
-            let remaining = outcome
-                .deletions
-                .iter()
-                .chain(&outcome.creations)
-                .filter(|r| !r.is_done())
-                .count();
-            m.pending_operations.set(remaining as i64);
-            let waited = *self
-                .executor
-                .throttle_wait
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            let already = m.throttle_wait_micros.get();
-            let now = waited.as_micros() as u64;
-            if now > already {
-                m.throttle_wait_micros.inc_by(now - already);
-            }
+    /// Emits Warning Events (API I/O), through the one emitter.
+    async fn emit(&self, warnings: &[Warning]) {
+        for w in warnings {
+            status::emit(w, &*self.status, self.executor.fence(), &self.metrics).await;
         }
-        self.record_sync(trigger, outcome_label, kind, started);
+    }
+
+    /// Step 6; an uncertain answer makes the next pass a full one.
+    fn absorb(&mut self, plan: &Plan, outcome: &Outcome) -> Absorbed {
+        let state = absorb::State {
+            book: &mut self.book,
+            holds: &mut self.holds,
+            routes: &mut self.routes,
+        };
+        let absorbed = absorb::absorb(plan, outcome, state, &self.nodes, Instant::now());
+        if absorbed.uncertain {
+            self.scheduler.cache_uncertain();
+        }
+        absorbed
+    }
+
+    /// Step 7: ends the latency measurements the outcome completes, then
+    /// patches conditions.
+    async fn update_status(
+        &mut self,
+        plan: &Plan,
+        outcome: &Outcome,
+    ) -> Vec<(String, NetworkCondition)> {
+        let fence = self.executor.fence();
+        if !fence.is_open() {
+            return Vec::new();
+        }
+        let failed = |i: usize| !outcome.creations[i].is_done();
+        for waited in self.nodes.confirm_routes(plan, failed) {
+            self.metrics.route_confirmed(waited);
+        }
+        let concurrency = self.cfg.status_concurrency;
+        status::write_conditions(plan, outcome, &self.nodes, &self.status, fence, concurrency).await
+    }
+
+    /// Step 8: records the pass and tells the scheduler when the earliest
+    /// retry or hold ends.
+    fn finish(
+        &mut self,
+        report: &mut PassReport,
+        plan: Plan,
+        outcome: Outcome,
+        held: &Held,
+        started: Instant,
+    ) {
+        let result = if outcome.any_failed() {
+            PassOutcome::Error
+        } else if outcome.changed() > 0 {
+            PassOutcome::Changed
+        } else {
+            PassOutcome::Noop
+        };
+        let remaining = outcome
+            .deletions
+            .iter()
+            .chain(&outcome.creations)
+            .filter(|r| !r.is_done())
+            .count();
+        self.metrics.pending_operations(remaining);
+        self.metrics
+            .backlog(self.book.len(), self.holds.recurring_blackholes());
+        let (trigger, kind) = (report.trigger, report.kind);
+        let took = started.elapsed();
+        self.metrics
+            .pass_finished(trigger, kind, result, outcome.changed(), took);
         let wake = match (self.book.next_wake(started), held.until) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -437,364 +379,206 @@ impl Controller {
         if kind == PassKind::Full
             && let Some(f) = &self.first_sync
         {
-            f.store(true, std::sync::atomic::Ordering::SeqCst);
+            f.store(true, Ordering::SeqCst);
         }
         report.plan = plan;
         report.outcome = outcome;
+    }
+
+    /// The list of a full pass failed: nothing else runs, and the scheduler
+    /// spaces the next attempt.
+    fn list_failed(
+        &mut self,
+        mut report: PassReport,
+        e: CloudError,
+        started: Instant,
+    ) -> PassReport {
+        error!(error = %e, "could not list routes; will retry");
+        self.scheduler.full_pass_failed();
+        let took = started.elapsed();
+        self.metrics
+            .pass_finished(report.trigger, report.kind, PassOutcome::Error, 0, took);
+        report.list_error = Some(e);
         report
     }
+}
 
-    fn record_sync(
-        &self,
-        trigger: SyncTrigger,
-        outcome: &'static str,
-        kind: PassKind,
-        started: Instant,
-    ) {
-        if let Some(m) = &self.metrics {
-            m.route_sync
-                .get_or_create(&SyncLabels {
-                    trigger: trigger.as_str(),
-                    outcome,
-                })
-                .inc();
-            m.reconcile_duration
-                .get_or_create(&PassLabels {
-                    kind: kind.as_str(),
-                })
-                .observe(started.elapsed().as_secs_f64());
+impl PassReport {
+    fn new(kind: PassKind, trigger: SyncTrigger) -> Self {
+        Self {
+            kind,
+            trigger,
+            plan: Plan::default(),
+            outcome: Outcome::default(),
+            list_error: None,
+            conditions: Vec::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nodes::NodeEvent;
+    use crate::status::RecordingStatusWriter;
+    use crate::warnings::Reason;
+    use route_cloud::ErrorKind;
+    use route_cloud::memory::{MemoryCloud, MemoryConfig, Operation};
+    use route_core::{Cidr, NodeView};
+
+    struct Fixture {
+        ctl: Controller,
+        cloud: Arc<MemoryCloud>,
+        status: Arc<RecordingStatusWriter>,
+        nodes: Arc<NodeStore>,
+    }
+
+    fn fixture(mode: Mode, nodes: &[NodeView]) -> Fixture {
+        let store = NodeStore::new(None);
+        store.apply(NodeEvent::Init);
+        for n in nodes {
+            store.apply(NodeEvent::InitApply(n.clone()));
+        }
+        store.apply(NodeEvent::InitDone);
+        let cloud = Arc::new(MemoryCloud::new(MemoryConfig::default()).unwrap());
+        let status = Arc::new(RecordingStatusWriter::default());
+        let cfg = ControllerConfig {
+            cluster_name: "c".into(),
+            plan: PlanConfig {
+                cluster_cidrs: vec![Cidr::parse("10.0.0.0/16").unwrap()],
+                ..PlanConfig::default()
+            },
+            mode,
+            timing: Timing {
+                period: Duration::from_secs(10),
+                min_interval: Duration::from_secs(10),
+                resync: Duration::from_secs(12 * 3600),
+            },
+            backoff: BackoffConfig {
+                jitter: 0.0,
+                ..BackoffConfig::default()
+            },
+            status_concurrency: 4,
+            deletion_grace: Duration::ZERO,
+        };
+        let ctl = Controller::new(
+            cfg,
+            store.clone(),
+            cloud.clone(),
+            status.clone(),
+            Fence::new(true),
+            None,
+        );
+        Fixture {
+            ctl,
+            cloud,
+            status,
+            nodes: store,
         }
     }
 
-    /// Folds an outcome into the retry book, the route cache and the scheduler.
-    async fn absorb(&mut self, plan: &Plan, outcome: &Outcome) {
-        let now = Instant::now();
-        let mut uncertain = false;
-        for (i, (d, r)) in plan.deletions.iter().zip(&outcome.deletions).enumerate() {
-            let key = OpKey::delete(d);
-            match r {
-                OpResult::Done(_) => {
-                    self.book.succeeded(&key);
-                    self.book.release_quota_waiters(now);
-                    self.cache_remove(&d.route);
-                    self.holds.deletion_landed(plan, i, now);
-                }
-                OpResult::Failed(e) => {
-                    uncertain |= e.makes_cache_uncertain();
-                    if e.makes_cache_uncertain() {
-                        // It may well have happened.
-                        self.holds.deletion_landed(plan, i, now);
-                    }
-                    if e.kind == ErrorKind::NotFound {
-                        // Gone already: the goal is reached; the resync that
-                        // follows checks the rest of the table.
-                        self.book.succeeded(&key);
-                        self.cache_remove(&d.route);
-                        continue;
-                    }
-                    let unit = rand::rng().random::<f64>();
-                    let at = self.book.failed(key.clone(), e, now, unit);
-                    let failures = self.book.failures(&key);
-                    if let Some(node) = node_ref_for_route(&self.nodes, &d.route) {
-                        self.emit(
-                            &node,
-                            reasons::FAILED_TO_DELETE_ROUTE,
-                            format!(
-                                "Could not delete route {} {} for node {} ({}): {e}",
-                                d.route.name,
-                                d.route.destination,
-                                d.route.target_node,
-                                next_attempt(e, failures, at - now)
-                            ),
-                        )
-                        .await;
-                    }
-                }
-                _ => {}
-            }
-        }
-        for (c, r) in plan.creations.iter().zip(&outcome.creations) {
-            let key = OpKey::create(c);
-            match r {
-                OpResult::Done(created) => {
-                    self.book.succeeded(&key);
-                    if let Some(replaced) = &c.replaces {
-                        self.holds.repaired(c, now);
-                        self.cache_remove(replaced);
-                    }
-                    if let Some(cache) = &mut self.route_cache {
-                        cache.push(created.clone().unwrap_or_else(|| c.route.clone()));
-                    }
-                }
-                OpResult::Failed(e) => {
-                    uncertain |= e.makes_cache_uncertain();
-                    // A replacement whose answer was lost may well have
-                    // landed; if the next listing shows a blackhole again,
-                    // that is a recurrence like any other.
-                    if e.makes_cache_uncertain() && c.replaces.is_some() {
-                        self.holds.repaired(c, now);
-                    }
-                    let unit = rand::rng().random::<f64>();
-                    let at = self.book.failed(key.clone(), e, now, unit);
-                    let node = NodeRef {
-                        name: c.route.target_node.to_string(),
-                        uid: c.name_hint.clone(),
-                    };
-                    // Upstream's wording, plus when the next attempt is.
-                    self.emit(
-                        &node,
-                        reasons::FAILED_TO_CREATE_ROUTE,
-                        format!(
-                            "Could not create route {} {} for node {}: {e} ({})",
-                            c.name_hint,
-                            c.route.destination,
-                            c.route.target_node,
-                            next_attempt(e, self.book.failures(&key), at - now)
-                        ),
-                    )
-                    .await;
-                }
-                _ => {}
-            }
-        }
-        if uncertain {
-            info!("a cloud answer made the cached route table uncertain; a full sync follows");
-            self.scheduler.cache_uncertain();
-            // Planning from a table known to be stale would repeat the
-            // failing call; the next pass lists instead.
-            self.route_cache = None;
-        }
+    fn node(name: &str, cidr: &str) -> NodeView {
+        NodeView::new(name, format!("uid-{name}"), &[cidr])
     }
 
-    fn cache_remove(&mut self, route: &Route) {
-        if let Some(cache) = &mut self.route_cache
-            && let Some(i) = cache.iter().position(|r| r == route)
-        {
-            cache.swap_remove(i);
-        }
-    }
-
-    async fn write_conditions(
-        &mut self,
-        plan: &Plan,
-        outcome: &Outcome,
-    ) -> Vec<(String, NetworkCondition)> {
-        if !self.executor.fence().is_open() {
-            return Vec::new();
-        }
-        let failed = |i: usize| !outcome.creations[i].is_done();
-        let wanted: Vec<(NodeRef, NetworkCondition)> = plan
-            .nodes
+    fn lists(cloud: &MemoryCloud) -> usize {
+        cloud
+            .log()
             .iter()
-            .filter_map(|n| {
-                let cond = n.condition_after(failed)?;
-                // The node may have been deleted or re-created since the snapshot.
-                self.nodes_get(&n.node).filter(|v| v.uid == n.uid)?;
-                let node = NodeRef {
-                    name: n.node.clone(),
-                    uid: n.uid.clone(),
-                };
-                Some((node, cond))
-            })
+            .filter(|c| c.op == Operation::List)
+            .count()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pass_whose_list_fails_plans_and_writes_nothing() {
+        let mut f = fixture(Mode::Watch, &[node("a", "10.0.1.0/24")]);
+        f.cloud.fail_next(Operation::List, 1, ErrorKind::Transient);
+        let r = f.ctl.pass(PassKind::Full, SyncTrigger::NodeChange).await;
+        assert!(r.list_error.is_some());
+        assert!(r.plan.is_noop() && r.conditions.is_empty());
+        assert_eq!(f.cloud.log().len(), 1, "only the list was sent");
+        assert!(f.status.recorded().conditions.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_pass_routes_every_node_and_marks_it() {
+        let mut f = fixture(
+            Mode::Periodic,
+            &[node("a", "10.0.1.0/24"), node("b", "10.0.2.0/24")],
+        );
+        let r = f.ctl.pass(PassKind::Full, SyncTrigger::Periodic).await;
+        assert_eq!(r.outcome.changed(), 2);
+        assert_eq!(f.cloud.routes("c").len(), 2);
+        assert_eq!(
+            f.status.condition_of("a"),
+            Some(NetworkCondition::RouteCreated)
+        );
+        let again = f.ctl.pass(PassKind::Full, SyncTrigger::Periodic).await;
+        assert!(again.plan.is_noop(), "a settled cluster plans nothing");
+        assert!(again.conditions.is_empty(), "and patches nothing again");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cached_pass_plans_against_the_cached_table_without_listing() {
+        let mut f = fixture(Mode::Incremental, &[node("a", "10.0.1.0/24")]);
+        f.ctl.pass(PassKind::Full, SyncTrigger::NodeChange).await;
+        assert_eq!(lists(&f.cloud), 1);
+        f.nodes.apply(NodeEvent::Apply(node("b", "10.0.2.0/24")));
+        let r = f.ctl.pass(PassKind::Cached, SyncTrigger::NodeChange).await;
+        assert_eq!(r.plan.creations.len(), 1, "only the new Node");
+        assert_eq!(lists(&f.cloud), 1, "no list in a cached pass");
+        assert_eq!(f.cloud.routes("c").len(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_creation_warns_once_per_failure_and_is_retried_after_its_backoff() {
+        let mut f = fixture(Mode::Incremental, &[node("a", "10.0.1.0/24")]);
+        f.cloud
+            .fail_next(Operation::Create, 1, ErrorKind::Transient);
+        f.ctl.pass(PassKind::Full, SyncTrigger::NodeChange).await;
+        let events = f.status.recorded().events;
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].1, Reason::FailedToCreateRoute.as_str());
+        assert_eq!(
+            f.status.condition_of("a"),
+            Some(NetworkCondition::NoRouteCreated)
+        );
+        // Not due yet: the retry is deferred, nothing is sent.
+        let r = f.ctl.pass(PassKind::Cached, SyncTrigger::NodeChange).await;
+        assert_eq!(r.outcome.creations[0], crate::OpResult::Deferred);
+        tokio::time::advance(Duration::from_secs(2)).await;
+        let r = f.ctl.pass(PassKind::Cached, SyncTrigger::NodeChange).await;
+        assert!(r.outcome.creations[0].is_done());
+        assert_eq!(
+            f.status.condition_of("a"),
+            Some(NetworkCondition::RouteCreated)
+        );
+        assert_eq!(f.status.recorded().events.len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_conflict_warns_both_nodes_once_across_passes() {
+        let mut f = fixture(
+            Mode::Periodic,
+            &[node("a", "10.0.1.0/24"), node("b", "10.0.1.0/24")],
+        );
+        f.ctl.pass(PassKind::Full, SyncTrigger::Periodic).await;
+        f.ctl.pass(PassKind::Full, SyncTrigger::Periodic).await;
+        let reasons: Vec<(String, String)> = f
+            .status
+            .recorded()
+            .events
+            .into_iter()
+            .map(|(n, reason, _)| (n.name, reason))
             .collect();
-        // Latency: every node whose routes are all in place now is confirmed.
-        // Only Nodes still awaiting a route are looked at, so a pass on a
-        // settled cluster does no per-node work here.
-        {
-            let mut cache = self.nodes.lock();
-            if cache.awaiting_routes() {
-                for n in plan.nodes.iter().filter(|n| n.routed_after(failed)) {
-                    if !cache.awaits_route(&n.uid) {
-                        continue;
-                    }
-                    let Some(v) = cache.get(&n.node) else {
-                        continue;
-                    };
-                    for c in v.valid_pod_cidrs() {
-                        if let Some(d) = cache.confirm_route(&v.uid, c)
-                            && let Some(m) = &self.metrics
-                        {
-                            m.route_latency.observe(d.as_secs_f64());
-                        }
-                    }
-                }
-                let planned: HashSet<&str> = plan.nodes.iter().map(|n| n.node.as_str()).collect();
-                cache.forget_settled(|name| planned.contains(name));
-            }
-        }
-        let status = self.status.clone();
-        let fence = self.executor.fence().clone();
-        let results: Vec<(NodeRef, NetworkCondition, bool)> =
-            futures::stream::iter(wanted.into_iter().map(|(node, cond)| {
-                let status = status.clone();
-                let fence = fence.clone();
-                async move {
-                    // Checked per patch: a status write is a mutation too, and
-                    // one queued behind slow ones may come after the deadline.
-                    let ok = match fence.guard(status.set_condition(&node, cond)).await {
-                        Ok(Ok(())) => true,
-                        Ok(Err(e)) => {
-                            warn!(node = %node.name, error = %e, "failed to update networking condition");
-                            false
-                        }
-                        Err(_) => false,
-                    };
-                    (node, cond, ok)
-                }
-            }))
-            .buffer_unordered(self.cfg.status_concurrency.max(1))
-            .collect()
-            .await;
-        let mut written = Vec::new();
-        let mut cache = self.nodes.lock();
-        for (node, cond, ok) in results {
-            if ok {
-                cache.record_condition(&node.name, &node.uid, cond);
-                written.push((node.name, cond));
-            }
-        }
-        written
+        let conflict = Reason::PodCidrConflict.as_str().to_string();
+        assert_eq!(
+            reasons,
+            [
+                ("a".to_string(), conflict.clone()),
+                ("b".to_string(), conflict)
+            ]
+        );
+        assert!(f.cloud.routes("c").is_empty());
     }
-
-    fn nodes_get(&self, name: &str) -> Option<Arc<NodeView>> {
-        self.nodes.lock().get(name)
-    }
-
-    /// Warns once per node, reason and detail about what the planner refused.
-    async fn warn_about(&mut self, plan: &Plan) {
-        let mut current: HashSet<(String, &'static str, String)> = HashSet::new();
-        let mut todo: Vec<(NodeRef, &'static str, String)> = Vec::new();
-        let uid_of = |name: &str| self.nodes_get(name).map(|v| v.uid.clone());
-        for c in &plan.conflicts {
-            for n in &c.nodes {
-                let Some(uid) = uid_of(n) else { continue };
-                let others: Vec<&str> = c
-                    .nodes
-                    .iter()
-                    .filter(|o| *o != n)
-                    .map(String::as_str)
-                    .collect();
-                let detail = format!(
-                    "pod CIDR {} is also claimed by node(s) {}; no route is created for it until the conflict is resolved",
-                    c.cidr,
-                    others.join(", ")
-                );
-                todo.push((
-                    NodeRef {
-                        name: n.clone(),
-                        uid,
-                    },
-                    reasons::POD_CIDR_CONFLICT,
-                    detail,
-                ));
-            }
-        }
-        for o in &plan.outside_cluster {
-            let Some(uid) = uid_of(&o.node) else { continue };
-            let detail = format!(
-                "pod CIDR {} is outside every cluster CIDR ({}); no route is created for it",
-                o.cidr,
-                self.cfg
-                    .plan
-                    .cluster_cidrs
-                    .iter()
-                    .map(|c| c.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-            todo.push((
-                NodeRef {
-                    name: o.node.clone(),
-                    uid,
-                },
-                reasons::POD_CIDR_OUTSIDE_CLUSTER,
-                detail,
-            ));
-        }
-        for i in &plan.invalid_pod_cidrs {
-            let Some(uid) = uid_of(&i.node) else { continue };
-            let detail = format!(
-                "pod CIDR {:?} is not a valid CIDR; no route is created for it",
-                i.text
-            );
-            todo.push((
-                NodeRef {
-                    name: i.node.clone(),
-                    uid,
-                },
-                reasons::INVALID_POD_CIDR,
-                detail,
-            ));
-        }
-        for r in &plan.unparsable_routes {
-            let key = (
-                r.name.to_string(),
-                "UnparsableRoute",
-                r.destination.to_string(),
-            );
-            if !self.warned.contains(&key) {
-                warn!(route = %r.name, destination = %r.destination, "ignoring cloud route with an unparsable destination; it is never deleted");
-            }
-            current.insert(key);
-        }
-        for (node, reason, detail) in todo {
-            let key = (node.uid.clone(), reason, detail.clone());
-            if !self.warned.contains(&key) {
-                self.emit(&node, reason, detail).await;
-            }
-            current.insert(key);
-        }
-        // Forget warnings whose cause is gone, so a recurrence warns again.
-        self.warned = current;
-    }
-
-    async fn emit(&self, node: &NodeRef, reason: &'static str, message: String) {
-        if !self.executor.fence().is_open() {
-            return;
-        }
-        warn!(node = %node.name, reason, "{message}");
-        if let Some(m) = &self.metrics {
-            m.warnings.get_or_create(&ReasonLabels { reason }).inc();
-        }
-        if let Ok(Err(e)) = self
-            .executor
-            .fence()
-            .guard(self.status.warn(node, reason, &message))
-            .await
-        {
-            warn!(node = %node.name, error = %e, "could not record event");
-        }
-    }
-}
-
-/// When a failed operation is tried again, for its Event.
-fn next_attempt(e: &CloudError, failures: u32, wait: std::time::Duration) -> String {
-    if e.kind == ErrorKind::Throttled {
-        "throttled; retrying as soon as the cloud accepts calls again".into()
-    } else {
-        format!("attempt {failures}, retrying in {wait:?}")
-    }
-}
-
-fn node_ref_for_route(nodes: &NodeStore, route: &Route) -> Option<NodeRef> {
-    let v = nodes.lock().get(&route.target_node)?;
-    Some(NodeRef {
-        name: v.name.clone(),
-        uid: v.uid.clone(),
-    })
-}
-
-/// Routes present in one table and not the other (by node, destination, blackhole).
-fn drift(cached: &[Route], listed: &[Route]) -> usize {
-    fn key(r: &Route) -> (&str, &route_core::Destination, bool) {
-        (r.target_node.as_str(), &r.destination, r.blackhole)
-    }
-    let mut counts: HashMap<_, i64> = HashMap::with_capacity(cached.len());
-    for r in cached {
-        *counts.entry(key(r)).or_default() += 1;
-    }
-    for r in listed {
-        *counts.entry(key(r)).or_default() -= 1;
-    }
-    counts.values().map(|v| v.unsigned_abs() as usize).sum()
 }

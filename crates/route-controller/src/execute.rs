@@ -22,6 +22,7 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use crate::hold::Held;
+use crate::metrics::MetricsHandle;
 use crate::retry::{OpKey, RetryBook};
 use crate::throttle::{ThrottleGate, Ticket};
 
@@ -82,19 +83,24 @@ pub struct Executor {
     cluster: String,
     gate: Arc<ThrottleGate>,
     fence: Fence,
-    /// Time spent at the throttle gate, for metrics.
-    pub throttle_wait: Arc<std::sync::Mutex<Duration>>,
+    metrics: MetricsHandle,
 }
 
 impl Executor {
-    /// An executor for `cluster` on `cloud`.
-    pub fn new(cloud: Arc<dyn CloudRoutes>, cluster: impl Into<String>, fence: Fence) -> Self {
+    /// An executor for `cluster` on `cloud`; it checks `fence` before every
+    /// call and reports its waits at the throttle gate to `metrics`.
+    pub fn new(
+        cloud: Arc<dyn CloudRoutes>,
+        cluster: impl Into<String>,
+        fence: Fence,
+        metrics: MetricsHandle,
+    ) -> Self {
         Self {
             cloud,
             cluster: cluster.into(),
             gate: Arc::new(ThrottleGate::default()),
             fence,
-            throttle_wait: Arc::default(),
+            metrics,
         }
     }
 
@@ -119,7 +125,7 @@ impl Executor {
     async fn wait_gate(&self) -> Ticket<'_> {
         let t = self.gate.pass().await;
         if !t.held.is_zero() {
-            *self.throttle_wait.lock().unwrap_or_else(|e| e.into_inner()) += t.held;
+            self.metrics.throttle_waited(t.held);
         }
         t
     }
@@ -489,5 +495,167 @@ fn log_op(op: &str, route: &Route, r: &OpResult, started: Instant) {
             "could not {op} route"
         ),
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::retry::BackoffConfig;
+    use route_cloud::memory::{MemoryCloud, MemoryConfig, Operation};
+    use route_core::{Cidr, NodeView, PlanConfig};
+
+    const CLUSTER: &str = "c";
+
+    fn cidr(s: &str) -> Cidr {
+        Cidr::parse(s).unwrap()
+    }
+
+    fn cloud(cfg: MemoryConfig) -> Arc<MemoryCloud> {
+        Arc::new(MemoryCloud::new(cfg).unwrap())
+    }
+
+    fn executor(cloud: &Arc<MemoryCloud>, fence: Fence) -> Executor {
+        Executor::new(cloud.clone(), CLUSTER, fence, MetricsHandle::default())
+    }
+
+    fn nodes(n: usize) -> Vec<Arc<NodeView>> {
+        (0..n)
+            .map(|i| {
+                Arc::new(NodeView::new(
+                    format!("n{i}"),
+                    format!("uid-{i}"),
+                    &[format!("10.0.{i}.0/24").as_str()],
+                ))
+            })
+            .collect()
+    }
+
+    fn plan(nodes: &[Arc<NodeView>], routes: &[Route]) -> Plan {
+        route_core::plan(
+            nodes,
+            routes,
+            &PlanConfig {
+                cluster_cidrs: vec![cidr("10.0.0.0/16")],
+                ..PlanConfig::default()
+            },
+        )
+    }
+
+    fn nothing_held(plan: &Plan) -> Held {
+        Held {
+            deletions: vec![false; plan.deletions.len()],
+            creations: vec![false; plan.creations.len()],
+            ..Held::default()
+        }
+    }
+
+    fn calls(cloud: &MemoryCloud, op: Operation) -> usize {
+        cloud.log().iter().filter(|c| c.op == op).count()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn creations_that_cannot_fit_are_refused_locally_without_a_request() {
+        let cloud = cloud(MemoryConfig {
+            max_routes: Some(2),
+            ..MemoryConfig::default()
+        });
+        let ex = executor(&cloud, Fence::new(true));
+        let p = plan(&nodes(3), &[]);
+        let book = RetryBook::new(BackoffConfig::default());
+        let out = ex.execute(&p, &book, &nothing_held(&p), 0).await;
+        let refused: Vec<&OpResult> = out
+            .creations
+            .iter()
+            .filter(|r| matches!(r, OpResult::Failed(e) if e.kind == ErrorKind::QuotaExceeded))
+            .collect();
+        assert_eq!(refused.len(), 1, "{out:?}");
+        assert_eq!(
+            calls(&cloud, Operation::Create),
+            2,
+            "the third is never sent"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn held_and_backed_off_operations_are_deferred_not_sent() {
+        let cloud = cloud(MemoryConfig::default());
+        let ex = executor(&cloud, Fence::new(true));
+        let p = plan(&nodes(3), &[]);
+        let mut book = RetryBook::new(BackoffConfig::default());
+        let e = CloudError::new(ErrorKind::Transient, "boom");
+        book.failed(OpKey::create(&p.creations[1]), &e, Instant::now(), 0.5);
+        let mut held = nothing_held(&p);
+        held.creations[2] = true;
+        let out = ex.execute(&p, &book, &held, 0).await;
+        assert!(out.creations[0].is_done());
+        assert_eq!(out.creations[1], OpResult::Deferred, "in backoff");
+        assert_eq!(out.creations[2], OpResult::Deferred, "held");
+        assert_eq!(calls(&cloud, Operation::Create), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_closed_fence_sends_nothing() {
+        let cloud = cloud(MemoryConfig::default());
+        let ex = executor(&cloud, Fence::new(false));
+        let p = plan(&nodes(2), &[]);
+        let book = RetryBook::new(BackoffConfig::default());
+        let out = ex.execute(&p, &book, &nothing_held(&p), 0).await;
+        assert!(
+            out.creations.iter().all(|r| *r == OpResult::Cancelled),
+            "{out:?}"
+        );
+        assert!(cloud.log().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_replacement_waits_for_its_deletion_and_is_blocked_when_it_fails() {
+        let cloud = cloud(MemoryConfig::default());
+        let ex = executor(&cloud, Fence::new(true));
+        let nodes = nodes(1);
+        let mut hole = Route::new("n0", cidr("10.0.0.0/24"));
+        hole.blackhole = true;
+        cloud.insert_route(CLUSTER, hole.clone());
+        let p = plan(&nodes, &[hole]);
+        assert_eq!((p.deletions.len(), p.creations.len()), (1, 1));
+        assert_eq!(
+            p.creations[0].after,
+            vec![0],
+            "the creation follows the deletion"
+        );
+        cloud.fail_next(Operation::Delete, 1, ErrorKind::Transient);
+        let book = RetryBook::new(BackoffConfig::default());
+        let out = ex.execute(&p, &book, &nothing_held(&p), 1).await;
+        assert!(matches!(out.deletions[0], OpResult::Failed(_)));
+        assert_eq!(out.creations[0], OpResult::Blocked);
+        assert_eq!(calls(&cloud, Operation::Create), 0);
+        let out = ex.execute(&p, &book, &nothing_held(&p), 1).await;
+        assert!(
+            out.deletions[0].is_done() && out.creations[0].is_done(),
+            "{out:?}"
+        );
+        let ops: Vec<Operation> = cloud.log().iter().map(|c| c.op).collect();
+        assert_eq!(
+            ops,
+            [Operation::Delete, Operation::Delete, Operation::Create],
+            "the creation went out only after its deletion landed"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_batching_provider_gets_the_whole_plan_in_one_call() {
+        let cloud = cloud(MemoryConfig {
+            supports_batch: true,
+            ..MemoryConfig::default()
+        });
+        let ex = executor(&cloud, Fence::new(true));
+        cloud.insert_route(CLUSTER, Route::new("gone", cidr("10.0.99.0/24")));
+        let listed = ex.list().await.unwrap();
+        let p = plan(&nodes(3), &listed);
+        let book = RetryBook::new(BackoffConfig::default());
+        let out = ex.execute(&p, &book, &nothing_held(&p), listed.len()).await;
+        assert_eq!(out.changed(), 4, "{out:?}");
+        assert_eq!(calls(&cloud, Operation::Batch), 1);
+        assert_eq!(cloud.routes(CLUSTER).len(), 3);
     }
 }

@@ -3,29 +3,45 @@
 //! Data flows one way, one module per step:
 //!
 //! ```text
-//! watch ──► nodes ──► schedule ──► controller (snapshot + route_core::plan) ──► execute ──► status
-//! (kube      (cache,    (modes:      (one task owns the loop state)              (cloud,      (conditions,
-//!  watcher)   triggers)  when/what)                                               retries)     events)
+//! watch ──► nodes ──► schedule ──► controller::pass ─────────────────────────────────────────────────► metrics
+//! (kube      (cache,    (modes:      snapshot ─► plan ─► hold ─► warnings ─► execute ─► absorb ─► status
+//!  watcher)   latency,   when/what)  (table:     (route   (grace,  (Warning    (cloud,     (retry    (conditions,
+//!             triggers)              cached or    core)    backoff) Events)     throttle)   book,     Events)
+//!                                    listed)                                                cache)
 //! ```
 //!
 //! The decisions about *what* must exist live in `route-core`; this crate
 //! decides *when* to plan, with which route table, and carries the plan out.
+//! Who owns what: the [`NodeStore`] owns the Node cache and latency
+//! measurements (written by the watcher, read by the loop); the
+//! [`Controller`]'s task owns everything else (scheduler, retry book, holds,
+//! route cache, warnings already emitted) and is the only code that calls
+//! the cloud or writes to the cluster.
 
+#![warn(missing_docs)]
+
+pub mod absorb;
 pub mod controller;
 pub mod execute;
 pub mod hold;
+pub mod latency;
 pub mod metrics;
 pub mod nodes;
+#[cfg(test)]
+mod readme;
 pub mod retry;
 pub mod schedule;
+pub mod snapshot;
 pub mod status;
 pub mod throttle;
+pub mod warnings;
 pub mod watch;
 
-pub use controller::{Controller, ControllerConfig, NodeStore, PassReport};
+pub use controller::{Controller, ControllerConfig, DEFAULT_DELETION_GRACE, PassReport};
 pub use execute::{Fence, OpResult, Outcome};
-pub use metrics::Metrics;
-pub use nodes::{NodeEvent, node_view};
+pub use metrics::{Metrics, MetricsHandle};
+pub use nodes::{NodeEvent, NodeStore, node_view};
 pub use retry::BackoffConfig;
 pub use schedule::{Mode, PassKind, SyncTrigger, Timing, pick_resync};
 pub use status::{KubeStatusWriter, NodeRef, RecordingStatusWriter, StatusError, StatusWriter};
+pub use warnings::{Reason, Warning};

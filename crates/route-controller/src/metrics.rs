@@ -1,28 +1,38 @@
-//! Prometheus metrics.
+//! Prometheus metrics: the one place they are registered and updated.
 //!
 //! One [`Metrics`] per process, registered in an explicit registry (no global
-//! state, so tests can run side by side). The reconcile loop updates them; the
-//! binary's HTTP server encodes them. Cloud request counters are read from the
-//! provider's [`route_cloud::RequestStats`] at scrape time, so they count real
-//! API requests (an action poll is a request too), not controller intentions.
+//! state, so tests can run side by side). Everything else reports through a
+//! [`MetricsHandle`], whose methods say *what happened* (a pass ended, a
+//! Node event was absorbed, a call waited at the throttle gate) and which
+//! turns that into metric updates here; a handle without metrics (tests, the
+//! simulator) does nothing. The binary's HTTP server encodes the registry.
+//! Cloud request counters are read from the provider's
+//! [`route_cloud::RequestStats`] at scrape time, so they count real API
+//! requests (an action poll is a request too), not controller intentions.
+//! Every metric is in base units (seconds) and listed, with its type and
+//! labels, in the README's metrics table, which a test checks against
+//! what `/metrics` renders.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
+use std::time::Duration;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
 use route_cloud::CloudRoutes;
 
+use crate::schedule::{PassKind, SyncTrigger};
+
 /// Labels of `route_controller_route_sync_total`, as upstream.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct SyncLabels {
+struct SyncLabels {
     /// `node_change` or `periodic`.
     pub trigger: &'static str,
     /// `changed`, `noop` or `error`.
@@ -31,7 +41,7 @@ pub struct SyncLabels {
 
 /// Labels of the reconcile duration histogram.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PassLabels {
+struct PassLabels {
     /// `full` or `cached`.
     pub kind: &'static str,
 }
@@ -39,39 +49,39 @@ pub struct PassLabels {
 /// All metrics of the controller.
 pub struct Metrics {
     /// Passes by trigger and outcome.
-    pub route_sync: Family<SyncLabels, Counter>,
+    route_sync: Family<SyncLabels, Counter>,
     /// Reconcile pass duration.
-    pub reconcile_duration: Family<PassLabels, Histogram>,
+    reconcile_duration: Family<PassLabels, Histogram>,
     /// Time from a Node first having a pod CIDR to its route being confirmed.
-    pub route_latency: Histogram,
+    route_latency: Histogram,
     /// Operations planned but not yet done (waiting for backoff or in flight).
-    pub pending_operations: Gauge,
+    pending_operations: Gauge,
     /// Operations waiting for a retry after a failure.
-    pub retrying_operations: Gauge,
+    retrying_operations: Gauge,
     /// Route changes made by resync passes (drift the event path missed).
-    pub route_corrections: Counter,
+    route_corrections: Counter,
     /// 1 while this replica is the leader.
-    pub leader: Gauge,
+    leader: Gauge,
     /// Node events that triggered a pass vs. were absorbed (heartbeats, conditions).
-    pub node_events: Family<EventLabels, Counter>,
+    node_events: Family<EventLabels, Counter>,
     /// Warning events emitted.
-    pub warnings: Family<ReasonLabels, Counter>,
+    warnings: Family<ReasonLabels, Counter>,
     /// Seconds waited at the executor's throttle gate (server retry-after).
-    pub throttle_wait_micros: Counter<u64, AtomicU64>,
+    throttle_wait: Counter<f64, AtomicU64>,
     /// Blackholes that came back after a repair and are retried with backoff.
-    pub recurring_blackholes: Gauge,
+    recurring_blackholes: Gauge,
 }
 
 /// Labels for node events.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct EventLabels {
+struct EventLabels {
     /// `trigger` or `absorbed`.
     pub result: &'static str,
 }
 
 /// Labels for warnings.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ReasonLabels {
+struct ReasonLabels {
     /// Event reason.
     pub reason: &'static str,
 }
@@ -92,7 +102,7 @@ impl Metrics {
             leader: Gauge::default(),
             node_events: Family::default(),
             warnings: Family::default(),
-            throttle_wait_micros: Counter::default(),
+            throttle_wait: Counter::default(),
             recurring_blackholes: Gauge::default(),
         });
         registry.register(
@@ -141,9 +151,9 @@ impl Metrics {
             m.warnings.clone(),
         );
         registry.register(
-            "route_controller_throttle_wait_microseconds",
-            "Time cloud calls waited because the cloud answered throttled",
-            m.throttle_wait_micros.clone(),
+            "route_controller_throttle_wait_seconds",
+            "Time cloud calls waited at the throttle gate because the cloud answered throttled",
+            m.throttle_wait.clone(),
         );
         registry.register(
             "route_controller_recurring_blackholes",
@@ -158,6 +168,125 @@ impl Metrics {
         registry.register_collector(Box::new(CloudCollector { cloud }));
         m
     }
+}
+
+/// How the rest of the crate reports to the metrics: one method per thing
+/// that happened. Cheap to clone; does nothing without metrics.
+#[derive(Clone, Default)]
+pub struct MetricsHandle(Option<Arc<Metrics>>);
+
+impl From<Option<Arc<Metrics>>> for MetricsHandle {
+    fn from(m: Option<Arc<Metrics>>) -> Self {
+        Self(m)
+    }
+}
+
+/// How a pass ended, for `route_controller_route_sync_total{outcome}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PassOutcome {
+    /// Some operation failed (or the list did).
+    Error,
+    /// Something changed in the cloud.
+    Changed,
+    /// Nothing to do.
+    Noop,
+}
+
+impl PassOutcome {
+    /// The label value, as upstream.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PassOutcome::Error => "error",
+            PassOutcome::Changed => "changed",
+            PassOutcome::Noop => "noop",
+        }
+    }
+}
+
+impl MetricsHandle {
+    /// This replica holds the Lease, or not.
+    pub fn leader(&self, leader: bool) {
+        if let Some(m) = &self.0 {
+            m.leader.set(i64::from(leader));
+        }
+    }
+
+    /// A Node watch event after the first sync: it triggered a pass, or was
+    /// absorbed (heartbeat, condition, label).
+    pub fn node_event(&self, triggered: bool) {
+        if let Some(m) = &self.0 {
+            let result = if triggered { "trigger" } else { "absorbed" };
+            m.node_events.get_or_create(&EventLabels { result }).inc();
+        }
+    }
+
+    /// A Warning Event with this reason was emitted.
+    pub fn warning(&self, reason: &'static str) {
+        if let Some(m) = &self.0 {
+            m.warnings.get_or_create(&ReasonLabels { reason }).inc();
+        }
+    }
+
+    /// A cloud call waited this long at the throttle gate.
+    pub fn throttle_waited(&self, waited: Duration) {
+        if let Some(m) = &self.0 {
+            m.throttle_wait.inc_by(waited.as_secs_f64());
+        }
+    }
+
+    /// A Node's pod CIDR got its first route this long after it was first seen.
+    pub fn route_confirmed(&self, latency: Duration) {
+        if let Some(m) = &self.0 {
+            m.route_latency.observe(latency.as_secs_f64());
+        }
+    }
+
+    /// Operations planned and not done yet.
+    pub fn pending_operations(&self, n: usize) {
+        if let Some(m) = &self.0 {
+            m.pending_operations.set(gauge(n));
+        }
+    }
+
+    /// The state a pass left behind: operations waiting for a retry, and
+    /// blackholes that came back after a repair.
+    pub fn backlog(&self, retrying: usize, recurring_blackholes: usize) {
+        if let Some(m) = &self.0 {
+            m.retrying_operations.set(gauge(retrying));
+            m.recurring_blackholes.set(gauge(recurring_blackholes));
+        }
+    }
+
+    /// A pass ended: its trigger, kind, outcome and duration, and how many
+    /// routes it changed (counted as corrections when a resync made them).
+    pub fn pass_finished(
+        &self,
+        trigger: SyncTrigger,
+        kind: PassKind,
+        outcome: PassOutcome,
+        changed: usize,
+        took: Duration,
+    ) {
+        let Some(m) = &self.0 else { return };
+        if trigger == SyncTrigger::Periodic && kind == PassKind::Full {
+            m.route_corrections.inc_by(changed as u64);
+        }
+        m.route_sync
+            .get_or_create(&SyncLabels {
+                trigger: trigger.as_str(),
+                outcome: outcome.as_str(),
+            })
+            .inc();
+        m.reconcile_duration
+            .get_or_create(&PassLabels {
+                kind: kind.as_str(),
+            })
+            .observe(took.as_secs_f64());
+    }
+}
+
+fn gauge(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 /// Reads the provider's request counters at scrape time.
@@ -203,9 +332,9 @@ impl Collector for CloudCollector {
             "route_controller_cloud_rate_limit_wait_seconds",
             "Time the provider client waited for its request budget or a server's reset",
             None,
-            prometheus_client::metrics::MetricType::Gauge,
+            prometheus_client::metrics::MetricType::Counter,
         )?;
-        ConstGauge::new(wait).encode(enc)?;
+        ConstCounter::new(wait).encode(enc)?;
         Ok(())
     }
 }
@@ -217,4 +346,147 @@ pub fn encode(registry: &Registry) -> String {
         let _ = writeln!(s, "# encoding failed");
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use async_trait::async_trait;
+    use route_cloud::{Capabilities, CloudError, RequestStats};
+    use route_core::Route;
+    use std::collections::{BTreeMap, BTreeSet};
+
+    /// A provider that answers nothing; only its request counters matter.
+    struct Counted(RequestStats);
+
+    #[async_trait]
+    impl CloudRoutes for Counted {
+        fn name(&self) -> &'static str {
+            "counted"
+        }
+        fn capabilities(&self) -> Capabilities {
+            Capabilities::default()
+        }
+        fn stats(&self) -> &RequestStats {
+            &self.0
+        }
+        async fn list_routes(&self, _: &str) -> Result<Vec<Route>, CloudError> {
+            Ok(Vec::new())
+        }
+        async fn create_route(&self, _: &str, _: &str, r: &Route) -> Result<Route, CloudError> {
+            Ok(r.clone())
+        }
+        async fn delete_route(&self, _: &str, _: &Route) -> Result<(), CloudError> {
+            Ok(())
+        }
+    }
+
+    /// Every metric the registry renders, with its type and label names
+    /// (`le` of histogram buckets left out), by the name a scrape shows:
+    /// counters with `_total`, info with `_info`.
+    fn rendered(text: &str) -> BTreeMap<String, (String, BTreeSet<String>)> {
+        let mut families: BTreeMap<String, (String, BTreeSet<String>)> = BTreeMap::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let (name, kind) = rest.split_once(' ').unwrap();
+                let shown = match kind {
+                    "counter" => format!("{name}_total"),
+                    "info" => format!("{name}_info"),
+                    _ => name.to_string(),
+                };
+                families.insert(shown, (kind.to_string(), BTreeSet::new()));
+            } else if !line.starts_with('#') && !line.is_empty() {
+                let sample = line.split([' ', '{']).next().unwrap();
+                let family = families
+                    .keys()
+                    .filter(|f| {
+                        sample == f.as_str()
+                            || ["_bucket", "_sum", "_count"]
+                                .iter()
+                                .any(|s| sample == format!("{f}{s}"))
+                    })
+                    .max_by_key(|f| f.len())
+                    .cloned()
+                    .unwrap_or_else(|| panic!("sample {sample} of no family"));
+                if let Some((labels, _)) = line.split_once('{').and_then(|(_, l)| l.split_once('}'))
+                {
+                    for pair in labels.split(',') {
+                        let key = pair.split('=').next().unwrap();
+                        if key != "le" {
+                            families.get_mut(&family).unwrap().1.insert(key.into());
+                        }
+                    }
+                }
+            }
+        }
+        families
+    }
+
+    /// The README's metrics table: metric, type and label names per row.
+    fn documented() -> BTreeMap<String, (String, BTreeSet<String>)> {
+        crate::readme::table("| metric | type | labels | what it counts |")
+            .into_iter()
+            .map(|cells| {
+                let labels = cells[2]
+                    .split(',')
+                    .map(|x| x.trim().trim_matches('`'))
+                    .filter(|x| !x.is_empty())
+                    .map(String::from)
+                    .collect();
+                (
+                    cells[0].trim_matches('`').to_string(),
+                    (cells[1].clone(), labels),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn rendered_metrics_match_the_readme_table() {
+        let cloud = Arc::new(Counted(RequestStats::default()));
+        cloud.0.record("list", "ok");
+        let mut registry = Registry::default();
+        let m = MetricsHandle::from(Some(Metrics::register(&mut registry, cloud)));
+        // Touch every labelled family once, so its label set is rendered.
+        m.pass_finished(
+            SyncTrigger::NodeChange,
+            PassKind::Full,
+            PassOutcome::Noop,
+            0,
+            Duration::from_millis(3),
+        );
+        m.node_event(true);
+        m.warning("PodCIDRConflict");
+        m.route_confirmed(Duration::from_millis(40));
+        m.throttle_waited(Duration::from_millis(1500));
+        let text = encode(&registry);
+        assert_eq!(
+            rendered(&text),
+            documented(),
+            "README.md's metrics table must match what /metrics renders:\n{text}"
+        );
+    }
+
+    #[test]
+    fn throttle_waits_are_counted_in_seconds() {
+        let mut registry = Registry::default();
+        let cloud = Arc::new(Counted(RequestStats::default()));
+        let m = MetricsHandle::from(Some(Metrics::register(&mut registry, cloud)));
+        m.throttle_waited(Duration::from_millis(1500));
+        m.throttle_waited(Duration::from_millis(500));
+        let text = encode(&registry);
+        assert!(
+            text.lines()
+                .any(|l| l == "route_controller_throttle_wait_seconds_total 2.0"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_handle_without_metrics_does_nothing() {
+        let m = MetricsHandle::default();
+        m.leader(true);
+        m.node_event(false);
+        m.backlog(3, 1);
+    }
 }

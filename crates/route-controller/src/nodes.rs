@@ -1,7 +1,9 @@
-//! The Node cache: what the controller knows about the cluster's Nodes.
+//! The Node side: what the controller knows about the cluster's Nodes.
 //!
-//! Owned by the controller and fed by exactly one writer (the watcher task in
-//! [`crate::watch`], or a simulator). It keeps one small [`NodeView`] per Node
+//! The [`NodeStore`] is the single owner of the [`NodeCache`] and of the
+//! [`RouteLatency`] measurements; it is fed by exactly one writer (the
+//! watcher task in [`crate::watch`], or a simulator) and read by the
+//! reconcile loop, which it wakes through its notification. It keeps one small [`NodeView`] per Node
 //! — pod CIDRs, addresses, provider id, the NetworkUnavailable condition —
 //! instead of whole Node objects, which is what keeps memory flat at thousands
 //! of Nodes. Every change is classified here: only changes that can alter
@@ -9,12 +11,16 @@
 //! changed as a set) are reported as triggers; heartbeats, conditions, labels
 //! and taints are absorbed silently.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
-use route_core::{Cidr, ConditionState, NetworkCondition, NodeAddress, NodeView, PodCidr};
-use tokio::time::Instant;
+use route_core::{ConditionState, NetworkCondition, NodeAddress, NodeView, Plan, PodCidr};
+use tokio::sync::{Notify, watch};
+
+use crate::latency::RouteLatency;
+use crate::metrics::{Metrics, MetricsHandle};
 
 /// Converts a Node into the view routing needs.
 pub fn node_view(node: &Node) -> NodeView {
@@ -92,19 +98,6 @@ pub enum NodeEvent {
     Delete(NodeView),
 }
 
-/// The pod CIDRs of one Node (by UID) and when each was first seen.
-#[derive(Debug)]
-struct Seen {
-    name: String,
-    cidrs: Vec<(Cidr, Option<Instant>)>,
-}
-
-impl Seen {
-    fn awaiting(&self) -> usize {
-        self.cidrs.iter().filter(|(_, t)| t.is_some()).count()
-    }
-}
-
 /// Counters the cache keeps about what it absorbed (for tests and metrics).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct CacheStats {
@@ -120,15 +113,6 @@ pub struct NodeCache {
     nodes: BTreeMap<String, Arc<NodeView>>,
     relist: Option<BTreeMap<String, Arc<NodeView>>>,
     synced: bool,
-    /// Per Node UID, when each of its pod CIDRs was first seen; `None` once
-    /// its route was confirmed, so later updates of the Node (heartbeats, the
-    /// controller's own condition patch) do not start a new measurement.
-    /// Looked up for every managed Node in a pass while any awaits a route,
-    /// hence the fast hasher; keys are UIDs the API server assigned.
-    first_seen: HashMap<String, Seen, foldhash::fast::RandomState>,
-    /// How many `Some` entries `first_seen` holds: passes skip the latency
-    /// bookkeeping entirely while nothing awaits a route.
-    awaiting: usize,
     stats: CacheStats,
 }
 
@@ -148,7 +132,6 @@ impl NodeCache {
             NodeEvent::InitApply(v) => {
                 let name = v.name.clone();
                 let v = Arc::new(v);
-                self.note_cidrs(&v);
                 match &mut self.relist {
                     Some(buf) => {
                         buf.insert(name, v);
@@ -162,10 +145,6 @@ impl NodeCache {
             }
             NodeEvent::InitDone => {
                 if let Some(buf) = self.relist.take() {
-                    let live: std::collections::HashSet<&str> =
-                        buf.values().map(|v| v.uid.as_str()).collect();
-                    self.first_seen.retain(|uid, _| live.contains(uid.as_str()));
-                    self.awaiting = self.first_seen.values().map(Seen::awaiting).sum();
                     self.nodes = buf;
                 }
                 self.synced = true;
@@ -174,7 +153,6 @@ impl NodeCache {
                 Some(Trigger::Synced)
             }
             NodeEvent::Apply(v) => {
-                self.note_cidrs(&v);
                 match self.nodes.get_mut(v.name.as_str()) {
                     // Most events are heartbeats that change nothing this
                     // cache keeps: the stored view stays where it is, so the
@@ -192,9 +170,6 @@ impl NodeCache {
                 }
             }
             NodeEvent::Delete(v) => {
-                if let Some(gone) = self.first_seen.remove(v.uid.as_str()) {
-                    self.awaiting -= gone.awaiting();
-                }
                 self.nodes.remove(&v.name);
                 Some(Trigger::NodeChanged)
             }
@@ -205,76 +180,6 @@ impl NodeCache {
             _ => {}
         }
         trigger
-    }
-
-    fn note_cidrs(&mut self, v: &NodeView) {
-        let mut cidrs = v.pod_cidrs.iter().filter_map(|c| match c {
-            PodCidr::Valid(c) => Some(*c),
-            PodCidr::Invalid(_) => None,
-        });
-        let Some(first) = cidrs.next() else { return };
-        let seen = match self.first_seen.get_mut(v.uid.as_str()) {
-            Some(seen) => seen,
-            None => self.first_seen.entry(v.uid.clone()).or_insert(Seen {
-                name: v.name.clone(),
-                cidrs: Vec::new(),
-            }),
-        };
-        let now = Instant::now();
-        for c in std::iter::once(first).chain(cidrs) {
-            if !seen.cidrs.iter().any(|(s, _)| *s == c) {
-                seen.cidrs.push((c, Some(now)));
-                self.awaiting += 1;
-            }
-        }
-    }
-
-    /// Stops waiting for the routes of Nodes a plan left out as settled
-    /// (`planned` says which names it listed) whose condition already says
-    /// `RouteCreated`: their routes were made before this controller saw
-    /// them (a previous leader, a restart), so there is no latency to measure.
-    pub fn forget_settled(&mut self, planned: impl Fn(&str) -> bool) {
-        if self.awaiting == 0 {
-            return;
-        }
-        for (uid, seen) in &mut self.first_seen {
-            if seen.awaiting() == 0 || planned(&seen.name) {
-                continue;
-            }
-            let settled = self.nodes.get(&seen.name).is_some_and(|v| {
-                v.uid == *uid
-                    && NetworkCondition::RouteCreated.already_set(v.network_unavailable.as_ref())
-            });
-            if settled {
-                for (_, t) in &mut seen.cidrs {
-                    if t.take().is_some() {
-                        self.awaiting -= 1;
-                    }
-                }
-            }
-        }
-    }
-
-    /// Some pod CIDR still awaits its first route.
-    pub fn awaiting_routes(&self) -> bool {
-        self.awaiting > 0
-    }
-
-    /// Some pod CIDR of the Node with this UID still awaits its first route.
-    pub fn awaits_route(&self, uid: &str) -> bool {
-        self.first_seen
-            .get(uid)
-            .is_some_and(|seen| seen.awaiting() > 0)
-    }
-
-    /// A route for this node and CIDR is confirmed; returns how long ago the
-    /// CIDR was first seen, once per (node, CIDR).
-    pub fn confirm_route(&mut self, uid: &str, cidr: Cidr) -> Option<std::time::Duration> {
-        let seen = self.first_seen.get_mut(uid)?;
-        let (_, t) = seen.cidrs.iter_mut().find(|(c, _)| *c == cidr)?;
-        let t = t.take()?;
-        self.awaiting -= 1;
-        Some(t.elapsed())
     }
 
     /// The first full list has been seen.
@@ -318,6 +223,129 @@ impl NodeCache {
     /// What the cache has absorbed and reported so far.
     pub fn stats(&self) -> CacheStats {
         self.stats
+    }
+}
+
+/// The Node side shared by the feeder and the loop: the cache, the latency
+/// measurements and the notification the loop waits on.
+pub struct NodeStore {
+    inner: Mutex<Inner>,
+    changed: Notify,
+    synced: watch::Sender<bool>,
+    metrics: MetricsHandle,
+}
+
+/// What the store's mutex guards: both change with every event, together.
+#[derive(Default)]
+struct Inner {
+    cache: NodeCache,
+    latency: RouteLatency,
+}
+
+impl NodeStore {
+    /// An empty store.
+    pub fn new(metrics: Option<Arc<Metrics>>) -> Arc<Self> {
+        Arc::new(Self {
+            inner: Mutex::new(Inner::default()),
+            changed: Notify::new(),
+            synced: watch::channel(false).0,
+            metrics: MetricsHandle::from(metrics),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Applies a watch event; wakes the loop if it may change routes.
+    pub fn apply(&self, event: NodeEvent) {
+        let trigger = {
+            let mut inner = self.lock();
+            inner.latency.observe(&event);
+            inner.cache.apply(event)
+        };
+        // Events of the initial list are neither: they are the list.
+        if trigger.is_some() || self.is_synced() {
+            self.metrics.node_event(trigger.is_some());
+        }
+        match trigger {
+            Some(Trigger::Synced) => {
+                self.synced.send_replace(true);
+                self.changed.notify_one();
+            }
+            Some(Trigger::NodeChanged) => self.changed.notify_one(),
+            None => {}
+        }
+    }
+
+    /// The first full list has been applied.
+    pub fn is_synced(&self) -> bool {
+        *self.synced.borrow()
+    }
+
+    /// Resolves once the first full list has been applied.
+    pub async fn wait_synced(&self) {
+        let mut rx = self.synced.subscribe();
+        let _ = rx.wait_for(|s| *s).await;
+    }
+
+    /// Resolves at the next event that may change routes (or at once if one
+    /// came since the last [`NodeStore::snapshot`]).
+    pub async fn changed(&self) {
+        self.changed.notified().await;
+    }
+
+    /// All Nodes now.
+    pub fn snapshot(&self) -> Vec<Arc<NodeView>> {
+        self.lock().cache.snapshot()
+    }
+
+    /// All Nodes now, for the reconcile loop's pass: triggers that arrived
+    /// before it are covered by it, so they no longer wake the loop. Only
+    /// the loop may call this, or it would swallow the loop's wake-ups.
+    pub(crate) fn snapshot_for_pass(&self) -> Vec<Arc<NodeView>> {
+        let _ = futures::FutureExt::now_or_never(self.changed.notified());
+        self.lock().cache.snapshot()
+    }
+
+    /// One Node by name.
+    pub fn get(&self, name: &str) -> Option<Arc<NodeView>> {
+        self.lock().cache.get(name)
+    }
+
+    /// Number of Nodes.
+    pub fn len(&self) -> usize {
+        self.lock().cache.len()
+    }
+
+    /// No Nodes.
+    pub fn is_empty(&self) -> bool {
+        self.lock().cache.is_empty()
+    }
+
+    /// Trigger/absorb counters.
+    pub fn stats(&self) -> CacheStats {
+        self.lock().cache.stats()
+    }
+
+    /// Records conditions this controller just wrote, so the next pass does
+    /// not patch them again before the watch delivers the change.
+    pub fn record_conditions<'a>(
+        &self,
+        written: impl IntoIterator<Item = (&'a str, &'a str, NetworkCondition)>,
+    ) {
+        let mut inner = self.lock();
+        for (name, uid, cond) in written {
+            inner.cache.record_condition(name, uid, cond);
+        }
+    }
+
+    /// Ends the latency measurement of every Node whose routes are all in
+    /// place after `plan` (see [`RouteLatency::confirm`]); returns the waits.
+    pub fn confirm_routes(&self, plan: &Plan, failed: impl Fn(usize) -> bool) -> Vec<Duration> {
+        let mut inner = self.lock();
+        let Inner { cache, latency } = &mut *inner;
+        latency.confirm(cache, plan, failed)
     }
 }
 
@@ -430,77 +458,6 @@ mod tests {
         assert_eq!(c.apply(NodeEvent::InitDone), Some(Trigger::Synced));
         assert_eq!(c.len(), 1);
         assert!(c.get("b").is_none());
-    }
-
-    fn cidr(s: &str) -> Cidr {
-        Cidr::parse(s).unwrap()
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn route_latency_is_measured_once_from_first_sight() {
-        let mut c = synced(&[]);
-        c.apply(NodeEvent::Apply(view("a", &["10.0.0.0/24"], &[])));
-        tokio::time::advance(std::time::Duration::from_millis(1500)).await;
-        assert_eq!(
-            c.confirm_route("uid-a", cidr("10.0.0.0/24")),
-            Some(std::time::Duration::from_millis(1500))
-        );
-        assert_eq!(c.confirm_route("uid-a", cidr("10.0.0.0/24")), None);
-        // Later updates of the same Node (a heartbeat) start no new measurement.
-        c.apply(NodeEvent::Apply(view("a", &["10.0.0.0/24"], &[])));
-        tokio::time::advance(std::time::Duration::from_millis(10)).await;
-        assert_eq!(c.confirm_route("uid-a", cidr("10.0.0.0/24")), None);
-        assert!(!c.awaiting_routes());
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn awaiting_routes_counts_only_unconfirmed_cidrs_of_live_nodes() {
-        let mut c = synced(&[]);
-        assert!(!c.awaiting_routes());
-        c.apply(NodeEvent::Apply(view("a", &["10.0.0.0/24"], &[])));
-        c.apply(NodeEvent::Apply(view(
-            "b",
-            &["10.0.1.0/24", "fd00::/64"],
-            &[],
-        )));
-        assert!(c.awaits_route("uid-a") && c.awaits_route("uid-b"));
-        assert_eq!(
-            c.confirm_route("uid-b", cidr("10.0.1.0/24")),
-            Some(Default::default())
-        );
-        assert!(c.awaits_route("uid-b"), "the IPv6 CIDR still waits");
-        c.apply(NodeEvent::Delete(view("b", &[], &[])));
-        assert!(!c.awaits_route("uid-b"));
-        assert_eq!(
-            c.confirm_route("uid-a", cidr("10.0.0.0/24")),
-            Some(Default::default())
-        );
-        assert!(!c.awaiting_routes());
-        // A Node gone during a watch gap is forgotten at the relist.
-        c.apply(NodeEvent::Apply(view("d", &["10.0.3.0/24"], &[])));
-        c.apply(NodeEvent::Init);
-        c.apply(NodeEvent::InitApply(view("a", &["10.0.0.0/24"], &[])));
-        c.apply(NodeEvent::InitDone);
-        assert!(!c.awaiting_routes());
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn forget_settled_drops_only_unplanned_nodes_already_marked_routed() {
-        let routed = |name: &str, cidr: &str| {
-            view(name, &[cidr], &[]).with_condition("False", "RouteCreated")
-        };
-        let mut c = synced(&[
-            routed("old", "10.0.0.0/24"),
-            view("new", &["10.0.1.0/24"], &[]),
-            routed("planned", "10.0.2.0/24"),
-        ]);
-        c.forget_settled(|name| name == "planned");
-        // A route from before this controller saw the Node: nothing to measure.
-        assert!(!c.awaits_route("uid-old"));
-        // No condition yet, or named by the plan: still measured.
-        assert!(c.awaits_route("uid-new"));
-        assert!(c.awaits_route("uid-planned"));
-        assert!(c.awaiting_routes());
     }
 
     #[test]

@@ -22,18 +22,23 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// The reconcile mode (`--reconcile-mode`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// The reconcile mode (`--reconcile-mode`). What a mode *means* is said
+/// here, by the methods below; the rest of the crate asks them instead of
+/// comparing modes, so a new mode is one variant plus its answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
 pub enum Mode {
-    /// Upstream, feature gate off.
+    /// Upstream, feature gate off: a full pass every period.
     Periodic,
-    /// Upstream KEP-5237, feature gate on.
+    /// Upstream KEP-5237, feature gate on: a full pass on Node events.
     Watch,
-    /// Plan node events against the cached route table; list only to resync.
+    /// Plan Node events against the cached route table; list only to resync.
     Incremental,
 }
 
 impl Mode {
+    /// Every mode, in the order the docs and charts show them.
+    pub const ALL: [Mode; 3] = [Mode::Periodic, Mode::Watch, Mode::Incremental];
+
     /// The flag value.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -42,19 +47,58 @@ impl Mode {
             Mode::Incremental => "incremental",
         }
     }
+
+    /// The mode `--feature-gates=CloudControllerManagerWatchBasedRoutesReconciliation=<gate>`
+    /// selects, as upstream: `watch` when on, `periodic` when off.
+    pub fn for_watch_gate(gate: bool) -> Mode {
+        if gate { Mode::Watch } else { Mode::Periodic }
+    }
+
+    /// The mode from `--reconcile-mode` and the feature gate: the flag if
+    /// given, else what the gate selects, else `incremental`. A flag that
+    /// contradicts the gate is an error carrying `(flag, implied)`.
+    pub fn resolve(flag: Option<Mode>, gate: Option<bool>) -> Result<Mode, (Mode, Mode)> {
+        match (flag, gate.map(Mode::for_watch_gate)) {
+            (Some(m), Some(implied)) if m != implied => Err((m, implied)),
+            (Some(m), _) | (None, Some(m)) => Ok(m),
+            (None, None) => Ok(Mode::Incremental),
+        }
+    }
+
+    /// Keeps the route table between passes and plans Node events against
+    /// it, listing the cloud only to resync.
+    pub fn caches_route_table(self) -> bool {
+        matches!(self, Mode::Incremental)
+    }
+
+    /// Node events make a pass pending (otherwise only the period does).
+    pub fn follows_node_events(self) -> bool {
+        !matches!(self, Mode::Periodic)
+    }
+
+    /// Runs the long random resync (`--min-resync-period`); the periodic
+    /// mode lists every period anyway.
+    pub fn resyncs(self) -> bool {
+        !matches!(self, Mode::Periodic)
+    }
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
 }
 
 impl std::str::FromStr for Mode {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "periodic" => Ok(Mode::Periodic),
-            "watch" => Ok(Mode::Watch),
-            "incremental" => Ok(Mode::Incremental),
-            other => Err(format!(
-                "unknown reconcile mode {other:?}: use periodic, watch or incremental"
-            )),
-        }
+        Mode::ALL
+            .into_iter()
+            .find(|m| m.as_str() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Mode::ALL.iter().map(|m| m.as_str()).collect();
+                format!("unknown reconcile mode {s:?}: use {}", names.join(", "))
+            })
     }
 }
 
@@ -157,7 +201,7 @@ impl Scheduler {
 
     /// A Node change (or the end of a relist) was observed.
     pub fn node_changed(&mut self) {
-        if self.mode != Mode::Periodic {
+        if self.mode.follows_node_events() {
             self.pending = true;
         }
     }
@@ -182,7 +226,7 @@ impl Scheduler {
 
     /// What to do at `now`.
     pub fn decide(&mut self, now: Instant) -> Decision {
-        if now >= self.next_resync && self.mode != Mode::Periodic {
+        if now >= self.next_resync && self.mode.resyncs() {
             self.resync_due = true;
         }
         let retry_due = self.retry_at.is_some_and(|t| now >= t);

@@ -1,37 +1,112 @@
 //! Writing back to the cluster: the NetworkUnavailable condition and Events.
 //!
+//! The status step of a pass is here: [`write_conditions`] patches the
+//! conditions a plan calls for and [`emit`] is the one place a
+//! [`Warning`] becomes an Event. Both do Kubernetes I/O and both check the
+//! fence first, since a status write is a mutation too.
+//!
 //! [`StatusWriter`] is the controller's only way to change the cluster. The
 //! Kubernetes implementation patches `nodes/<name>/status` with a strategic
 //! merge patch (merge key `type`, so other conditions are untouched) and
 //! creates core/v1 Events on the Node, exactly as upstream's route controller
 //! does; tests and the simulator use an in-memory one.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Event, EventSource, Node, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
-use route_core::NetworkCondition;
+use route_core::{NetworkCondition, Plan};
+use tracing::warn;
+
+use crate::execute::{Fence, Outcome};
+use crate::metrics::MetricsHandle;
+use crate::nodes::NodeStore;
+use crate::warnings::Warning;
 
 /// The event source component, as upstream's route controller.
 pub const EVENT_COMPONENT: &str = "route_controller";
 
-/// Event reasons this controller emits (all Warnings).
-pub mod reasons {
-    /// A route creation failed (upstream's reason).
-    pub const FAILED_TO_CREATE_ROUTE: &str = "FailedToCreateRoute";
-    /// A route deletion failed.
-    pub const FAILED_TO_DELETE_ROUTE: &str = "FailedToDeleteRoute";
-    /// Two Nodes claim the same pod CIDR.
-    pub const POD_CIDR_CONFLICT: &str = "PodCIDRConflict";
-    /// A pod CIDR lies outside every `--cluster-cidr`.
-    pub const POD_CIDR_OUTSIDE_CLUSTER: &str = "PodCIDROutsideClusterCIDR";
-    /// A pod CIDR is not a CIDR.
-    pub const INVALID_POD_CIDR: &str = "InvalidPodCIDR";
-    /// A route was repaired and is a blackhole again (its instance is
-    /// stopped or gone); repairs now back off.
-    pub const ROUTE_BLACKHOLED: &str = "RouteBlackholed";
+/// Emits `w` as a Warning Event (and a log line and a metric), unless the
+/// fence is closed. A failed write is logged, not retried: the cause is
+/// still there at the next pass, and the log line already says it.
+pub async fn emit(w: &Warning, writer: &dyn StatusWriter, fence: &Fence, metrics: &MetricsHandle) {
+    if !fence.is_open() {
+        return;
+    }
+    let reason = w.reason.as_str();
+    warn!(node = %w.node.name, reason, "{}", w.message);
+    metrics.warning(reason);
+    if let Ok(Err(e)) = fence.guard(writer.warn(&w.node, reason, &w.message)).await {
+        warn!(node = %w.node.name, error = %e, "could not record event");
+    }
+}
+
+/// Patches the NetworkUnavailable condition of every Node of `plan` whose
+/// condition must change after `outcome`, at most `concurrency` at a time;
+/// returns the conditions written. Nodes deleted or re-created since the
+/// snapshot are skipped, and each patch carries the UID as a precondition.
+pub async fn write_conditions(
+    plan: &Plan,
+    outcome: &Outcome,
+    nodes: &NodeStore,
+    writer: &Arc<dyn StatusWriter>,
+    fence: &Fence,
+    concurrency: usize,
+) -> Vec<(String, NetworkCondition)> {
+    if !fence.is_open() {
+        return Vec::new();
+    }
+    let failed = |i: usize| !outcome.creations[i].is_done();
+    let wanted: Vec<(NodeRef, NetworkCondition)> = plan
+        .nodes
+        .iter()
+        .filter_map(|n| {
+            let cond = n.condition_after(failed)?;
+            nodes.get(&n.node).filter(|v| v.uid == n.uid)?;
+            let node = NodeRef {
+                name: n.node.clone(),
+                uid: n.uid.clone(),
+            };
+            Some((node, cond))
+        })
+        .collect();
+    let results: Vec<(NodeRef, NetworkCondition, bool)> =
+        futures::stream::iter(wanted.into_iter().map(|(node, cond)| {
+            let writer = writer.clone();
+            let fence = fence.clone();
+            async move {
+                // Checked per patch: one queued behind slow ones may come
+                // after the deadline.
+                let ok = match fence.guard(writer.set_condition(&node, cond)).await {
+                    Ok(Ok(())) => true,
+                    Ok(Err(e)) => {
+                        warn!(node = %node.name, error = %e, "failed to update networking condition");
+                        false
+                    }
+                    Err(_) => false,
+                };
+                (node, cond, ok)
+            }
+        }))
+        .buffer_unordered(concurrency.max(1))
+        .collect()
+        .await;
+    let written: Vec<(NodeRef, NetworkCondition)> = results
+        .into_iter()
+        .filter(|(_, _, ok)| *ok)
+        .map(|(node, cond, _)| (node, cond))
+        .collect();
+    nodes.record_conditions(
+        written
+            .iter()
+            .map(|(n, c)| (n.name.as_str(), n.uid.as_str(), *c)),
+    );
+    written.into_iter().map(|(n, c)| (n.name, c)).collect()
 }
 
 /// A failure to write to the cluster.

@@ -460,6 +460,44 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn paced_calls_are_spaced_by_the_rate() {
+        let g = ThrottleGate::default();
+        g.pass().await.throttled(Duration::from_millis(500));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        g.pass().await.succeeded(); // the probe
+        assert_eq!(g.rate(), Some(2.0));
+        let mut starts = Vec::new();
+        for _ in 0..4 {
+            let t = g.pass().await;
+            starts.push(Instant::now());
+            t.succeeded();
+        }
+        for pair in starts.windows(2) {
+            assert_eq!(pair[1] - pair[0], Duration::from_millis(500), "{starts:?}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_pace_grows_after_a_quiet_period_before_ten_successes() {
+        let g = ThrottleGate::default();
+        let t0 = Instant::now();
+        g.pass().await.throttled(Duration::from_secs(2));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let mut successes = 0;
+        while g.rate() == Some(0.5) || successes == 0 {
+            g.pass().await.succeeded();
+            successes += 1;
+            assert!(successes < PACE_GROW_AFTER, "grew only by count");
+        }
+        assert_eq!(g.rate(), Some(1.0));
+        let grew_at = t0.elapsed();
+        assert!(
+            grew_at >= PACE_GROW_QUIET && grew_at < PACE_GROW_QUIET + Duration::from_secs(2),
+            "{grew_at:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn throttled_paced_traffic_halves_the_rate_and_then_grows_carefully() {
         let g = ThrottleGate::default();
         storm(&g, Duration::from_millis(250)).await;

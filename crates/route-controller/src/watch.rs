@@ -16,8 +16,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use crate::controller::NodeStore;
-use crate::nodes::{NodeEvent, node_view};
+use crate::nodes::{NodeEvent, NodeStore, node_view};
 
 /// Watches all Nodes until `shutdown`; never returns early on API errors.
 pub async fn watch_nodes(client: kube::Client, store: Arc<NodeStore>, shutdown: CancellationToken) {

@@ -546,7 +546,7 @@ async fn pod_cidr_before_provider_id_routes_as_soon_as_it_arrives() {
         }
         let waited = t.elapsed();
         // Watch and periodic passes are at least 10 s apart, as upstream's.
-        let bound = if mode == Mode::Incremental {
+        let bound = if mode.caches_route_table() {
             Duration::from_secs(1)
         } else {
             Duration::from_secs(10)

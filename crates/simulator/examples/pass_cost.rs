@@ -103,7 +103,7 @@ fn main() {
                 "  Controller::pass, full (list + plan)",
                 t.elapsed().as_secs_f64() * 1e6 / 20.0
             );
-            if mode == Mode::Incremental {
+            if mode.caches_route_table() {
                 let t = Instant::now();
                 for _ in 0..20 {
                     ctl.pass(PassKind::Cached, SyncTrigger::NodeChange).await;

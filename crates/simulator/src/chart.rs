@@ -7,6 +7,7 @@
 use std::fmt::Write as _;
 
 use crate::run::ModeReport;
+use route_controller::Mode;
 
 const WIDTH: f64 = 960.0;
 const HEIGHT: f64 = 540.0;
@@ -16,11 +17,11 @@ const TOP: f64 = 50.0;
 const BOTTOM: f64 = 60.0;
 
 fn color(mode: &str) -> &'static str {
-    match mode {
-        "periodic" => "#d62728",
-        "watch" => "#1f77b4",
-        "incremental" => "#2ca02c",
-        _ => "#7f7f7f",
+    match mode.parse::<Mode>() {
+        Ok(Mode::Periodic) => "#d62728",
+        Ok(Mode::Watch) => "#1f77b4",
+        Ok(Mode::Incremental) => "#2ca02c",
+        Err(_) => "#7f7f7f",
     }
 }
 

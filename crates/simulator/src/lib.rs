@@ -88,9 +88,6 @@ pub enum SimError {
     Panicked(&'static str),
 }
 
-/// The three modes, in the order they are reported.
-pub const ALL_MODES: [Mode; 3] = [Mode::Periodic, Mode::Watch, Mode::Incremental];
-
 /// Runs `scenario` in each of `modes` (in parallel, one thread each).
 pub fn run_scenario(scenario: &Scenario, modes: &[Mode]) -> Result<SimulationReport, SimError> {
     let wall = std::time::Instant::now();
@@ -127,7 +124,7 @@ pub fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
         scenario.seed = seed;
     }
     let mut modes = if args.modes.is_empty() {
-        ALL_MODES.to_vec()
+        Mode::ALL.to_vec()
     } else {
         args.modes.clone()
     };

@@ -2,11 +2,11 @@
 //! by hand, scenario errors, and the chart.
 
 use route_controller::Mode;
-use simulator::{ALL_MODES, ModeReport, Scenario, SimulationReport, run_scenario};
+use simulator::{ModeReport, Scenario, SimulationReport, run_scenario};
 
 fn run(toml: &str) -> SimulationReport {
     let s = Scenario::parse(toml, "test").unwrap();
-    run_scenario(&s, &ALL_MODES).unwrap()
+    run_scenario(&s, &Mode::ALL).unwrap()
 }
 
 fn mode(r: &SimulationReport, m: Mode) -> &ModeReport {

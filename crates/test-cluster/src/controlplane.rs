@@ -90,6 +90,7 @@ done
 /// Where the three binaries are.
 #[derive(Debug, Clone)]
 pub struct Binaries {
+    /// The directory holding `etcd`, `kube-apiserver` and `kubectl`.
     pub dir: PathBuf,
 }
 
@@ -111,14 +112,17 @@ impl Binaries {
         Ok(bins)
     }
 
+    /// The etcd binary.
     pub fn etcd(&self) -> PathBuf {
         self.dir.join("etcd")
     }
 
+    /// The kube-apiserver binary.
     pub fn kube_apiserver(&self) -> PathBuf {
         self.dir.join("kube-apiserver")
     }
 
+    /// The kubectl binary.
     pub fn kubectl(&self) -> PathBuf {
         self.dir.join("kubectl")
     }

@@ -51,32 +51,61 @@ pub const ETCD_URL_ENV: &str = "CRC_TEST_ETCD_URL";
 /// Everything that can go wrong bringing up or using the fixture.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The kube-apiserver, etcd or kubectl binary is missing or could not be built.
     #[error("control-plane binaries: {0}")]
     Binaries(String),
+    /// A file or process operation failed.
     #[error("{context}: {source}")]
     Io {
+        /// What was being done.
         context: String,
+        /// The I/O error.
         #[source]
         source: std::io::Error,
     },
+    /// Generating the fixture's certificates failed.
     #[error("generating {what}: {source}")]
     Pki {
+        /// Which certificate or key.
         what: &'static str,
+        /// The generator's error.
         #[source]
         source: rcgen::Error,
     },
+    /// etcd or the kube-apiserver did not come up.
     #[error("control plane did not start: {reason}\n{logs}")]
-    Startup { reason: String, logs: String },
+    Startup {
+        /// Why it is considered failed.
+        reason: String,
+        /// The tail of its logs.
+        logs: String,
+    },
+    /// A kubeconfig could not be read or written.
     #[error("kubeconfig {path}: {message}")]
-    Kubeconfig { path: PathBuf, message: String },
+    Kubeconfig {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// A Kubernetes API request failed.
     #[error(transparent)]
     Kube(#[from] kube::Error),
+    /// Something the fixture waits for did not happen in time.
     #[error("timed out after {timeout:?} waiting for {what}")]
-    Timeout { timeout: Duration, what: String },
+    Timeout {
+        /// How long it waited.
+        timeout: Duration,
+        /// What it waited for.
+        what: String,
+    },
+    /// An etcd request (used to reset state between tests) failed.
     #[error("etcd: {0}")]
     Etcd(String),
+    /// The process-wide control plane failed earlier; every later test gets this.
     #[error("the shared control plane failed to start earlier in this process: {0}")]
     SharedFailed(String),
+    /// The fixture refuses to do what was asked (e.g. reset a foreign cluster).
     #[error("{0}")]
     Refused(String),
 }
@@ -328,6 +357,7 @@ impl ClusterGuard {
         self.client.clone()
     }
 
+    /// The cluster's Nodes.
     pub fn nodes(&self) -> Api<Node> {
         Api::all(self.client.clone())
     }

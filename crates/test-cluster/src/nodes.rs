@@ -15,11 +15,15 @@ pub const NETWORK_UNAVAILABLE: &str = "NetworkUnavailable";
 /// condition) in the same request, as the API allows on create.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TestNode {
+    /// `metadata.name`.
     pub name: String,
+    /// `spec.podCIDRs`.
     pub pod_cidrs: Vec<String>,
     /// `(type, address)`, e.g. `("InternalIP", "10.0.0.5")`.
     pub addresses: Vec<(String, String)>,
+    /// `spec.providerID`.
     pub provider_id: Option<String>,
+    /// `metadata.labels`.
     pub labels: BTreeMap<String, String>,
     /// `(key, effect)` taints.
     pub taints: Vec<(String, String)>,
@@ -31,6 +35,7 @@ pub struct TestNode {
 pub const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialized";
 
 impl TestNode {
+    /// A Node with only a name.
     pub fn new(name: impl Into<String>) -> Self {
         TestNode {
             name: name.into(),
@@ -48,25 +53,30 @@ impl TestNode {
         self
     }
 
+    /// One more address of `kind` (`InternalIP`, `Hostname`, …).
     pub fn address(mut self, kind: impl Into<String>, address: impl Into<String>) -> Self {
         self.addresses.push((kind.into(), address.into()));
         self
     }
 
+    /// One more InternalIP.
     pub fn internal_ip(self, address: impl Into<String>) -> Self {
         self.address("InternalIP", address)
     }
 
+    /// `spec.providerID`.
     pub fn provider_id(mut self, id: impl Into<String>) -> Self {
         self.provider_id = Some(id.into());
         self
     }
 
+    /// One more label.
     pub fn label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.labels.insert(key.into(), value.into());
         self
     }
 
+    /// One more taint.
     pub fn taint(mut self, key: impl Into<String>, effect: impl Into<String>) -> Self {
         self.taints.push((key.into(), effect.into()));
         self

@@ -437,7 +437,7 @@ pub struct Case {
 
 /// The mode a seed runs in unless one is given: the seeds cycle through all three.
 pub fn mode_of_seed(seed: u64) -> Mode {
-    crate::ALL_MODES[(seed % 3) as usize]
+    Mode::ALL[(seed % Mode::ALL.len() as u64) as usize]
 }
 
 /// The most Nodes alive at once.

@@ -1,4 +1,4 @@
-//! `crc-bench`: the real-API-server benchmark behind `make bench`.
+//! `real-api-bench`: the real-API-server benchmark behind `make bench`.
 //!
 //! For each controller configuration (upstream with the watch gate off and
 //! on, this project's periodic, watch and incremental modes) it starts a
@@ -10,7 +10,7 @@
 //!
 //! The driver owns the scenario and the measurements; the controllers, the
 //! control plane (crates/test-cluster) and the upstream baseline
-//! (bench/upstream) are used as they are.
+//! (tools/upstream-route-controller) are used as they are.
 
 mod controller;
 mod probe;
@@ -32,11 +32,11 @@ use scenario::Scenario;
 
 #[derive(Debug, Parser)]
 #[command(
-    name = "crc-bench",
+    name = "real-api-bench",
     about = "Runs upstream's route controller and this project's modes in turn against a fresh local API server each, under the same Node scenario"
 )]
 struct Args {
-    /// The upstream baseline binary (`bench/upstream/build.sh` prints it).
+    /// The upstream baseline binary (`tools/upstream-route-controller/build.sh` prints it).
     #[arg(long)]
     upstream_bin: PathBuf,
     /// This project's controller binary (release build).

@@ -1,4 +1,4 @@
-module github.com/cloud-route-controller/cloud-route-controller/bench/upstream
+module github.com/cloud-route-controller/cloud-route-controller/tools/upstream-route-controller
 
 go 1.26.0
 

@@ -319,7 +319,7 @@ fn heartbeat_patch() -> serde_json::Value {
 #[derive(Debug, Clone, Serialize)]
 pub struct RunResult {
     pub controller: &'static str,
-    pub label: &'static str,
+    pub label: String,
     pub error: Option<String>,
     pub control_plane_startup_seconds: f64,
     /// Controller start to controller stop.

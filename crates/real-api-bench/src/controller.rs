@@ -14,61 +14,68 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use route_controller::Mode;
 use serde::{Deserialize, Serialize};
 use tokio::process::{Child, Command};
 use tracing::{info, warn};
 
 use crate::probe::{self, OpCount};
 
-/// One controller configuration of the benchmark.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
+/// One controller configuration of the benchmark: upstream with its feature
+/// gate off or on, or this project's controller in one of its modes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
-    /// Upstream, gate off: reconcile every 10 s.
-    UpstreamPeriodic,
-    /// Upstream, `CloudControllerManagerWatchBasedRoutesReconciliation=true`.
-    UpstreamWatch,
-    Periodic,
-    Watch,
-    Incremental,
+    /// Upstream; `watch_gate` is `CloudControllerManagerWatchBasedRoutesReconciliation`.
+    Upstream {
+        /// The feature gate: on reconciles on Node events, off every 10 s.
+        watch_gate: bool,
+    },
+    /// This project's controller in `--reconcile-mode`.
+    Ours(Mode),
 }
 
 impl Kind {
-    pub const ALL: [Kind; 5] = [
-        Kind::UpstreamPeriodic,
-        Kind::UpstreamWatch,
-        Kind::Periodic,
-        Kind::Watch,
-        Kind::Incremental,
-    ];
+    /// Every configuration, upstream first, ours in [`Mode::ALL`]'s order.
+    pub fn all() -> Vec<Kind> {
+        [false, true]
+            .map(|watch_gate| Kind::Upstream { watch_gate })
+            .into_iter()
+            .chain(Mode::ALL.map(Kind::Ours))
+            .collect()
+    }
 
+    /// The name on the command line and in result files.
     pub fn name(self) -> &'static str {
         match self {
-            Kind::UpstreamPeriodic => "upstream-periodic",
-            Kind::UpstreamWatch => "upstream-watch",
-            Kind::Periodic => "periodic",
-            Kind::Watch => "watch",
-            Kind::Incremental => "incremental",
+            Kind::Upstream { watch_gate: false } => "upstream-periodic",
+            Kind::Upstream { watch_gate: true } => "upstream-watch",
+            Kind::Ours(mode) => mode.as_str(),
         }
     }
 
+    /// The configuration named `s`.
     pub fn parse(s: &str) -> Option<Kind> {
-        Kind::ALL.into_iter().find(|k| k.name() == s.trim())
+        Kind::all().into_iter().find(|k| k.name() == s.trim())
     }
 
+    /// The upstream Go controller.
     pub fn is_upstream(self) -> bool {
-        matches!(self, Kind::UpstreamPeriodic | Kind::UpstreamWatch)
+        matches!(self, Kind::Upstream { .. })
     }
 
     /// Human label for tables.
-    pub fn label(self) -> &'static str {
+    pub fn label(self) -> String {
         match self {
-            Kind::UpstreamPeriodic => "upstream, gate off",
-            Kind::UpstreamWatch => "upstream, gate on",
-            Kind::Periodic => "ours, periodic",
-            Kind::Watch => "ours, watch",
-            Kind::Incremental => "ours, incremental",
+            Kind::Upstream { watch_gate: false } => "upstream, gate off".into(),
+            Kind::Upstream { watch_gate: true } => "upstream, gate on".into(),
+            Kind::Ours(mode) => format!("ours, {mode}"),
         }
+    }
+}
+
+impl Serialize for Kind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
     }
 }
 
@@ -123,7 +130,7 @@ pub async fn start(
             .arg(format!("--kube-api-burst={}", setup.burst))
             .arg(format!("--metrics-addr={metrics_addr}"))
             .arg(format!("--stats-out={}", stats_out.display()));
-        if kind == Kind::UpstreamWatch {
+        if let Kind::Upstream { watch_gate: true } = kind {
             c.arg("--watch-based");
         }
         c
@@ -171,7 +178,7 @@ pub async fn start(
     Ok(running)
 }
 
-/// Upstream's exit stats (`bench/upstream/README.md`).
+/// Upstream's exit stats (`tools/upstream-route-controller/README.md`).
 #[derive(Debug, Clone, Deserialize)]
 struct UpstreamStats {
     list: u64,
@@ -312,11 +319,12 @@ mod tests {
 
     #[test]
     fn kinds_round_trip_by_name() {
-        for k in Kind::ALL {
+        for k in Kind::all() {
             assert_eq!(Kind::parse(k.name()), Some(k));
         }
-        assert_eq!(Kind::parse(" watch "), Some(Kind::Watch));
+        assert_eq!(Kind::parse(" watch "), Some(Kind::Ours(Mode::Watch)));
         assert_eq!(Kind::parse("upstream"), None);
-        assert!(Kind::UpstreamWatch.is_upstream() && !Kind::Watch.is_upstream());
+        let gate_on = Kind::Upstream { watch_gate: true };
+        assert!(gate_on.is_upstream() && !Kind::Ours(Mode::Watch).is_upstream());
     }
 }

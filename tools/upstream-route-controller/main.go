@@ -35,7 +35,7 @@ import (
 	"k8s.io/klog/v2"
 	netutils "k8s.io/utils/net"
 
-	"github.com/cloud-route-controller/cloud-route-controller/bench/upstream/memcloud"
+	"github.com/cloud-route-controller/cloud-route-controller/tools/upstream-route-controller/memcloud"
 
 	// Registers the controller-manager feature gates (the watch-based routes
 	// gate among them) into utilfeature.DefaultMutableFeatureGate.

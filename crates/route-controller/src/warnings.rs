@@ -1,0 +1,404 @@
+//! Warning Events: every one the controller can emit is built here.
+//!
+//! [`Reason`] lists them all, with the sentence the README's Warning table
+//! shows for each (a test checks the table against this type). A
+//! [`Warning`] is built by one constructor per reason, so the wording of a
+//! reason lives in one place; the status step emits them
+//! ([`crate::status::emit`]), nothing else does.
+//!
+//! [`PlanWarnings`] owns the memory of which plan warnings were already
+//! emitted: the planner reports conflicts and invalid pod CIDRs on every
+//! pass, and a Node should get one Event per cause, not one per pass.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use route_cloud::{CloudError, ErrorKind};
+use route_core::{Cidr, Creation, Deletion, Plan};
+use tracing::warn;
+
+use crate::status::NodeRef;
+
+/// Why a Warning Event was emitted; its `reason` field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reason {
+    /// A route creation failed (upstream's reason).
+    FailedToCreateRoute,
+    /// A route deletion failed.
+    FailedToDeleteRoute,
+    /// Two Nodes claim the same pod CIDR.
+    PodCidrConflict,
+    /// A pod CIDR lies outside every `--cluster-cidr`.
+    PodCidrOutsideClusterCidr,
+    /// A pod CIDR is not a CIDR.
+    InvalidPodCidr,
+    /// A route was repaired and is a blackhole again (its instance is
+    /// stopped or gone); repairs now back off.
+    RouteBlackholed,
+}
+
+impl Reason {
+    /// Every reason, in the order of the README's table.
+    pub const ALL: [Reason; 6] = [
+        Reason::FailedToCreateRoute,
+        Reason::FailedToDeleteRoute,
+        Reason::PodCidrConflict,
+        Reason::PodCidrOutsideClusterCidr,
+        Reason::InvalidPodCidr,
+        Reason::RouteBlackholed,
+    ];
+
+    /// The Event's `reason`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::FailedToCreateRoute => "FailedToCreateRoute",
+            Reason::FailedToDeleteRoute => "FailedToDeleteRoute",
+            Reason::PodCidrConflict => "PodCIDRConflict",
+            Reason::PodCidrOutsideClusterCidr => "PodCIDROutsideClusterCIDR",
+            Reason::InvalidPodCidr => "InvalidPodCIDR",
+            Reason::RouteBlackholed => "RouteBlackholed",
+        }
+    }
+
+    /// When it is emitted, as the README's Warning table says.
+    pub fn when(self) -> &'static str {
+        match self {
+            Reason::FailedToCreateRoute => {
+                "a route creation failed; the message says why and when the next attempt is (every failure)"
+            }
+            Reason::FailedToDeleteRoute => {
+                "a route deletion failed; the message says why and when the next attempt is (every failure)"
+            }
+            Reason::PodCidrConflict => {
+                "the Node's pod CIDR is claimed by another Node too; neither gets a route for it (once per Node and cause)"
+            }
+            Reason::PodCidrOutsideClusterCidr => {
+                "the Node's pod CIDR is outside every `--cluster-cidr`; it gets no route (once per Node and cause)"
+            }
+            Reason::InvalidPodCidr => {
+                "the Node's pod CIDR is not a CIDR; it gets no route (once per Node and cause)"
+            }
+            Reason::RouteBlackholed => {
+                "a route replaced after a blackhole is a blackhole again; further repairs back off (once per recurrence)"
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+/// One Warning Event about one Node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Warning {
+    /// The Node it is about.
+    pub node: NodeRef,
+    /// Its reason.
+    pub reason: Reason,
+    /// Its message.
+    pub message: String,
+}
+
+impl Warning {
+    /// A creation failed; upstream's wording, plus when the next attempt is.
+    pub fn failed_to_create(
+        node: NodeRef,
+        c: &Creation,
+        e: &CloudError,
+        failures: u32,
+        wait: Duration,
+    ) -> Self {
+        let message = format!(
+            "Could not create route {} {} for node {}: {e} ({})",
+            c.name_hint,
+            c.route.destination,
+            c.route.target_node,
+            next_attempt(e, failures, wait)
+        );
+        Self {
+            node,
+            reason: Reason::FailedToCreateRoute,
+            message,
+        }
+    }
+
+    /// A deletion failed.
+    pub fn failed_to_delete(
+        node: NodeRef,
+        d: &Deletion,
+        e: &CloudError,
+        failures: u32,
+        wait: Duration,
+    ) -> Self {
+        let message = format!(
+            "Could not delete route {} {} for node {} ({}): {e}",
+            d.route.name,
+            d.route.destination,
+            d.route.target_node,
+            next_attempt(e, failures, wait)
+        );
+        Self {
+            node,
+            reason: Reason::FailedToDeleteRoute,
+            message,
+        }
+    }
+
+    /// `node`'s pod CIDR `cidr` is also claimed by `others`.
+    pub fn pod_cidr_conflict(node: NodeRef, cidr: Cidr, others: &[&str]) -> Self {
+        let message = format!(
+            "pod CIDR {cidr} is also claimed by node(s) {}; no route is created for it until the conflict is resolved",
+            others.join(", ")
+        );
+        Self {
+            node,
+            reason: Reason::PodCidrConflict,
+            message,
+        }
+    }
+
+    /// `cidr` is outside every cluster CIDR.
+    pub fn outside_cluster(node: NodeRef, cidr: Cidr, cluster_cidrs: &[Cidr]) -> Self {
+        let cluster: Vec<String> = cluster_cidrs.iter().map(Cidr::to_string).collect();
+        let message = format!(
+            "pod CIDR {cidr} is outside every cluster CIDR ({}); no route is created for it",
+            cluster.join(", ")
+        );
+        Self {
+            node,
+            reason: Reason::PodCidrOutsideClusterCidr,
+            message,
+        }
+    }
+
+    /// `text` in `spec.podCIDRs` is not a CIDR.
+    pub fn invalid_pod_cidr(node: NodeRef, text: &str) -> Self {
+        Self {
+            node,
+            reason: Reason::InvalidPodCidr,
+            message: format!("pod CIDR {text:?} is not a valid CIDR; no route is created for it"),
+        }
+    }
+
+    /// The route for `cidr` was repaired and is a blackhole again.
+    pub fn route_blackholed(node: NodeRef, cidr: Cidr, next_repair: Duration) -> Self {
+        let message = format!(
+            "route {cidr} for node {} was replaced and is a blackhole again (its instance may be stopped or gone); next repair in {next_repair:?}",
+            node.name
+        );
+        Self {
+            node,
+            reason: Reason::RouteBlackholed,
+            message,
+        }
+    }
+}
+
+/// When a failed operation is tried again, for its Event.
+fn next_attempt(e: &CloudError, failures: u32, wait: Duration) -> String {
+    if e.kind == ErrorKind::Throttled {
+        "throttled; retrying as soon as the cloud accepts calls again".into()
+    } else {
+        format!("attempt {failures}, retrying in {wait:?}")
+    }
+}
+
+/// The plan warnings already emitted, so each cause warns once.
+#[derive(Debug, Default)]
+pub struct PlanWarnings {
+    /// (Node UID, reason, message) of every warning whose cause is still there.
+    warned: HashSet<(String, Reason, String)>,
+    /// (name, destination) of cloud routes already logged as unparsable.
+    /// They are only logged: a route no Node owns has no object to put an
+    /// Event on.
+    logged: HashSet<(String, String)>,
+}
+
+impl PlanWarnings {
+    /// No warnings emitted yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The warnings `plan` calls for that were not emitted while their cause
+    /// lasted. Causes that are gone are forgotten, so a recurrence warns
+    /// again. `uid_of` names the Node's UID now (a Node gone since the
+    /// snapshot gets no Event).
+    pub fn new_warnings(
+        &mut self,
+        plan: &Plan,
+        cluster_cidrs: &[Cidr],
+        uid_of: impl Fn(&str) -> Option<String>,
+    ) -> Vec<Warning> {
+        let node = |name: &str| {
+            uid_of(name).map(|uid| NodeRef {
+                name: name.to_string(),
+                uid,
+            })
+        };
+        let mut all = Vec::new();
+        for c in &plan.conflicts {
+            for n in &c.nodes {
+                let others: Vec<&str> = c
+                    .nodes
+                    .iter()
+                    .filter(|o| *o != n)
+                    .map(String::as_str)
+                    .collect();
+                all.extend(node(n).map(|r| Warning::pod_cidr_conflict(r, c.cidr, &others)));
+            }
+        }
+        for o in &plan.outside_cluster {
+            all.extend(node(&o.node).map(|r| Warning::outside_cluster(r, o.cidr, cluster_cidrs)));
+        }
+        for i in &plan.invalid_pod_cidrs {
+            all.extend(node(&i.node).map(|r| Warning::invalid_pod_cidr(r, &i.text)));
+        }
+        let mut logged = HashSet::new();
+        for r in &plan.unparsable_routes {
+            let key = (r.name.to_string(), r.destination.to_string());
+            if !self.logged.contains(&key) {
+                warn!(route = %r.name, destination = %r.destination, "ignoring cloud route with an unparsable destination; it is never deleted");
+            }
+            logged.insert(key);
+        }
+        self.logged = logged;
+        let mut current = HashSet::with_capacity(all.len());
+        let mut fresh = Vec::new();
+        for w in all {
+            let key = (w.node.uid.clone(), w.reason, w.message.clone());
+            if !self.warned.contains(&key) {
+                fresh.push(w);
+            }
+            current.insert(key);
+        }
+        self.warned = current;
+        fresh
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use route_core::{NodeView, PlanConfig};
+    use std::sync::Arc;
+
+    fn cidr(s: &str) -> Cidr {
+        Cidr::parse(s).unwrap()
+    }
+
+    fn plan_of(nodes: &[NodeView]) -> Plan {
+        let nodes: Vec<Arc<NodeView>> = nodes.iter().cloned().map(Arc::new).collect();
+        route_core::plan(
+            &nodes,
+            &[],
+            &PlanConfig {
+                cluster_cidrs: vec![cidr("10.0.0.0/16")],
+                ..PlanConfig::default()
+            },
+        )
+    }
+
+    fn uid(name: &str) -> Option<String> {
+        Some(format!("uid-{name}"))
+    }
+
+    #[test]
+    fn each_plan_warning_is_emitted_once_while_its_cause_lasts_and_again_when_it_recurs() {
+        let conflict = [
+            NodeView::new("a", "uid-a", &["10.0.1.0/24"]),
+            NodeView::new("b", "uid-b", &["10.0.1.0/24"]),
+            NodeView::new("c", "uid-c", &["192.168.0.0/24"]),
+            NodeView::new("d", "uid-d", &["not-a-cidr"]),
+        ];
+        let mut w = PlanWarnings::new();
+        let first = w.new_warnings(&plan_of(&conflict), &[cidr("10.0.0.0/16")], uid);
+        let reasons: Vec<(&str, Reason)> = first
+            .iter()
+            .map(|w| (w.node.name.as_str(), w.reason))
+            .collect();
+        assert_eq!(
+            reasons,
+            [
+                ("a", Reason::PodCidrConflict),
+                ("b", Reason::PodCidrConflict),
+                ("c", Reason::PodCidrOutsideClusterCidr),
+                ("d", Reason::InvalidPodCidr),
+            ]
+        );
+        assert!(first[0].message.contains("also claimed by node(s) b"));
+        assert!(first[2].message.contains("(10.0.0.0/16)"));
+        assert!(
+            w.new_warnings(&plan_of(&conflict), &[cidr("10.0.0.0/16")], uid)
+                .is_empty(),
+            "the same causes warn once"
+        );
+        let resolved = [NodeView::new("a", "uid-a", &["10.0.1.0/24"])];
+        assert!(
+            w.new_warnings(&plan_of(&resolved), &[cidr("10.0.0.0/16")], uid)
+                .is_empty()
+        );
+        let again = w.new_warnings(&plan_of(&conflict), &[cidr("10.0.0.0/16")], uid);
+        assert_eq!(again.len(), 4, "a cause that came back warns again");
+    }
+
+    #[test]
+    fn a_node_gone_since_the_snapshot_gets_no_warning() {
+        let nodes = [NodeView::new("d", "uid-d", &["not-a-cidr"])];
+        let mut w = PlanWarnings::new();
+        assert!(
+            w.new_warnings(&plan_of(&nodes), &[cidr("10.0.0.0/16")], |_| None)
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn failure_messages_say_when_the_next_attempt_is() {
+        let plan = plan_of(&[NodeView::new("a", "uid-a", &["10.0.1.0/24"])]);
+        let node = NodeRef {
+            name: "a".into(),
+            uid: "uid-a".into(),
+        };
+        let e = CloudError::new(ErrorKind::Transient, "boom");
+        let w = Warning::failed_to_create(
+            node.clone(),
+            &plan.creations[0],
+            &e,
+            2,
+            Duration::from_secs(2),
+        );
+        assert_eq!(w.reason, Reason::FailedToCreateRoute);
+        assert!(
+            w.message.ends_with("(attempt 2, retrying in 2s)"),
+            "{}",
+            w.message
+        );
+        let throttled = CloudError::new(ErrorKind::Throttled, "slow down");
+        let w = Warning::failed_to_create(node, &plan.creations[0], &throttled, 3, Duration::ZERO);
+        assert!(
+            w.message
+                .contains("retrying as soon as the cloud accepts calls again")
+        );
+    }
+
+    /// The README's "Warning Events" table lists exactly [`Reason::ALL`],
+    /// in order, each with its [`Reason::when`].
+    #[test]
+    fn readme_warning_table_matches_the_reasons() {
+        let rows: Vec<(String, String)> = crate::readme::table("| reason | when it is emitted |")
+            .into_iter()
+            .map(|cells| (cells[0].trim_matches('`').to_string(), cells[1].clone()))
+            .collect();
+        let expected: Vec<(String, String)> = Reason::ALL
+            .iter()
+            .map(|r| (r.as_str().to_string(), r.when().to_string()))
+            .collect();
+        assert_eq!(
+            rows, expected,
+            "README.md's Warning Events table must list Reason::ALL with Reason::when"
+        );
+    }
+}
