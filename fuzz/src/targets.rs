@@ -20,12 +20,12 @@ pub fn memory_config(data: &[u8]) {
     for toml in [false, true] {
         if let Ok(cfg) = cloud_sim::config::parse(&t, toml) {
             assert!(cfg.validate().is_ok(), "parse() returned an invalid config");
-            route_cloud::memory::MemoryCloud::new(cfg).expect("a validated config builds");
+            provider_memory::MemoryCloud::new(cfg).expect("a validated config builds");
         }
     }
     // The binary decodes YAML to a JSON value first, then into the type.
     if let Ok(v) = serde_yaml_ng::from_str::<serde_json::Value>(&t) {
-        let _ = serde_json::from_value::<route_cloud::memory::MemoryConfig>(v.clone());
+        let _ = serde_json::from_value::<provider_memory::MemoryConfig>(v.clone());
         let _ = serde_json::from_value::<cloud_sim::RemoteConfig>(v);
     }
 }

@@ -207,7 +207,7 @@ mod tests {
 
     use http::{Request, Response, StatusCode};
     use kube::client::Body;
-    use route_cloud::memory::{MemoryCloud, Operation};
+    use provider_memory::{MemoryCloud, Operation};
     use route_cloud::{CloudRoutes, TokioClock};
     use route_controller::{
         BackoffConfig, Controller, ControllerConfig, Mode, NodeEvent, NodeStore,

@@ -52,12 +52,12 @@ pub async fn build(
                     .context("--cloud-config for the remote memory provider")?;
                 return Ok(Arc::new(cloud));
             }
-            let cfg: route_cloud::memory::MemoryConfig = match doc {
+            let cfg: provider_memory::MemoryConfig = match doc {
                 Some(d) => serde_json::from_value(d)
                     .map_err(|e| anyhow::anyhow!("--cloud-config for the memory provider: {e}"))?,
                 None => Default::default(),
             };
-            let cloud = route_cloud::memory::MemoryCloud::new(cfg)
+            let cloud = provider_memory::MemoryCloud::new(cfg)
                 .context("--cloud-config for the memory provider")?
                 .with_caller(identity);
             Ok(Arc::new(cloud))

@@ -31,8 +31,8 @@ use common::{Controller, TempDir};
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::ListParams;
+use provider_memory::{CallRecord, ErrorRate, MemoryCloud, MemoryConfig, Operation};
 use route_cloud::ErrorKind;
-use route_cloud::memory::{CallRecord, ErrorRate, MemoryCloud, MemoryConfig, Operation};
 use route_core::{Cidr, Destination, IpFamily, Route};
 use test_cluster::{TestCluster, TestNode, wait_until};
 use tokio::task::JoinHandle;
@@ -541,7 +541,7 @@ async fn throttling_storm_stays_within_the_server_budget() {
     }
     let (rate, burst) = (5u32, 5u32);
     sim.cloud
-        .set_rate_limit(Some(route_cloud::memory::RateLimitConfig {
+        .set_rate_limit(Some(provider_memory::RateLimitConfig {
             requests: rate,
             period_secs: 1,
             burst,
@@ -698,7 +698,7 @@ async fn controller_killed_between_route_creation_and_status_patch() {
         dir.path(),
         MemoryConfig {
             max_concurrent_operations: 1,
-            latency: route_cloud::memory::LatencyConfig {
+            latency: provider_memory::LatencyConfig {
                 create_ms: 3000,
                 ..Default::default()
             },
@@ -805,7 +805,7 @@ async fn leader_losing_its_lease_mid_reconcile_stops_and_exits_non_zero() {
         dir.path(),
         MemoryConfig {
             max_concurrent_operations: 1,
-            latency: route_cloud::memory::LatencyConfig {
+            latency: provider_memory::LatencyConfig {
                 create_ms: latency.as_millis() as u64,
                 ..Default::default()
             },

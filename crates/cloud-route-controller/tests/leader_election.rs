@@ -15,7 +15,7 @@ use common::{
 };
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
-use route_cloud::memory::{MemoryConfig, Operation};
+use provider_memory::{MemoryConfig, Operation};
 use test_cluster::{ClusterGuard, TestCluster, TestNode, wait_until};
 
 const CLUSTER: &str = "kubernetes";

@@ -16,8 +16,8 @@ use common::{
     Controller, TempDir, free_port, http_get_async, metric_present, metric_sum, sim_cloud_config,
     wait_http,
 };
+use provider_memory::{MemoryConfig, Operation};
 use route_cloud::ErrorKind;
-use route_cloud::memory::{MemoryConfig, Operation};
 use serde_json::Value;
 use test_cluster::{ClusterGuard, TestCluster, TestNode, wait_until};
 use tokio::net::{TcpListener, TcpStream};

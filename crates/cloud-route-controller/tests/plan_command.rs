@@ -12,7 +12,7 @@ use cloud_sim::{AdminClient, SimServer};
 use common::{TempDir, binary, sim_cloud_config};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Patch, PatchParams};
-use route_cloud::memory::{MemoryConfig, Operation};
+use provider_memory::{MemoryConfig, Operation};
 use route_core::{CreationReason, DeletionReason, Destination, NodeAddress, Plan, Route};
 use serde_json::{Value, json};
 use test_cluster::{TestCluster, TestNode};

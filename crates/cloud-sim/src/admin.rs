@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use provider_memory::MemoryConfig;
 use reqwest::Url;
-use route_cloud::memory::MemoryConfig;
 use route_core::Route;
 use serde::Serialize;
 use serde::de::DeserializeOwned;

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use route_cloud::memory::{MemoryConfig, MemoryConfigError};
+use provider_memory::{MemoryConfig, MemoryConfigError};
 
 /// Why a configuration file is unusable.
 #[derive(Debug, thiserror::Error)]

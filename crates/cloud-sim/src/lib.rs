@@ -1,6 +1,6 @@
 //! The simulated `memory` cloud as a separate process.
 //!
-//! [`route_cloud::memory::MemoryCloud`] lives inside one process; leader
+//! [`provider_memory::MemoryCloud`] lives inside one process; leader
 //! election between two controller processes, a controller killed between a
 //! route creation and its status patch, and the demo and benchmark reading
 //! the route table from outside all need a cloud that outlives and is shared

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use cloud_sim::SimServer;
 use cloud_sim::parent::{self, Watch};
-use route_cloud::memory::MemoryConfig;
+use provider_memory::MemoryConfig;
 
 /// The simulated cloud route API, shared by controller processes.
 #[derive(Debug, Parser)]

@@ -21,7 +21,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use route_cloud::memory::{MemoryCloud, MemoryConfig, MemoryConfigError, Operation};
+use provider_memory::{MemoryCloud, MemoryConfig, MemoryConfigError, Operation};
 use route_cloud::{Batch, CloudError, CloudRoutes, ErrorKind};
 use route_core::{Destination, Route};
 use serde::Deserialize;

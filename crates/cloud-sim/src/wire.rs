@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use route_cloud::memory::{ErrorRate, MemoryConfig, Operation, RateLimitConfig};
+use provider_memory::{ErrorRate, MemoryConfig, Operation, RateLimitConfig};
 use route_cloud::{Capabilities, CloudError, ErrorKind};
 use route_core::{Destination, NodeAddress, Route, TargetNeeds, Text};
 use serde::{Deserialize, Deserializer, Serialize};

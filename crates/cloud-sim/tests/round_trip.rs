@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use cloud_sim::wire::{FailNext, Faults};
 use cloud_sim::{AdminClient, AdminError, RemoteConfig, RemoteMemoryCloud, SimServer};
-use route_cloud::memory::{ErrorRate, MemoryConfig, Operation, RateLimitConfig};
+use provider_memory::{ErrorRate, MemoryConfig, Operation, RateLimitConfig};
 use route_cloud::{Batch, CloudRoutes, ErrorKind};
 use route_core::{Cidr, Destination, NodeAddress, Route};
 
@@ -689,7 +689,7 @@ async fn the_server_enforces_one_change_at_a_time_across_clients() {
     let (server, admin) = start(MemoryConfig {
         max_concurrent_operations: 1,
         enforce_max_concurrency: true,
-        latency: route_cloud::memory::LatencyConfig {
+        latency: provider_memory::LatencyConfig {
             create_ms: 400,
             ..Default::default()
         },

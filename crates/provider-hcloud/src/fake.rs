@@ -1,5 +1,5 @@
 //! A stateful fake of the parts of the Hetzner Cloud API that network routes
-//! use, written from the public API documentation (feature `fake`).
+//! use, written from the public API documentation (feature `testing`).
 //!
 //! It serves, under `/v1`: `GET /networks/{id}`, `GET /networks?name=`,
 //! `POST /networks/{id}/actions/add_route` and `.../delete_route`,

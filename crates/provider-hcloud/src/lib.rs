@@ -18,12 +18,12 @@
 //!   `RateLimit-*` headers can only tighten (see [`client`]).
 //!
 //! Ownership: this crate translates; the controller decides what should
-//! exist. The [`fake`] module (feature `fake`) is a stateful stand-in for the
+//! exist. The [`fake`] module (feature `testing`) is a stateful stand-in for the
 //! API used by tests here and in the controller's end-to-end suite.
 
 mod client;
 pub mod config;
-#[cfg(feature = "fake")]
+#[cfg(feature = "testing")]
 pub mod fake;
 mod schema;
 

@@ -30,6 +30,7 @@
 
 pub mod config;
 pub mod index;
+#[cfg(feature = "testing")]
 pub mod testing;
 
 mod client;

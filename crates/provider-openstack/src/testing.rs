@@ -1,4 +1,4 @@
-//! Test support: a real neutron-server and the network objects a router
+//! Test support (feature `testing`): a real neutron-server and the network objects a router
 //! needs, for this crate's tests and for end-to-end tests in other crates.
 //!
 //! [`neutron_server`] uses the server named by `CRC_NEUTRON_URL` (and

@@ -8,7 +8,6 @@
 
 mod error;
 pub mod fence;
-pub mod memory;
 pub mod ratelimit;
 
 use std::sync::Arc;

@@ -423,7 +423,7 @@ mod tests {
     use crate::status::RecordingStatusWriter;
     use crate::warnings::Reason;
     use route_cloud::ErrorKind;
-    use route_cloud::memory::{MemoryCloud, MemoryConfig, Operation};
+    use provider_memory::{MemoryCloud, MemoryConfig, Operation};
     use route_core::{Cidr, NodeView};
 
     struct Fixture {

@@ -502,7 +502,7 @@ fn log_op(op: &str, route: &Route, r: &OpResult, started: Instant) {
 mod tests {
     use super::*;
     use crate::retry::BackoffConfig;
-    use route_cloud::memory::{MemoryCloud, MemoryConfig, Operation};
+    use provider_memory::{MemoryCloud, MemoryConfig, Operation};
     use route_core::{Cidr, NodeView, PlanConfig};
 
     const CLUSTER: &str = "c";

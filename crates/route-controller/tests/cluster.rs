@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Patch, PatchParams};
-use route_cloud::memory::{MemoryCloud, Operation};
+use provider_memory::{MemoryCloud, Operation};
 use route_cloud::{CloudRoutes, ErrorKind};
 use route_controller::{
     BackoffConfig, Controller, ControllerConfig, Fence, KubeStatusWriter, Mode, NodeStore,
@@ -365,7 +365,7 @@ async fn external_cloud_provider_order_routes_the_node_when_its_provider_id_arri
     for mode in [Mode::Incremental, Mode::Watch] {
         // Shaped like AWS: routes name the instance of the providerID and
         // carry no node addresses.
-        let cloud = MemoryCloud::new(route_cloud::memory::MemoryConfig {
+        let cloud = MemoryCloud::new(provider_memory::MemoryConfig {
             needs: route_core::TargetNeeds::ProviderId,
             reports_node_addresses: false,
             ..Default::default()

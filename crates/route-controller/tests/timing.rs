@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use route_cloud::memory::{MemoryCloud, MemoryConfig, Operation};
+use provider_memory::{MemoryCloud, MemoryConfig, Operation};
 use route_cloud::{CloudRoutes, ErrorKind};
 use route_controller::{
     BackoffConfig, Controller, ControllerConfig, Fence, Mode, NodeEvent, NodeStore, PassReport,
@@ -364,7 +364,7 @@ async fn already_exists_makes_incremental_relist_spaced_by_ten_seconds() {
 #[tokio::test(start_paused = true)]
 async fn throttled_answers_wait_for_retry_after() {
     let cloud = MemoryCloud::new(MemoryConfig {
-        rate_limit: Some(route_cloud::memory::RateLimitConfig {
+        rate_limit: Some(provider_memory::RateLimitConfig {
             requests: 60,
             period_secs: 60,
             burst: 5,

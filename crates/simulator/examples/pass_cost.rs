@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use provider_memory::MemoryCloud;
 use route_cloud::CloudRoutes;
-use route_cloud::memory::MemoryCloud;
 use route_controller::{
     Controller, ControllerConfig, Fence, Mode, NodeEvent, NodeStore, PassKind,
     RecordingStatusWriter, SyncTrigger, Timing,

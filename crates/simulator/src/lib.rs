@@ -4,7 +4,7 @@
 //! [`route_controller::Controller`] loop with its trigger filter, scheduler,
 //! planner, executor and status writes, unchanged — against a model of the
 //! API server ([`api`]) and the simulated cloud
-//! ([`route_cloud::memory::MemoryCloud`]), on tokio's paused clock.
+//! ([`provider_memory::MemoryCloud`]), on tokio's paused clock.
 //!
 //! ```text
 //! scenario (TOML) ──► timeline ──► driver ──► ApiServer ──► NodeStore ──► Controller ──► Probe ──► MemoryCloud

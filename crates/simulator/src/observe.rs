@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use route_cloud::memory::MemoryCloud;
+use provider_memory::MemoryCloud;
 use route_cloud::{
     Batch, BatchResult, Capabilities, CloudError, CloudRoutes, ErrorKind, RequestStats,
 };

@@ -13,11 +13,11 @@ use std::collections::{BTreeMap, BinaryHeap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use provider_memory::{MemoryCloud, MemoryConfigError};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::index::sample;
 use route_cloud::CloudRoutes;
-use route_cloud::memory::{MemoryCloud, MemoryConfigError};
 use route_controller::{
     BackoffConfig, Controller, ControllerConfig, Fence, Mode, NodeStore, PassKind, Timing,
 };

@@ -11,8 +11,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use provider_memory::{ErrorRate, ErrorRates, LatencyConfig, MemoryConfig, RateLimitConfig};
 use route_cloud::ErrorKind;
-use route_cloud::memory::{ErrorRate, ErrorRates, LatencyConfig, MemoryConfig, RateLimitConfig};
 use route_core::{Cidr, IpFamily};
 use serde::{Deserialize, Deserializer, Serialize};
 

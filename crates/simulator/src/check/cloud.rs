@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use route_cloud::memory::MemoryCloud;
+use provider_memory::MemoryCloud;
 use route_cloud::{Capabilities, CloudError, CloudRoutes, ErrorKind, RequestStats};
 use route_core::{Cidr, Destination, NodeAddress, NodeView, Route};
 use tokio::time::Instant;

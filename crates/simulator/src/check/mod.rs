@@ -36,11 +36,11 @@ use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
-use route_cloud::memory::{
+use provider_memory::{
     ErrorRate, LatencyConfig, MemoryCloud, MemoryConfig, Operation, RateLimitConfig,
 };
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use route_cloud::{CloudRoutes, ErrorKind};
 use route_controller::{
     BackoffConfig, Controller, ControllerConfig, Fence, Mode, NodeStore, Timing, pick_resync,

@@ -9,10 +9,10 @@
 use std::fmt;
 use std::time::Duration;
 
+use provider_memory::Operation;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use route_cloud::ErrorKind;
-use route_cloud::memory::Operation;
 use route_controller::Mode;
 
 /// The fault classes the generator can draw from; each can be switched on

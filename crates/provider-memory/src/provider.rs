@@ -1,0 +1,343 @@
+//! The simulated cloud as a [`CloudRoutes`] provider.
+//!
+//! Owns [`MemoryCloud`], the handle the controller, tests and the simulator
+//! hold (clones share one table, one budget, one call log and one set of
+//! counters; each carries its own caller tag), the runtime knobs that are
+//! not faults (latency, rate limit, quota, list lag) and `call`, the one
+//! path every API call takes: latency, then the storm, the server-side
+//! budget, the concurrency limit and injected faults, then the server's
+//! answer, counted in [`RequestStats`] and logged.
+//!
+//! Every wait goes through `tokio::time`, so a paused test clock makes latency
+//! and rate-limit refills virtual and the tests deterministic.
+
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use route_cloud::{
+    Batch, BatchResult, Capabilities, CloudError, CloudRoutes, ErrorKind, RequestStats,
+};
+use route_core::Route;
+use tokio::time::Instant;
+
+use crate::config::{MemoryConfig, MemoryConfigError, Operation, RateLimitConfig};
+use crate::state::State;
+
+/// What every handle of one simulated cloud shares.
+struct Shared {
+    state: Mutex<State>,
+    stats: RequestStats,
+    in_flight: AtomicUsize,
+    peak_in_flight: AtomicUsize,
+}
+
+/// The simulated cloud. Cloning gives another handle on the same table,
+/// counters and log; each handle carries its own caller tag.
+#[derive(Clone)]
+pub struct MemoryCloud {
+    shared: Arc<Shared>,
+    caller: Arc<str>,
+}
+
+impl fmt::Debug for MemoryCloud {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryCloud")
+            .field("caller", &self.caller)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for MemoryCloud {
+    fn default() -> Self {
+        Self::build(MemoryConfig::default())
+    }
+}
+
+/// Decrements the in-flight count when a mutating call ends or is dropped.
+struct InFlight<'a>(&'a AtomicUsize);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl MemoryCloud {
+    /// A simulated cloud with `config`; the caller tag is `"default"`.
+    pub fn new(config: MemoryConfig) -> Result<Self, MemoryConfigError> {
+        config.validate()?;
+        Ok(Self::build(config))
+    }
+
+    fn build(config: MemoryConfig) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                state: Mutex::new(State::new(config)),
+                stats: RequestStats::default(),
+                in_flight: AtomicUsize::new(0),
+                peak_in_flight: AtomicUsize::new(0),
+            }),
+            caller: Arc::from("default"),
+        }
+    }
+
+    /// Another handle on the same cloud whose calls are logged with `caller`
+    /// (e.g. one per controller instance in a leader-election test).
+    pub fn with_caller(&self, caller: &str) -> Self {
+        Self {
+            shared: Arc::clone(&self.shared),
+            caller: Arc::from(caller),
+        }
+    }
+
+    /// Changes this handle's caller tag.
+    pub fn set_caller(&mut self, caller: &str) {
+        self.caller = Arc::from(caller);
+    }
+
+    /// This handle's caller tag.
+    pub fn caller(&self) -> &str {
+        &self.caller
+    }
+
+    /// The state behind the one lock. A panic while it was held leaves a
+    /// table a test still wants to read, so poisoning is ignored.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.shared.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A copy of the current configuration.
+    pub fn config(&self) -> MemoryConfig {
+        self.lock().config.clone()
+    }
+
+    // ---- knobs of the simulated server (never counted, never logged) ----
+
+    /// Sets the latency of `op`.
+    pub fn set_latency(&self, op: Operation, latency: Duration) {
+        self.lock().config.latency.set(op, latency);
+    }
+
+    /// Sets or removes the server-side rate limit; the bucket starts full.
+    /// A limit with a zero field is ignored (the old one stays).
+    pub fn set_rate_limit(&self, limit: Option<RateLimitConfig>) {
+        if limit.is_some_and(|rl| rl.requests == 0 || rl.period_secs == 0 || rl.burst == 0) {
+            return;
+        }
+        let mut s = self.lock();
+        s.config.rate_limit = limit;
+        s.tokens = limit.map_or(0.0, |rl| f64::from(rl.burst));
+        s.refilled = Instant::now();
+    }
+
+    /// Sets the route quota per cluster.
+    pub fn set_max_routes(&self, max: Option<usize>) {
+        self.lock().config.max_routes = max;
+    }
+
+    /// Sets how many lists a newly created route stays invisible to.
+    pub fn set_list_lag(&self, lists: u32) {
+        self.lock().config.list_lag = lists;
+    }
+
+    /// The table of `cluster` as stored (including routes a lagging list hides).
+    pub fn routes(&self, cluster: &str) -> Vec<Route> {
+        self.lock()
+            .tables
+            .get(cluster)
+            .map(|t| t.values().map(|s| s.route.clone()).collect())
+            .unwrap_or_default()
+    }
+
+    /// Puts `route` in the table behind the controller's back, replacing any
+    /// route for the same destination; returns the replaced one. An empty name
+    /// The most create/delete/batch calls that were in flight at once.
+    pub fn peak_concurrency(&self) -> usize {
+        self.shared.peak_in_flight.load(Ordering::SeqCst)
+    }
+
+    // ---- the simulated server ----
+
+    /// Waits the latency, then runs `act` under the lock once the rate limit,
+    /// the concurrency limit and fault injection have had their say; counts
+    /// and logs the call.
+    async fn call<T>(
+        &self,
+        op: Operation,
+        cluster: &str,
+        route: Option<&Route>,
+        act: impl FnOnce(&mut State, &Arc<str>, Instant, Option<u64>) -> Result<T, CloudError>,
+    ) -> Result<T, CloudError> {
+        let mutating = op != Operation::List;
+        let _guard = if mutating {
+            let now = self.shared.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            self.shared.peak_in_flight.fetch_max(now, Ordering::SeqCst);
+            Some(InFlight(&self.shared.in_flight))
+        } else {
+            None
+        };
+        let (latency, over_limit) = {
+            let s = self.lock();
+            let over = mutating
+                && s.config.enforce_max_concurrency
+                && self.shared.in_flight.load(Ordering::SeqCst)
+                    > s.config.max_concurrent_operations;
+            (s.config.latency.get(op), over)
+        };
+        tokio::time::sleep(latency).await;
+
+        let now = Instant::now();
+        let mut s = self.lock();
+        let mut lost_answer = false;
+        let refused = if let Some(retry_after) = s.faults.storm() {
+            Some(CloudError::throttled(
+                "request limit exceeded (storm)",
+                retry_after,
+            ))
+        } else if let Err(wait) = s.take_token(now) {
+            Some(CloudError::throttled(
+                "request rate limit exceeded",
+                Some(wait),
+            ))
+        } else if over_limit {
+            Some(CloudError::new(
+                ErrorKind::Conflict,
+                "another change is in progress on this route table",
+            ))
+        } else {
+            match s.injected(op) {
+                // The change happens; only the answer is lost.
+                Some(ErrorKind::Timeout) if mutating => {
+                    lost_answer = true;
+                    None
+                }
+                Some(kind) => Some(CloudError::new(kind, format!("injected {kind} failure"))),
+                None => None,
+            }
+        };
+        let mut batch_seq = None;
+        let answer = match refused {
+            Some(e) => Err(e),
+            None => {
+                // A batch's own entry comes before the entries of its changes.
+                if op == Operation::Batch {
+                    batch_seq =
+                        Some(
+                            s.log
+                                .push(now, &self.caller, cluster, op, None, None, Ok(())),
+                        );
+                }
+                let r = act(&mut s, &self.caller, now, batch_seq);
+                if lost_answer {
+                    Err(CloudError::new(
+                        ErrorKind::Timeout,
+                        "no answer in time (injected)",
+                    ))
+                } else {
+                    r
+                }
+            }
+        };
+        let result = answer.as_ref().map(|_| ()).map_err(|e| e.kind);
+        match batch_seq {
+            Some(seq) => s.log.set_result(seq, result),
+            None => {
+                s.log
+                    .push(now, &self.caller, cluster, op, route, None, result);
+            }
+        }
+        drop(s);
+        self.shared
+            .stats
+            .record(op.as_str(), result.err().map_or("ok", ErrorKind::as_str));
+        if let Err(e) = &answer {
+            tracing::debug!(provider = "memory", caller = %self.caller, %op, cluster, error = %e, "simulated call failed");
+        }
+        answer
+    }
+}
+
+#[async_trait]
+impl CloudRoutes for MemoryCloud {
+    fn name(&self) -> &'static str {
+        "memory"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let s = self.lock();
+        Capabilities {
+            max_concurrent_operations: s.config.max_concurrent_operations,
+            supports_batch: s.config.supports_batch,
+            reports_node_addresses: s.config.reports_node_addresses,
+            supports_ipv6: s.config.supports_ipv6,
+            max_routes: s.config.max_routes,
+            needs: s.config.needs,
+            replaces_blackholes: false,
+        }
+    }
+
+    fn stats(&self) -> &RequestStats {
+        &self.shared.stats
+    }
+
+    async fn list_routes(&self, cluster: &str) -> Result<Vec<Route>, CloudError> {
+        self.call(Operation::List, cluster, None, |s, _, _, _| {
+            Ok(s.list(cluster))
+        })
+        .await
+    }
+
+    async fn create_route(
+        &self,
+        cluster: &str,
+        name_hint: &str,
+        route: &Route,
+    ) -> Result<Route, CloudError> {
+        self.call(Operation::Create, cluster, Some(route), |s, _, _, _| {
+            s.create(cluster, name_hint, route)
+        })
+        .await
+    }
+
+    async fn delete_route(&self, cluster: &str, route: &Route) -> Result<(), CloudError> {
+        self.call(Operation::Delete, cluster, Some(route), |s, _, _, _| {
+            s.delete(cluster, route)
+        })
+        .await
+    }
+
+    async fn apply_batch(&self, cluster: &str, batch: &Batch) -> Result<BatchResult, CloudError> {
+        if !self.lock().config.supports_batch {
+            self.shared.stats.record(
+                Operation::Batch.as_str(),
+                ErrorKind::InvalidRequest.as_str(),
+            );
+            return Err(CloudError::new(
+                ErrorKind::InvalidRequest,
+                "batches are switched off for this memory cloud (supports_batch: false)",
+            ));
+        }
+        self.call(Operation::Batch, cluster, None, |s, caller, now, seq| {
+            let mut out: BatchResult = Vec::with_capacity(batch.delete.len() + batch.create.len());
+            for r in &batch.delete {
+                let res = s.delete(cluster, r).map(|()| None);
+                let kind = res.as_ref().map(|_| ()).map_err(|e| e.kind);
+                s.log
+                    .push(now, caller, cluster, Operation::Delete, Some(r), seq, kind);
+                out.push(res);
+            }
+            for (hint, r) in &batch.create {
+                let res = s.create(cluster, hint, r).map(Some);
+                let kind = res.as_ref().map(|_| ()).map_err(|e| e.kind);
+                s.log
+                    .push(now, caller, cluster, Operation::Create, Some(r), seq, kind);
+                out.push(res);
+            }
+            Ok(out)
+        })
+        .await
+    }
+}

@@ -1,0 +1,213 @@
+//! The simulated server's tables and its budget.
+//!
+//! Owns [`State`], everything the one lock of a [`crate::MemoryCloud`] guards:
+//! the route table of each cluster, the server-side token bucket, the call
+//! log and the fault injector. Its `create`/`delete`/`list` are the server's
+//! answers to a call that got past the budget and the injected faults;
+//! `provider` decides when they run, counts and logs them.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use route_cloud::{CloudError, ErrorKind};
+use route_core::{Destination, IpFamily, Route, TargetNeeds};
+use tokio::time::Instant;
+
+use crate::config::MemoryConfig;
+use crate::faults::Faults;
+use crate::log::CallLog;
+
+/// One route as the server keeps it.
+#[derive(Debug, Clone)]
+pub(crate) struct Stored {
+    pub(crate) route: Route,
+    /// Lists still to come that must not show this route (eventual consistency).
+    pub(crate) hidden_lists: u32,
+}
+
+/// Everything behind the simulated server's lock.
+#[derive(Debug)]
+pub(crate) struct State {
+    pub(crate) config: MemoryConfig,
+    pub(crate) tables: BTreeMap<String, BTreeMap<Destination, Stored>>,
+    pub(crate) log: CallLog,
+    pub(crate) faults: Faults,
+    pub(crate) tokens: f64,
+    pub(crate) refilled: Instant,
+}
+
+impl State {
+    /// An empty cloud with a full bucket and the faults seeded from `config`.
+    pub(crate) fn new(config: MemoryConfig) -> Self {
+        let tokens = config.rate_limit.map_or(0.0, |rl| f64::from(rl.burst));
+        let faults = Faults::new(config.seed);
+        Self {
+            config,
+            tables: BTreeMap::new(),
+            log: CallLog::default(),
+            faults,
+            tokens,
+            refilled: Instant::now(),
+        }
+    }
+
+    /// Takes one token from the server-side bucket, or says how long until one exists.
+    pub(crate) fn take_token(&mut self, now: Instant) -> Result<(), Duration> {
+        let Some(rl) = self.config.rate_limit else {
+            return Ok(());
+        };
+        let rate = rl.per_second();
+        let elapsed = now.saturating_duration_since(self.refilled).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * rate).min(f64::from(rl.burst));
+        self.refilled = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            Ok(())
+        } else {
+            Err(Duration::from_secs_f64((1.0 - self.tokens) / rate))
+        }
+    }
+
+    /// The injected failure for this call of `op`, if any.
+    pub(crate) fn injected(&mut self, op: crate::Operation) -> Option<ErrorKind> {
+        self.faults.injected(op, &self.config.error_rates)
+    }
+
+    /// The listed table of `cluster`; each hidden route counts down one list.
+    pub(crate) fn list(&mut self, cluster: &str) -> Vec<Route> {
+        let Some(table) = self.tables.get_mut(cluster) else {
+            return Vec::new();
+        };
+        let mut out = Vec::with_capacity(table.len());
+        for s in table.values_mut() {
+            if s.hidden_lists > 0 {
+                s.hidden_lists -= 1;
+            } else {
+                out.push(s.route.clone());
+            }
+        }
+        out
+    }
+
+    /// Creates `route` if the destination, the Node and the quota allow it.
+    pub(crate) fn create(
+        &mut self,
+        cluster: &str,
+        name_hint: &str,
+        route: &Route,
+    ) -> Result<Route, CloudError> {
+        let Some(cidr) = route.destination.cidr() else {
+            return Err(CloudError::new(
+                ErrorKind::InvalidRequest,
+                format!("destination {} is not a CIDR", route.destination),
+            ));
+        };
+        if cidr.family() == IpFamily::V6 && !self.config.supports_ipv6 {
+            return Err(CloudError::new(
+                ErrorKind::InvalidRequest,
+                format!("destination {cidr}: this cloud accepts IPv4 destinations only"),
+            ));
+        }
+        let refused = match self.config.needs {
+            TargetNeeds::Nothing => None,
+            TargetNeeds::ProviderId => route
+                .target_provider_id
+                .as_deref()
+                .is_none_or(|p| p.trim().is_empty())
+                .then(|| format!("node {:?} has no spec.providerID", route.target_node)),
+            TargetNeeds::InternalIp => (!route.target_node_addresses.iter().any(|a| {
+                a.kind == "InternalIP"
+                    && route_core::cidr::parse_ip_sloppy(&a.address)
+                        .is_some_and(|ip| ip.is_ipv4() == (cidr.family() == IpFamily::V4))
+            }))
+            .then(|| {
+                format!(
+                    "node {:?} has no {} InternalIP to route {cidr} to",
+                    route.target_node,
+                    cidr.family()
+                )
+            }),
+        };
+        if let Some(msg) = refused {
+            return Err(CloudError::new(ErrorKind::InvalidRequest, msg));
+        }
+        let max_routes = self.config.max_routes;
+        let reports = self.config.reports_node_addresses;
+        let list_lag = self.config.list_lag;
+        let table = self.tables.entry(cluster.to_string()).or_default();
+        if let Some(existing) = table.get(&route.destination) {
+            let msg = if existing.route.target_node == route.target_node {
+                format!(
+                    "a route for {cidr} to node {:?} already exists",
+                    route.target_node
+                )
+            } else {
+                format!(
+                    "the route table already has a route for {cidr} (to node {:?})",
+                    existing.route.target_node
+                )
+            };
+            return Err(CloudError::new(ErrorKind::AlreadyExists, msg));
+        }
+        if let Some(max) = max_routes
+            && table.len() >= max
+        {
+            return Err(CloudError::new(
+                ErrorKind::QuotaExceeded,
+                format!("the route table of cluster {cluster:?} is full ({max} routes)"),
+            ));
+        }
+        let cidr_text: String = cidr
+            .to_string()
+            .chars()
+            .map(|c| if c == '/' || c == ':' { '-' } else { c })
+            .collect();
+        let cloud_target = route
+            .target_node_addresses
+            .iter()
+            .find(|a| a.kind == "InternalIP")
+            .map(|a| a.address.clone())
+            .or_else(|| route.target_provider_id.clone())
+            .unwrap_or_else(|| route.target_node.clone());
+        let stored = Route {
+            name: format!("{cluster}-{name_hint}-{cidr_text}").into(),
+            target_node: route.target_node.clone(),
+            destination: route.destination.clone(),
+            blackhole: false,
+            target_node_addresses: route.target_node_addresses.clone(),
+            enable_node_addresses: reports,
+            cloud_target,
+            target_provider_id: route.target_provider_id.clone(),
+        };
+        table.insert(
+            route.destination.clone(),
+            Stored {
+                route: stored.clone(),
+                hidden_lists: list_lag,
+            },
+        );
+        Ok(stored)
+    }
+
+    /// Deletes the route the caller listed, not a later one for the same destination.
+    pub(crate) fn delete(&mut self, cluster: &str, route: &Route) -> Result<(), CloudError> {
+        let missing = || {
+            CloudError::new(
+                ErrorKind::NotFound,
+                format!(
+                    "no route {:?} for {} in the table of cluster {cluster:?}",
+                    route.name, route.destination
+                ),
+            )
+        };
+        let table = self.tables.get_mut(cluster).ok_or_else(missing)?;
+        let found = table.get(&route.destination).ok_or_else(missing)?;
+        // A route re-created under another name since it was listed is not the
+        // one the caller means.
+        if !route.name.is_empty() && found.route.name != route.name {
+            return Err(missing());
+        }
+        table.remove(&route.destination);
+        Ok(())
+    }
+}
