@@ -422,8 +422,8 @@ mod tests {
     use crate::nodes::NodeEvent;
     use crate::status::RecordingStatusWriter;
     use crate::warnings::Reason;
-    use route_cloud::ErrorKind;
     use provider_memory::{MemoryCloud, MemoryConfig, Operation};
+    use route_cloud::ErrorKind;
     use route_core::{Cidr, NodeView};
 
     struct Fixture {

@@ -1,0 +1,69 @@
+//! The contributor docs point at real things: every path CONTRIBUTING.md and
+//! README.md name exists, and every test CONTRIBUTING.md says checks a row
+//! is defined where it says.
+
+use std::path::Path;
+
+fn root() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+}
+
+/// Backticked spans of `text`.
+fn spans(text: &str) -> Vec<&str> {
+    text.split('`').skip(1).step_by(2).collect()
+}
+
+/// Spans that name a file or directory of the repository.
+fn paths(text: &str) -> Vec<&str> {
+    spans(text)
+        .into_iter()
+        .filter(|s| {
+            ["crates/", "scripts/", "tools/", "deploy/", "fuzz/"]
+                .iter()
+                .any(|p| s.starts_with(p))
+                && !s.contains(['<', '*', ' '])
+        })
+        .map(|s| s.trim_end_matches('/'))
+        .collect()
+}
+
+#[test]
+fn every_path_the_docs_name_exists() {
+    for doc in ["CONTRIBUTING.md", "README.md"] {
+        let text = std::fs::read_to_string(root().join(doc)).expect("read the doc");
+        let named = paths(&text);
+        assert!(!named.is_empty(), "{doc} names no paths?");
+        let missing: Vec<&str> = named
+            .into_iter()
+            .filter(|p| !root().join(p).exists())
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "{doc} names paths that do not exist: {missing:?}"
+        );
+    }
+}
+
+#[test]
+fn every_check_contributing_names_is_a_test_that_exists() {
+    let text = std::fs::read_to_string(root().join("CONTRIBUTING.md")).expect("read the doc");
+    let mut checked = 0;
+    for span in spans(&text) {
+        // `module::tests::name`: a unit test of crates/route-controller.
+        let Some((module, name)) = span.split_once("::tests::") else {
+            continue;
+        };
+        let file = root().join(format!("crates/route-controller/src/{module}.rs"));
+        let src = std::fs::read_to_string(&file).expect("the module CONTRIBUTING.md names");
+        assert!(
+            src.contains(&format!("fn {name}()")),
+            "CONTRIBUTING.md names {span}, which {} does not define",
+            file.display()
+        );
+        checked += 1;
+    }
+    assert!(
+        checked >= 2,
+        "the metrics and Warning rows name their tests"
+    );
+}
