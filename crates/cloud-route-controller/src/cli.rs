@@ -31,8 +31,10 @@ pub struct Cli {
     pub run: RunArgs,
 }
 
-// Parsed once at start-up; boxing the big variant would buy nothing.
-#[allow(clippy::large_enum_variant)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "parsed once at start-up; boxing the big variant would buy nothing"
+)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the route controller (the default).

@@ -85,8 +85,10 @@ fn main() -> ExitCode {
     }
 }
 
-// Built once at start-up; boxing the big variant would buy nothing.
-#[allow(clippy::large_enum_variant)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "built once at start-up; boxing the big variant would buy nothing"
+)]
 enum Cmd {
     Run(cli::RunArgs),
     Plan(cli::PlanArgs),

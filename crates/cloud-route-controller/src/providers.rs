@@ -25,7 +25,7 @@ pub const PROVIDERS: &[&str] = &[
 /// check `fence` again after each wait.
 #[cfg_attr(
     not(any(feature = "aws", feature = "hcloud", feature = "openstack")),
-    allow(unused_variables)
+    allow(unused_variables, reason = "only the real providers use the fence")
 )]
 pub async fn build(
     name: &str,

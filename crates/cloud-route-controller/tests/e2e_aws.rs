@@ -135,7 +135,7 @@ async fn create_nodes(c: &ClusterGuard, prefix: &str, first_octet: usize, instan
                 .provider_id(&inst.provider_id),
         )
         .await
-        .unwrap();
+        .expect("create the test Node");
     }
 }
 
@@ -155,7 +155,7 @@ fn start_aws(
         &cfg,
         format!("region: us-east-1\nendpoint: {endpoint}\n{extra_yaml}"),
     )
-    .unwrap();
+    .expect("write the test fixture file");
     let metrics = format!("127.0.0.1:{}", free_port());
     let mut args = vec![
         "--cluster-cidr",
@@ -165,7 +165,7 @@ fn start_aws(
         "--cloud-provider",
         "aws",
         "--cloud-config",
-        cfg.to_str().unwrap(),
+        cfg.to_str().expect("temporary paths are UTF-8"),
         "--leader-elect=false",
         "--metrics-bind-address",
         &metrics,

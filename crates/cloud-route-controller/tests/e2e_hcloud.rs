@@ -16,7 +16,7 @@ const NETWORK: u64 = 4711;
 /// Writes the fake's token and an hcloud `--cloud-config` pointing at it.
 fn write_config(dir: &TempDir, fake: &FakeHcloud) -> std::path::PathBuf {
     let token = dir.path().join("token");
-    std::fs::write(&token, fake.token()).unwrap();
+    std::fs::write(&token, fake.token()).expect("write the test fixture file");
     let config = dir.path().join("hcloud.yaml");
     std::fs::write(
         &config,
@@ -26,7 +26,7 @@ fn write_config(dir: &TempDir, fake: &FakeHcloud) -> std::path::PathBuf {
             token.display()
         ),
     )
-    .unwrap();
+    .expect("write the test fixture file");
     config
 }
 

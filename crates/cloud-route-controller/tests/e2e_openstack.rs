@@ -25,7 +25,7 @@ fn config(dir: &TempDir, url: &str, router: &str, subnet: &str, extra: &str) -> 
             "auth_type: noauth\nendpoint: {url}\nrouter_id: {router}\nnode_subnets: [{subnet}]\n{extra}"
         ),
     )
-    .unwrap();
+    .expect("write the test fixture file");
     path
 }
 

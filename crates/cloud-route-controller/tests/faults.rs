@@ -1434,7 +1434,7 @@ const NETWORK: u64 = 4711;
 /// An hcloud `--cloud-config` for `endpoint` with `token` in a file.
 fn hcloud_config(dir: &Path, endpoint: &str, token: &str) -> PathBuf {
     let token_file = dir.join("token");
-    std::fs::write(&token_file, token).unwrap();
+    std::fs::write(&token_file, token).expect("write the test fixture file");
     let config = dir.join("hcloud.yaml");
     std::fs::write(
         &config,
@@ -1443,7 +1443,7 @@ fn hcloud_config(dir: &Path, endpoint: &str, token: &str) -> PathBuf {
             token_file.display()
         ),
     )
-    .unwrap();
+    .expect("write the test fixture file");
     config
 }
 
@@ -1454,7 +1454,7 @@ fn hcloud_args(config: &Path, metrics: &str) -> Vec<String> {
         "--cloud-provider",
         "hcloud",
         "--cloud-config",
-        config.to_str().unwrap(),
+        config.to_str().expect("temporary paths are UTF-8"),
         "--leader-elect=false",
         "--metrics-bind-address",
         metrics,
@@ -1599,8 +1599,12 @@ async fn secrets_never_appear_in_logs_events_or_metrics() {
 /// and counts the requests.
 async fn broken_server(answer: &'static str) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind a local port");
+    let addr = listener
+        .local_addr()
+        .expect("the bound listener has an address");
     let hits = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counter = hits.clone();
     tokio::spawn(async move {

@@ -44,7 +44,7 @@ fn start(c: &ClusterGuard, dir: &TempDir, id: &str, config: &std::path::Path) ->
             "--cloud-provider",
             "memory",
             "--cloud-config",
-            config.to_str().unwrap(),
+            config.to_str().expect("temporary paths are UTF-8"),
             "--leader-elect=true",
             "--leader-elect-identity",
             id,
@@ -104,7 +104,7 @@ fn pod_cidr(i: u32) -> String {
 async fn add_node(c: &ClusterGuard, i: u32) {
     c.create_node(&TestNode::new(format!("le-{i}")).pod_cidrs([pod_cidr(i)]))
         .await
-        .unwrap();
+        .expect("create the test Node");
 }
 
 /// Waits for the route of node `i`; returns the log entry that created it.

@@ -32,7 +32,7 @@ fn pod_cidr(i: u32) -> String {
 async fn add_node(c: &ClusterGuard, i: u32) {
     c.create_node(&TestNode::new(format!("obs-{i}")).pod_cidrs([pod_cidr(i)]))
         .await
-        .unwrap();
+        .expect("create the test Node");
 }
 
 async fn destinations(admin: &AdminClient) -> Vec<String> {

@@ -12,7 +12,7 @@ use route_core::{Cidr, Destination, NodeAddress, Route};
 const C: &str = "c1";
 
 fn cidr(s: &str) -> Destination {
-    Destination::Cidr(Cidr::parse(s).unwrap())
+    Destination::Cidr(Cidr::parse(s).expect("the test CIDRs are valid"))
 }
 
 fn want(node: &str, dest: &str) -> Route {
@@ -31,15 +31,17 @@ fn want(node: &str, dest: &str) -> Route {
 }
 
 async fn start(config: MemoryConfig) -> (SimServer, AdminClient) {
-    let server = SimServer::start_local(config).await.unwrap();
-    let admin = AdminClient::new(&server.url()).unwrap();
+    let server = SimServer::start_local(config)
+        .await
+        .expect("start the simulated cloud");
+    let admin = AdminClient::new(&server.url()).expect("the simulated cloud admin client");
     (server, admin)
 }
 
 async fn client(server: &SimServer, caller: &str) -> RemoteMemoryCloud {
     RemoteMemoryCloud::connect(&RemoteConfig::new(server.url(), caller))
         .await
-        .unwrap()
+        .expect("connect to the simulated cloud")
 }
 
 #[tokio::test]

@@ -13,7 +13,7 @@ use route_core::{Cidr, Destination, NodeAddress, Route};
 const NET: u64 = 7;
 
 fn dest(s: &str) -> Destination {
-    Destination::Cidr(Cidr::parse(s).unwrap())
+    Destination::Cidr(Cidr::parse(s).expect("the test CIDRs are valid"))
 }
 
 /// Node `i`: server id 100+i, private IP 10.0.0.(i+2), pod CIDR 10.244.i.0/24.
@@ -33,7 +33,9 @@ fn node_route(i: u32) -> Route {
 }
 
 async fn fake_with(config: FakeConfig, servers: u32) -> FakeHcloud {
-    let fake = FakeHcloud::start(config).await.unwrap();
+    let fake = FakeHcloud::start(config)
+        .await
+        .expect("start the fake Hetzner API");
     fake.add_network(NET, "k8s", "10.0.0.0/8", &["10.0.0.0/24"]);
     for i in 0..servers {
         fake.add_server(
@@ -58,7 +60,11 @@ fn client_config(fake: &FakeHcloud) -> HcloudConfig {
 }
 
 fn provider(fake: &FakeHcloud, config: HcloudConfig) -> HcloudRoutes {
-    HcloudRoutes::new(config, Token::new(fake.token()).unwrap()).unwrap()
+    HcloudRoutes::new(
+        config,
+        Token::new(fake.token()).expect("the fake token is a valid token"),
+    )
+    .expect("the provider accepts the test config")
 }
 
 #[tokio::test]
@@ -452,7 +458,7 @@ async fn burst_of_creates(n: u32, use_headers: bool) -> (FakeHcloud, HcloudRoute
         }
     }
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    other.await.unwrap();
+    other.await.expect("the concurrent request task finished");
     let fake = Arc::try_unwrap(fake).unwrap_or_else(|_| panic!("fake still shared"));
     (fake, p)
 }
@@ -497,7 +503,10 @@ struct Capture(Arc<Mutex<Vec<u8>>>);
 
 impl Write for Capture {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
+        self.0
+            .lock()
+            .expect("no test thread panicked holding the lock")
+            .extend_from_slice(buf);
         Ok(buf.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {

@@ -473,8 +473,12 @@ async fn finds_the_router_by_name_and_reports_a_missing_router() {
 /// A Keystone stand-in: answers `POST /v3/auth/tokens` with a token and a
 /// catalog whose network endpoint is the real neutron-server.
 async fn fake_keystone(neutron: String, seen: Arc<Mutex<Vec<Value>>>) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind a local port");
+    let addr = listener
+        .local_addr()
+        .expect("the bound listener has an address");
     tokio::spawn(async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else {
@@ -496,7 +500,9 @@ async fn fake_keystone(neutron: String, seen: Arc<Mutex<Vec<Value>>>) -> String 
                                 .map(|b| b.to_bytes())
                                 .unwrap_or_default();
                             let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-                            seen.lock().unwrap().push(v);
+                            seen.lock()
+                                .expect("no test thread panicked holding the lock")
+                                .push(v);
                             let answer = json!({"token": {
                                 "issued_at": "2026-01-01T00:00:00.000000Z",
                                 "expires_at": "2026-01-01T01:00:00.000000Z",
@@ -510,7 +516,7 @@ async fn fake_keystone(neutron: String, seen: Arc<Mutex<Vec<Value>>>) -> String 
                                 .header("X-Subject-Token", "tok-123")
                                 .header("Content-Type", "application/json")
                                 .body(Full::new(Bytes::from(answer.to_string())))
-                                .unwrap();
+                                .expect("a well-formed test response");
                             Ok::<_, Infallible>(resp)
                         }
                     },

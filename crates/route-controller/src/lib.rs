@@ -18,8 +18,6 @@
 //! route cache, warnings already emitted) and is the only code that calls
 //! the cloud or writes to the cluster.
 
-#![warn(missing_docs)]
-
 pub mod absorb;
 pub mod controller;
 pub mod execute;

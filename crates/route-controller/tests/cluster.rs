@@ -58,7 +58,8 @@ fn start(c: &ClusterGuard, mode: Mode, cloud: &MemoryCloud, resync: Duration) ->
     let cfg = ControllerConfig {
         cluster_name: CLUSTER.into(),
         plan: PlanConfig {
-            cluster_cidrs: parse_cluster_cidrs("10.244.0.0/16,fd00:10::/56").unwrap(),
+            cluster_cidrs: parse_cluster_cidrs("10.244.0.0/16,fd00:10::/56")
+                .expect("the test CIDRs are valid"),
             ..PlanConfig::default()
         },
         mode,
@@ -111,7 +112,7 @@ async fn wait_routes(cloud: &MemoryCloud, node: &str, n: usize, what: &str) {
         (routes_of(cloud, node).len() == n).then_some(())
     })
     .await
-    .unwrap();
+    .unwrap_or_else(|e| panic!("{e}"));
 }
 
 async fn wait_condition(c: &ClusterGuard, node: &str, status: &str, reason: &str) {
@@ -124,7 +125,7 @@ async fn wait_condition(c: &ClusterGuard, node: &str, status: &str, reason: &str
         },
     )
     .await
-    .unwrap();
+    .unwrap_or_else(|e| panic!("{e}"));
 }
 
 #[tokio::test]

@@ -64,7 +64,7 @@ fn start_on(
     let cfg = ControllerConfig {
         cluster_name: CLUSTER.into(),
         plan: PlanConfig {
-            cluster_cidrs: parse_cluster_cidrs("10.244.0.0/16").unwrap(),
+            cluster_cidrs: parse_cluster_cidrs("10.244.0.0/16").expect("the test CIDRs are valid"),
             ..PlanConfig::default()
         },
         mode,

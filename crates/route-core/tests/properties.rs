@@ -154,9 +154,10 @@ fn world() -> impl Strategy<Value = World> {
                     r
                 })
                 .collect();
-            let mut cluster_cidrs = vec![Cidr::parse("10.0.0.0/16").unwrap()];
+            let mut cluster_cidrs =
+                vec![Cidr::parse("10.0.0.0/16").expect("the test CIDRs are valid")];
             if dual {
-                cluster_cidrs.push(Cidr::parse("fd00::/48").unwrap());
+                cluster_cidrs.push(Cidr::parse("fd00::/48").expect("the test CIDRs are valid"));
             }
             World {
                 nodes,

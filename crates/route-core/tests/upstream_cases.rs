@@ -429,7 +429,7 @@ fn reconcile_case(description: &str) {
             .nodes
             .iter()
             .find(|n| n.name == c.route.target_node)
-            .unwrap();
+            .expect("every created route belongs to a Node of the case");
         assert_eq!(
             c.name_hint, n.uid,
             "{description}: name hint is the node uid"

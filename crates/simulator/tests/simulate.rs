@@ -5,12 +5,15 @@ use route_controller::Mode;
 use simulator::{ModeReport, Scenario, SimulationReport, run_scenario};
 
 fn run(toml: &str) -> SimulationReport {
-    let s = Scenario::parse(toml, "test").unwrap();
-    run_scenario(&s, &Mode::ALL).unwrap()
+    let s = Scenario::parse(toml, "test").expect("the test scenario parses");
+    run_scenario(&s, &Mode::ALL).expect("the scenario runs")
 }
 
 fn mode(r: &SimulationReport, m: Mode) -> &ModeReport {
-    r.modes.iter().find(|x| x.mode == m.as_str()).unwrap()
+    r.modes
+        .iter()
+        .find(|x| x.mode == m.as_str())
+        .expect("every requested mode was simulated")
 }
 
 fn calls(m: &ModeReport, op: &str) -> u64 {

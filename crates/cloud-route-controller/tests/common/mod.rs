@@ -1,5 +1,5 @@
 //! Running the real `cloud-route-controller` binary as a child process.
-#![allow(dead_code)]
+#![allow(dead_code, reason = "each test binary uses a different subset")]
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

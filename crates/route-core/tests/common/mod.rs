@@ -1,6 +1,6 @@
 //! Helpers shared by the planner's integration tests: fixtures and a plan
 //! applier that behaves like a cloud that executes every operation.
-#![allow(dead_code)] // each test binary uses a different subset
+#![allow(dead_code, reason = "each test binary uses a different subset")]
 
 use route_core::{Cidr, NodeAddress, NodeView, Plan, PlanConfig, Route};
 
