@@ -15,10 +15,10 @@ use tracing::info;
 
 use crate::execute::{OpResult, Outcome};
 use crate::hold::Holds;
+use crate::nodes::NodeRef;
 use crate::nodes::NodeStore;
 use crate::retry::{OpKey, RetryBook};
 use crate::snapshot::RouteCache;
-use crate::status::NodeRef;
 use crate::warnings::Warning;
 
 /// The loop state an outcome is folded into.

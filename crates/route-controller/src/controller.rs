@@ -30,11 +30,11 @@ use crate::absorb::{self, Absorbed};
 use crate::execute::{Executor, Fence, Outcome};
 use crate::hold::{Held, Holds};
 use crate::metrics::{Metrics, MetricsHandle, PassOutcome};
-use crate::nodes::NodeStore;
+use crate::nodes::{NodeRef, NodeStore};
 use crate::retry::{BackoffConfig, OpKey, RetryBook};
 use crate::schedule::{Decision, Mode, PassKind, Scheduler, SyncTrigger, Timing};
 use crate::snapshot::{self, RouteCache, Snapshot};
-use crate::status::{self, NodeRef, StatusWriter};
+use crate::status::{self, StatusWriter};
 use crate::warnings::{PlanWarnings, Warning};
 
 /// Everything the loop needs to know, from flags.

@@ -1,19 +1,19 @@
 //! Route latency: how long each pod CIDR waited for its route.
 //!
 //! [`RouteLatency`] owns one piece of state, "when was this Node's pod CIDR
-//! first seen, and is it still waiting". The [`NodeStore`](crate::nodes::NodeStore)
-//! feeds it every watch event beside the Node cache, and the status step
-//! asks it, after a pass, which waits ended. It keeps nothing about routes
+//! first seen, and is it still waiting". The Node store feeds it every watch
+//! event beside the Node cache, and the status step asks it, after a pass,
+//! which waits ended. It sees Nodes only as [`NodeView`]s, so it depends on
+//! nothing of the Node side but the planner's types. It keeps nothing about routes
 //! and decides nothing about them; it only measures
 //! `route_controller_node_route_latency_seconds`.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
-use route_core::{Cidr, NetworkCondition, Plan, PodCidr};
+use route_core::{Cidr, NetworkCondition, NodeView, Plan, PodCidr};
 use tokio::time::Instant;
-
-use crate::nodes::{NodeCache, NodeEvent};
 
 /// The pod CIDRs of one Node (by UID) and when each was first seen;
 /// `None` once its route was confirmed, so later updates of the Node
@@ -51,33 +51,40 @@ impl RouteLatency {
         Self::default()
     }
 
-    /// Notes the pod CIDRs a watch event shows; forgets deleted Nodes, and
-    /// at the end of a relist the Nodes it no longer lists.
-    pub fn observe(&mut self, event: &NodeEvent) {
-        match event {
-            NodeEvent::Init => self.relist = Some(HashSet::new()),
-            NodeEvent::InitApply(v) => {
-                if let Some(live) = &mut self.relist {
-                    live.insert(v.uid.clone());
-                }
-                self.note_cidrs(v);
-            }
-            NodeEvent::InitDone => {
-                if let Some(live) = self.relist.take() {
-                    self.first_seen.retain(|uid, _| live.contains(uid));
-                    self.awaiting = self.first_seen.values().map(Seen::awaiting).sum();
-                }
-            }
-            NodeEvent::Apply(v) => self.note_cidrs(v),
-            NodeEvent::Delete(v) => {
-                if let Some(gone) = self.first_seen.remove(v.uid.as_str()) {
-                    self.awaiting -= gone.awaiting();
-                }
-            }
+    /// A relist of all Nodes starts.
+    pub fn relist_started(&mut self) {
+        self.relist = Some(HashSet::new());
+    }
+
+    /// A Node of a relist.
+    pub fn listed(&mut self, v: &NodeView) {
+        if let Some(live) = &mut self.relist {
+            live.insert(v.uid.clone());
+        }
+        self.note_cidrs(v);
+    }
+
+    /// The relist is complete: Nodes it did not list are gone.
+    pub fn relist_done(&mut self) {
+        if let Some(live) = self.relist.take() {
+            self.first_seen.retain(|uid, _| live.contains(uid));
+            self.awaiting = self.first_seen.values().map(Seen::awaiting).sum();
         }
     }
 
-    fn note_cidrs(&mut self, v: &route_core::NodeView) {
+    /// A Node was added or changed.
+    pub fn seen(&mut self, v: &NodeView) {
+        self.note_cidrs(v);
+    }
+
+    /// The Node with this UID was deleted.
+    pub fn deleted(&mut self, uid: &str) {
+        if let Some(gone) = self.first_seen.remove(uid) {
+            self.awaiting -= gone.awaiting();
+        }
+    }
+
+    fn note_cidrs(&mut self, v: &NodeView) {
         let mut cidrs = v.pod_cidrs.iter().filter_map(|c| match c {
             PodCidr::Valid(c) => Some(*c),
             PodCidr::Invalid(_) => None,
@@ -105,10 +112,10 @@ impl RouteLatency {
     /// land) and returns how long each waited. Nodes the plan left out whose
     /// condition already says `RouteCreated` were routed before this
     /// controller saw them (a previous leader, a restart): they are
-    /// forgotten without a measurement.
+    /// forgotten without a measurement. `node` looks a Node up by name.
     pub fn confirm(
         &mut self,
-        nodes: &NodeCache,
+        node: impl Fn(&str) -> Option<Arc<NodeView>>,
         plan: &Plan,
         failed: impl Fn(usize) -> bool,
     ) -> Vec<Duration> {
@@ -120,7 +127,7 @@ impl RouteLatency {
             if !self.awaits_route(&n.uid) {
                 continue;
             }
-            let Some(v) = nodes.get(&n.node) else {
+            let Some(v) = node(&n.node) else {
                 continue;
             };
             for c in v.valid_pod_cidrs() {
@@ -128,13 +135,17 @@ impl RouteLatency {
             }
         }
         let planned: HashSet<&str> = plan.nodes.iter().map(|n| n.node.as_str()).collect();
-        self.forget_settled(nodes, |name| planned.contains(name));
+        self.forget_settled(node, |name| planned.contains(name));
         waited
     }
 
     /// Stops waiting for the routes of Nodes not `planned` whose condition
     /// already says `RouteCreated`.
-    fn forget_settled(&mut self, nodes: &NodeCache, planned: impl Fn(&str) -> bool) {
+    fn forget_settled(
+        &mut self,
+        node: impl Fn(&str) -> Option<Arc<NodeView>>,
+        planned: impl Fn(&str) -> bool,
+    ) {
         if self.awaiting == 0 {
             return;
         }
@@ -142,7 +153,7 @@ impl RouteLatency {
             if seen.awaiting() == 0 || planned(&seen.name) {
                 continue;
             }
-            let settled = nodes.get(&seen.name).is_some_and(|v| {
+            let settled = node(&seen.name).is_some_and(|v| {
                 v.uid == *uid
                     && NetworkCondition::RouteCreated.already_set(v.network_unavailable.as_ref())
             });
@@ -182,29 +193,36 @@ impl RouteLatency {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use route_core::NodeView;
+    use std::collections::BTreeMap;
 
-    /// The cache and the latency fed the same events, as the store does.
+    /// The Nodes by name and the latency, fed together as the store does.
     #[derive(Default)]
     struct Fed {
-        cache: NodeCache,
+        nodes: BTreeMap<String, Arc<NodeView>>,
         latency: RouteLatency,
     }
 
     impl Fed {
-        fn apply(&mut self, e: NodeEvent) {
-            self.latency.observe(&e);
-            self.cache.apply(e);
-        }
-
         fn synced(nodes: &[NodeView]) -> Self {
             let mut f = Fed::default();
-            f.apply(NodeEvent::Init);
+            f.latency.relist_started();
             for n in nodes {
-                f.apply(NodeEvent::InitApply(n.clone()));
+                f.latency.listed(n);
+                f.nodes.insert(n.name.clone(), Arc::new(n.clone()));
             }
-            f.apply(NodeEvent::InitDone);
+            f.latency.relist_done();
             f
+        }
+
+        fn apply(&mut self, v: NodeView) {
+            self.latency.seen(&v);
+            self.nodes.insert(v.name.clone(), Arc::new(v));
+        }
+
+        fn delete(&mut self, name: &str) {
+            if let Some(v) = self.nodes.remove(name) {
+                self.latency.deleted(&v.uid);
+            }
         }
     }
 
@@ -219,7 +237,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn route_latency_is_measured_once_from_first_sight() {
         let mut f = Fed::synced(&[]);
-        f.apply(NodeEvent::Apply(view("a", &["10.0.0.0/24"])));
+        f.apply(view("a", &["10.0.0.0/24"]));
         tokio::time::advance(Duration::from_millis(1500)).await;
         let c = &mut f.latency;
         assert_eq!(
@@ -228,7 +246,7 @@ mod tests {
         );
         assert_eq!(c.confirm_route("uid-a", cidr("10.0.0.0/24")), None);
         // Later updates of the same Node (a heartbeat) start no new measurement.
-        f.apply(NodeEvent::Apply(view("a", &["10.0.0.0/24"])));
+        f.apply(view("a", &["10.0.0.0/24"]));
         tokio::time::advance(Duration::from_millis(10)).await;
         assert_eq!(f.latency.confirm_route("uid-a", cidr("10.0.0.0/24")), None);
         assert!(!f.latency.awaiting_routes());
@@ -238,15 +256,15 @@ mod tests {
     async fn awaiting_routes_counts_only_unconfirmed_cidrs_of_live_nodes() {
         let mut f = Fed::synced(&[]);
         assert!(!f.latency.awaiting_routes());
-        f.apply(NodeEvent::Apply(view("a", &["10.0.0.0/24"])));
-        f.apply(NodeEvent::Apply(view("b", &["10.0.1.0/24", "fd00::/64"])));
+        f.apply(view("a", &["10.0.0.0/24"]));
+        f.apply(view("b", &["10.0.1.0/24", "fd00::/64"]));
         assert!(f.latency.awaits_route("uid-a") && f.latency.awaits_route("uid-b"));
         assert_eq!(
             f.latency.confirm_route("uid-b", cidr("10.0.1.0/24")),
             Some(Default::default())
         );
         assert!(f.latency.awaits_route("uid-b"), "the IPv6 CIDR still waits");
-        f.apply(NodeEvent::Delete(view("b", &[])));
+        f.delete("b");
         assert!(!f.latency.awaits_route("uid-b"));
         assert_eq!(
             f.latency.confirm_route("uid-a", cidr("10.0.0.0/24")),
@@ -254,10 +272,10 @@ mod tests {
         );
         assert!(!f.latency.awaiting_routes());
         // A Node gone during a watch gap is forgotten at the relist.
-        f.apply(NodeEvent::Apply(view("d", &["10.0.3.0/24"])));
-        f.apply(NodeEvent::Init);
-        f.apply(NodeEvent::InitApply(view("a", &["10.0.0.0/24"])));
-        f.apply(NodeEvent::InitDone);
+        f.apply(view("d", &["10.0.3.0/24"]));
+        f.latency.relist_started();
+        f.latency.listed(&view("a", &["10.0.0.0/24"]));
+        f.latency.relist_done();
         assert!(!f.latency.awaiting_routes());
     }
 
@@ -270,7 +288,9 @@ mod tests {
             view("new", &["10.0.1.0/24"]),
             routed("planned", "10.0.2.0/24"),
         ]);
-        f.latency.forget_settled(&f.cache, |name| name == "planned");
+        let nodes = f.nodes.clone();
+        f.latency
+            .forget_settled(|n| nodes.get(n).cloned(), |name| name == "planned");
         // A route from before this controller saw the Node: nothing to measure.
         assert!(!f.latency.awaits_route("uid-old"));
         // No condition yet, or named by the plan: still measured.
@@ -282,10 +302,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn confirm_measures_routed_nodes_of_a_plan_and_not_failed_ones() {
         let mut f = Fed::synced(&[]);
-        f.apply(NodeEvent::Apply(view("a", &["10.0.0.0/24"])));
-        f.apply(NodeEvent::Apply(view("b", &["10.0.1.0/24"])));
+        f.apply(view("a", &["10.0.0.0/24"]));
+        f.apply(view("b", &["10.0.1.0/24"]));
         tokio::time::advance(Duration::from_millis(250)).await;
-        let nodes: Vec<std::sync::Arc<NodeView>> = f.cache.snapshot();
+        let nodes: Vec<Arc<NodeView>> = f.nodes.values().cloned().collect();
         let plan = route_core::plan(
             &nodes,
             &[],
@@ -300,7 +320,10 @@ mod tests {
             .iter()
             .position(|c| c.route.target_node.as_str() == "b")
             .unwrap();
-        let waited = f.latency.confirm(&f.cache, &plan, |i| i == b);
+        let lookup = f.nodes.clone();
+        let waited = f
+            .latency
+            .confirm(|n| lookup.get(n).cloned(), &plan, |i| i == b);
         assert_eq!(waited, vec![Duration::from_millis(250)]);
         assert!(!f.latency.awaits_route("uid-a"));
         assert!(f.latency.awaits_route("uid-b"), "its creation failed");

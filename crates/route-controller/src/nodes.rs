@@ -226,6 +226,15 @@ impl NodeCache {
     }
 }
 
+/// A Node by name and UID: what a status write or an Event is about.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct NodeRef {
+    /// Name.
+    pub name: String,
+    /// UID.
+    pub uid: String,
+}
+
 /// The Node side shared by the feeder and the loop: the cache, the latency
 /// measurements and the notification the loop waits on.
 pub struct NodeStore {
@@ -261,7 +270,14 @@ impl NodeStore {
     pub fn apply(&self, event: NodeEvent) {
         let trigger = {
             let mut inner = self.lock();
-            inner.latency.observe(&event);
+            let latency = &mut inner.latency;
+            match &event {
+                NodeEvent::Init => latency.relist_started(),
+                NodeEvent::InitApply(v) => latency.listed(v),
+                NodeEvent::InitDone => latency.relist_done(),
+                NodeEvent::Apply(v) => latency.seen(v),
+                NodeEvent::Delete(v) => latency.deleted(&v.uid),
+            }
             inner.cache.apply(event)
         };
         // Events of the initial list are neither: they are the list.
@@ -345,7 +361,7 @@ impl NodeStore {
     pub fn confirm_routes(&self, plan: &Plan, failed: impl Fn(usize) -> bool) -> Vec<Duration> {
         let mut inner = self.lock();
         let Inner { cache, latency } = &mut *inner;
-        latency.confirm(cache, plan, failed)
+        latency.confirm(|name| cache.get(name), plan, failed)
     }
 }
 

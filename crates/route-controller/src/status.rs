@@ -25,7 +25,7 @@ use tracing::warn;
 
 use crate::execute::{Fence, Outcome};
 use crate::metrics::MetricsHandle;
-use crate::nodes::NodeStore;
+use crate::nodes::{NodeRef, NodeStore};
 use crate::warnings::Warning;
 
 /// The event source component, as upstream's route controller.
@@ -113,15 +113,6 @@ pub async fn write_conditions(
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct StatusError(pub String);
-
-/// The Node a write is about.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct NodeRef {
-    /// Name.
-    pub name: String,
-    /// UID.
-    pub uid: String,
-}
 
 /// Writes conditions and Events.
 #[async_trait]

@@ -17,7 +17,7 @@ use route_cloud::{CloudError, ErrorKind};
 use route_core::{Cidr, Creation, Deletion, Plan};
 use tracing::warn;
 
-use crate::status::NodeRef;
+use crate::nodes::NodeRef;
 
 /// Why a Warning Event was emitted; its `reason` field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
