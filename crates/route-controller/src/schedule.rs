@@ -341,6 +341,25 @@ pub fn pick_resync(min: Duration, unit: f64) -> Duration {
 mod tests {
     use super::*;
 
+    #[test]
+    fn the_mode_comes_from_the_flag_else_the_gate_else_incremental() {
+        assert_eq!(Mode::resolve(None, None), Ok(Mode::Incremental));
+        assert_eq!(Mode::resolve(None, Some(true)), Ok(Mode::Watch));
+        assert_eq!(Mode::resolve(None, Some(false)), Ok(Mode::Periodic));
+        assert_eq!(
+            Mode::resolve(Some(Mode::Watch), Some(true)),
+            Ok(Mode::Watch)
+        );
+        assert_eq!(
+            Mode::resolve(Some(Mode::Incremental), Some(true)),
+            Err((Mode::Incremental, Mode::Watch))
+        );
+        for m in Mode::ALL {
+            assert_eq!(m.as_str().parse::<Mode>(), Ok(m));
+        }
+        assert!("fast".parse::<Mode>().is_err());
+    }
+
     fn timing() -> Timing {
         Timing {
             period: Duration::from_secs(10),

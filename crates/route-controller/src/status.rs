@@ -288,3 +288,103 @@ impl StatusWriter for RecordingStatusWriter {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nodes::NodeEvent;
+    use crate::warnings::Reason;
+    use route_core::{Cidr, NodeView, PlanConfig};
+
+    fn store(nodes: &[NodeView]) -> Arc<NodeStore> {
+        let s = NodeStore::new(None);
+        s.apply(NodeEvent::Init);
+        for n in nodes {
+            s.apply(NodeEvent::InitApply(n.clone()));
+        }
+        s.apply(NodeEvent::InitDone);
+        s
+    }
+
+    fn plan_for(store: &NodeStore) -> Plan {
+        route_core::plan(
+            &store.snapshot(),
+            &[],
+            &PlanConfig {
+                cluster_cidrs: vec![Cidr::parse("10.0.0.0/16").unwrap()],
+                ..PlanConfig::default()
+            },
+        )
+    }
+
+    fn done(plan: &Plan) -> Outcome {
+        Outcome {
+            deletions: Vec::new(),
+            creations: vec![crate::OpResult::Done(None); plan.creations.len()],
+        }
+    }
+
+    #[test]
+    fn the_condition_patch_is_upstreams_strategic_merge() {
+        let p = condition_patch(NetworkCondition::RouteCreated, Timestamp::UNIX_EPOCH);
+        let c = &p["status"]["conditions"][0];
+        assert_eq!(c["type"], "NetworkUnavailable");
+        assert_eq!(c["status"], "False");
+        assert_eq!(c["reason"], "RouteCreated");
+        assert_eq!(c["lastTransitionTime"], c["lastHeartbeatTime"]);
+    }
+
+    #[tokio::test]
+    async fn conditions_skip_a_node_recreated_since_the_snapshot_and_are_recorded() {
+        let nodes = store(&[
+            NodeView::new("a", "uid-a", &["10.0.1.0/24"]),
+            NodeView::new("b", "uid-b", &["10.0.2.0/24"]),
+        ]);
+        let plan = plan_for(&nodes);
+        // b is deleted and re-created under its name after the plan was made.
+        nodes.apply(NodeEvent::Apply(NodeView::new(
+            "b",
+            "uid-b2",
+            &["10.0.2.0/24"],
+        )));
+        let rec = Arc::new(RecordingStatusWriter::default());
+        let writer: Arc<dyn StatusWriter> = rec.clone();
+        let written =
+            write_conditions(&plan, &done(&plan), &nodes, &writer, &Fence::new(true), 2).await;
+        assert_eq!(written, [("a".to_string(), NetworkCondition::RouteCreated)]);
+        assert_eq!(rec.recorded().conditions.len(), 1);
+        // The written condition is in the cache at once: the next plan
+        // does not patch it again.
+        let again = plan_for(&nodes);
+        let written =
+            write_conditions(&again, &done(&again), &nodes, &writer, &Fence::new(true), 2).await;
+        assert!(
+            written.iter().all(|(n, _)| n != "a"),
+            "a is not patched twice: {written:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn nothing_is_written_past_the_fence() {
+        let nodes = store(&[NodeView::new("a", "uid-a", &["10.0.1.0/24"])]);
+        let plan = plan_for(&nodes);
+        let rec = Arc::new(RecordingStatusWriter::default());
+        let writer: Arc<dyn StatusWriter> = rec.clone();
+        let closed = Fence::new(false);
+        let written = write_conditions(&plan, &done(&plan), &nodes, &writer, &closed, 2).await;
+        assert!(written.is_empty());
+        let w = Warning::invalid_pod_cidr(
+            NodeRef {
+                name: "a".into(),
+                uid: "uid-a".into(),
+            },
+            "x",
+        );
+        emit(&w, &*rec, &closed, &MetricsHandle::default()).await;
+        assert!(rec.recorded().conditions.is_empty() && rec.recorded().events.is_empty());
+        emit(&w, &*rec, &Fence::new(true), &MetricsHandle::default()).await;
+        let events = rec.recorded().events;
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].1, Reason::InvalidPodCidr.as_str());
+    }
+}
