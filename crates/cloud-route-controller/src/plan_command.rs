@@ -68,6 +68,7 @@ pub async fn plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
             cluster_cidrs: cidrs,
             needs: cloud.capabilities().needs,
             replace_blackholes: cloud.capabilities().replaces_blackholes,
+            targets: cloud.targets(),
         },
     );
     let conditions: Vec<ConditionChange<'_>> = plan

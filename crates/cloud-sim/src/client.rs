@@ -106,6 +106,8 @@ pub struct RemoteMemoryCloud {
     caller: Option<String>,
     stats: RequestStats,
     capabilities: Mutex<Option<Capabilities>>,
+    /// The server's route targets, fetched with the capabilities.
+    targets: Mutex<Vec<route_core::Text>>,
 }
 
 impl RemoteMemoryCloud {
@@ -139,6 +141,7 @@ impl RemoteMemoryCloud {
             caller: config.caller.clone(),
             stats: RequestStats::default(),
             capabilities: Mutex::new(None),
+            targets: Mutex::new(Vec::new()),
         })
     }
 
@@ -156,6 +159,8 @@ impl RemoteMemoryCloud {
     pub async fn refresh_capabilities(&self) -> Result<Capabilities, CloudError> {
         let url = join(&self.base, &["v1", "capabilities"]);
         let w: WireCapabilities = self.send("capabilities", false, self.http.get(url)).await?;
+        *self.targets.lock().unwrap_or_else(|e| e.into_inner()) =
+            w.targets.iter().map(|t| t.as_str().into()).collect();
         let caps = Capabilities::from(w);
         *self.capabilities.lock().unwrap_or_else(|e| e.into_inner()) = Some(caps.clone());
         Ok(caps)
@@ -286,6 +291,13 @@ pub(crate) fn transport_error(e: &reqwest::Error, mutating: bool) -> CloudError 
 impl CloudRoutes for RemoteMemoryCloud {
     fn name(&self) -> &'static str {
         "memory"
+    }
+
+    fn targets(&self) -> Vec<route_core::Text> {
+        self.targets
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     fn capabilities(&self) -> Capabilities {

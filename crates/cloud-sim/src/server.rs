@@ -317,7 +317,11 @@ fn wire_routes(routes: &[Route]) -> Vec<WireRoute> {
 
 async fn capabilities(State(sim): State<Arc<Sim>>, headers: HeaderMap) -> Response {
     run(&sim, &headers, None, "capabilities", |cloud| {
-        Ok(async move { Ok(WireCapabilities::from(&cloud.capabilities())) })
+        Ok(async move {
+            let mut caps = WireCapabilities::from(&cloud.capabilities());
+            caps.targets = cloud.targets().iter().map(|t| t.to_string()).collect();
+            Ok(caps)
+        })
     })
     .await
 }

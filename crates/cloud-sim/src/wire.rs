@@ -50,6 +50,9 @@ pub struct WireRoute {
     /// The target node's `spec.providerID`.
     #[serde(default)]
     pub target_provider_id: Option<String>,
+    /// The route table it lives in (empty: the cluster's one table).
+    #[serde(default)]
+    pub target: String,
 }
 
 impl From<&Route> for WireRoute {
@@ -63,6 +66,7 @@ impl From<&Route> for WireRoute {
             enable_node_addresses: r.enable_node_addresses,
             cloud_target: r.cloud_target.to_string(),
             target_provider_id: r.target_provider_id.as_deref().map(String::from),
+            target: r.target.to_string(),
         }
     }
 }
@@ -78,6 +82,7 @@ impl From<WireRoute> for Route {
             enable_node_addresses: w.enable_node_addresses,
             cloud_target: w.cloud_target.into(),
             target_provider_id: w.target_provider_id.map(Text::from),
+            target: w.target.into(),
         }
     }
 }
@@ -229,6 +234,10 @@ pub struct WireCapabilities {
     /// [`Capabilities::replaces_blackholes`]; absent from older servers.
     #[serde(default)]
     pub replaces_blackholes: bool,
+    /// The route tables of each cluster (`CloudRoutes::targets`); absent
+    /// from older servers and empty for a cloud with one table per cluster.
+    #[serde(default)]
+    pub targets: Vec<String>,
 }
 
 impl From<&Capabilities> for WireCapabilities {
@@ -241,6 +250,7 @@ impl From<&Capabilities> for WireCapabilities {
             max_routes: c.max_routes,
             needs: c.needs,
             replaces_blackholes: c.replaces_blackholes,
+            targets: Vec::new(),
         }
     }
 }

@@ -226,6 +226,10 @@ pub struct MemoryConfig {
     /// refuses creations without `spec.providerID` as AWS does,
     /// `internal_ip` those without an InternalIP of the family as OpenStack does.
     pub needs: TargetNeeds,
+    /// Route tables of each cluster (default: one, unnamed): with names,
+    /// every route lives in one of them (`Route::target`), as AWS route
+    /// tables or OpenStack routers do, and `max_routes` applies to each.
+    pub targets: Vec<String>,
 }
 
 impl Default for MemoryConfig {
@@ -243,6 +247,7 @@ impl Default for MemoryConfig {
             seed: 0,
             list_lag: 0,
             needs: TargetNeeds::Nothing,
+            targets: Vec::new(),
         }
     }
 }

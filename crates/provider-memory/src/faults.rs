@@ -20,7 +20,7 @@ use route_core::{Destination, Route};
 
 use crate::config::{ErrorRate, ErrorRates, Operation};
 use crate::provider::MemoryCloud;
-use crate::state::Stored;
+use crate::state::{Stored, table_key};
 
 /// An injected failure for the next calls of one operation.
 #[derive(Debug, Clone, Copy)]
@@ -102,9 +102,11 @@ impl MemoryCloud {
     /// Puts `route` in the table behind the controller's back, replacing any
     /// route for the same destination; returns the replaced one. An empty name
     /// becomes `<cluster>-external-<n>`.
+    /// The route goes into the table its `target` names.
     pub fn insert_route(&self, cluster: &str, mut route: Route) -> Option<Route> {
         let mut s = self.lock();
-        let table = s.tables.entry(cluster.to_string()).or_default();
+        let key = table_key(cluster, &route.target);
+        let table = s.tables.entry(key).or_default();
         if route.name.is_empty() {
             route.name = format!("{cluster}-external-{}", table.len()).into();
         }
@@ -119,29 +121,30 @@ impl MemoryCloud {
             .map(|s| s.route)
     }
 
-    /// Removes the route for `destination` behind the controller's back.
+    /// Removes the route for `destination` behind the controller's back,
+    /// from every route table of the cluster; returns one removed.
     pub fn remove_route(&self, cluster: &str, destination: &Destination) -> Option<Route> {
-        self.lock()
-            .tables
-            .get_mut(cluster)?
-            .remove(destination)
-            .map(|s| s.route)
+        let mut s = self.lock();
+        let mut removed = None;
+        for key in s.table_keys(cluster) {
+            if let Some(gone) = s.tables.get_mut(&key).and_then(|t| t.remove(destination)) {
+                removed.get_or_insert(gone.route);
+            }
+        }
+        removed
     }
 
-    /// Marks the route for `destination` as a blackhole (its target died);
-    /// returns whether such a route exists.
+    /// Marks the route for `destination` as a blackhole (its target died) in
+    /// every route table of the cluster; returns whether such a route exists.
     pub fn blackhole_route(&self, cluster: &str, destination: &Destination) -> bool {
         let mut s = self.lock();
-        match s
-            .tables
-            .get_mut(cluster)
-            .and_then(|t| t.get_mut(destination))
-        {
-            Some(stored) => {
+        let mut found = false;
+        for key in s.table_keys(cluster) {
+            if let Some(stored) = s.tables.get_mut(&key).and_then(|t| t.get_mut(destination)) {
                 stored.route.blackhole = true;
-                true
+                found = true;
             }
-            None => false,
         }
+        found
     }
 }

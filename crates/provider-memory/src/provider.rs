@@ -143,11 +143,22 @@ impl MemoryCloud {
         self.lock().config.list_lag = lists;
     }
 
-    /// The table of `cluster` as stored (including routes a lagging list hides).
+    /// The tables of `cluster` as stored, every route target's (including
+    /// routes a lagging list hides).
     pub fn routes(&self, cluster: &str) -> Vec<Route> {
-        self.lock()
-            .tables
-            .get(cluster)
+        let s = self.lock();
+        s.table_keys(cluster)
+            .iter()
+            .filter_map(|k| s.tables.get(k))
+            .flat_map(|t| t.values().map(|s| s.route.clone()))
+            .collect()
+    }
+
+    /// The routes of one route target of `cluster`, as stored.
+    pub fn routes_in(&self, cluster: &str, target: &str) -> Vec<Route> {
+        let s = self.lock();
+        s.tables
+            .get(&crate::state::table_key(cluster, target))
             .map(|t| t.values().map(|s| s.route.clone()).collect())
             .unwrap_or_default()
     }
@@ -277,6 +288,15 @@ impl CloudRoutes for MemoryCloud {
             needs: s.config.needs,
             replaces_blackholes: false,
         }
+    }
+
+    fn targets(&self) -> Vec<route_core::Text> {
+        self.lock()
+            .config
+            .targets
+            .iter()
+            .map(|t| t.as_str().into())
+            .collect()
     }
 
     fn stats(&self) -> &RequestStats {

@@ -73,17 +73,33 @@ impl State {
         self.faults.injected(op, &self.config.error_rates)
     }
 
-    /// The listed table of `cluster`; each hidden route counts down one list.
+    /// The keys of `tables` that hold `cluster`'s routes: one per
+    /// configured target, or the cluster's one table.
+    pub(crate) fn table_keys(&self, cluster: &str) -> Vec<String> {
+        if self.config.targets.is_empty() {
+            vec![cluster.to_string()]
+        } else {
+            self.config
+                .targets
+                .iter()
+                .map(|t| table_key(cluster, t))
+                .collect()
+        }
+    }
+
+    /// The listed tables of `cluster`; each hidden route counts down one list.
     pub(crate) fn list(&mut self, cluster: &str) -> Vec<Route> {
-        let Some(table) = self.tables.get_mut(cluster) else {
-            return Vec::new();
-        };
-        let mut out = Vec::with_capacity(table.len());
-        for s in table.values_mut() {
-            if s.hidden_lists > 0 {
-                s.hidden_lists -= 1;
-            } else {
-                out.push(s.route.clone());
+        let mut out = Vec::new();
+        for key in self.table_keys(cluster) {
+            let Some(table) = self.tables.get_mut(&key) else {
+                continue;
+            };
+            for s in table.values_mut() {
+                if s.hidden_lists > 0 {
+                    s.hidden_lists -= 1;
+                } else {
+                    out.push(s.route.clone());
+                }
             }
         }
         out
@@ -131,10 +147,17 @@ impl State {
         if let Some(msg) = refused {
             return Err(CloudError::new(ErrorKind::InvalidRequest, msg));
         }
+        let target = route.target.as_str();
+        if !self.config.targets.is_empty() && !self.config.targets.iter().any(|t| t == target) {
+            return Err(CloudError::new(
+                ErrorKind::InvalidRequest,
+                format!("no route table {target:?} in this cloud"),
+            ));
+        }
         let max_routes = self.config.max_routes;
         let reports = self.config.reports_node_addresses;
         let list_lag = self.config.list_lag;
-        let table = self.tables.entry(cluster.to_string()).or_default();
+        let table = self.tables.entry(table_key(cluster, target)).or_default();
         if let Some(existing) = table.get(&route.destination) {
             let msg = if existing.route.target_node == route.target_node {
                 format!(
@@ -178,6 +201,7 @@ impl State {
             enable_node_addresses: reports,
             cloud_target,
             target_provider_id: route.target_provider_id.clone(),
+            target: route.target.clone(),
         };
         table.insert(
             route.destination.clone(),
@@ -200,7 +224,10 @@ impl State {
                 ),
             )
         };
-        let table = self.tables.get_mut(cluster).ok_or_else(missing)?;
+        let table = self
+            .tables
+            .get_mut(&table_key(cluster, &route.target))
+            .ok_or_else(missing)?;
         let found = table.get(&route.destination).ok_or_else(missing)?;
         // A route re-created under another name since it was listed is not the
         // one the caller means.
@@ -209,5 +236,15 @@ impl State {
         }
         table.remove(&route.destination);
         Ok(())
+    }
+}
+
+/// The key of `tables` for `cluster`'s route table `target` (empty: its one
+/// table). A unit separator keeps cluster names and targets apart.
+pub(crate) fn table_key(cluster: &str, target: &str) -> String {
+    if target.is_empty() {
+        cluster.to_string()
+    } else {
+        format!("{cluster}\u{1f}{target}")
     }
 }

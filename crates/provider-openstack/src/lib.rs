@@ -330,6 +330,7 @@ impl OpenStackRoutes {
                     enable_node_addresses: false,
                     cloud_target: raw.nexthop.clone().into(),
                     target_provider_id: None,
+                    target: Default::default(),
                 });
             }
         };

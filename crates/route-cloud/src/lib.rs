@@ -32,7 +32,8 @@ pub struct Capabilities {
     pub reports_node_addresses: bool,
     /// IPv6 destinations are accepted.
     pub supports_ipv6: bool,
-    /// The most routes the cloud accepts for one cluster, if it has a limit.
+    /// The most routes the cloud accepts in one route target (table,
+    /// router, network), if it has a limit.
     pub max_routes: Option<usize>,
     /// What a Node must carry before a route to it can be created; the
     /// planner waits for it instead of sending a creation the cloud refuses.
@@ -83,8 +84,19 @@ pub trait CloudRoutes: Send + Sync + 'static {
     /// The provider's request counters (by operation and result).
     fn stats(&self) -> &RequestStats;
 
-    /// Every route of `cluster` the provider manages.
+    /// Every route of `cluster` the provider manages, in every route target,
+    /// each with its [`Route::target`].
     async fn list_routes(&self, cluster: &str) -> Result<Vec<Route>, CloudError>;
+
+    /// The route targets of this cluster (AWS route tables, OpenStack
+    /// routers) when the provider has several: every Node's route must exist
+    /// in each, and routes go to and come from them by [`Route::target`].
+    /// Empty (the default) for a provider with one table, whose routes leave
+    /// `target` empty. A provider that discovers its targets does so in
+    /// `list_routes`; this answers what the last list found.
+    fn targets(&self) -> Vec<route_core::Text> {
+        Vec::new()
+    }
 
     /// Creates `route` (its `name` is ignored). Returns the route as a later
     /// `list_routes` would show it, so the controller can cache it.

@@ -226,6 +226,8 @@ impl Controller {
             };
         if snap.listed {
             self.scheduler.full_pass_listed();
+            // A provider that discovers its route tables does so when listing.
+            self.cfg.plan.targets = self.executor.cloud().targets();
         }
         // 2. Plan: what must exist, from the snapshot alone (pure).
         let plan = route_core::plan(&snap.nodes, &snap.routes, &self.cfg.plan);
@@ -237,7 +239,7 @@ impl Controller {
         // 5. Execute the plan (cloud I/O).
         let outcome = self
             .executor
-            .execute(&plan, &self.book, &held, snap.routes.len())
+            .execute(&plan, &self.book, &held, &snap.routes)
             .await;
         self.routes.keep(snap.routes);
         // 6. Absorb the outcome into the retry book, holds and route cache (pure).
@@ -268,12 +270,11 @@ impl Controller {
                 "executing plan"
             );
         }
-        let room = self
-            .executor
-            .cloud()
-            .capabilities()
-            .max_routes
-            .map(|max| max.saturating_sub(snap.routes.len()));
+        let max = self.executor.cloud().capabilities().max_routes;
+        let sizes = crate::execute::table_sizes(&snap.routes);
+        let room = |target: &str| {
+            max.map(|max| max.saturating_sub(sizes.get(target).copied().unwrap_or(0)))
+        };
         let now = Instant::now();
         let book = &self.book;
         self.holds.hold(plan, now, snap.listed, room, |c| {
@@ -434,13 +435,17 @@ mod tests {
     }
 
     fn fixture(mode: Mode, nodes: &[NodeView]) -> Fixture {
+        fixture_with(mode, nodes, MemoryConfig::default())
+    }
+
+    fn fixture_with(mode: Mode, nodes: &[NodeView], cloud: MemoryConfig) -> Fixture {
         let store = NodeStore::new(None);
         store.apply(NodeEvent::Init);
         for n in nodes {
             store.apply(NodeEvent::InitApply(n.clone()));
         }
         store.apply(NodeEvent::InitDone);
-        let cloud = Arc::new(MemoryCloud::new(MemoryConfig::default()).unwrap());
+        let cloud = Arc::new(MemoryCloud::new(cloud).unwrap());
         let status = Arc::new(RecordingStatusWriter::default());
         let cfg = ControllerConfig {
             cluster_name: "c".into(),
@@ -580,5 +585,48 @@ mod tests {
             ]
         );
         assert!(f.cloud.routes("c").is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_node_is_routed_in_every_table_the_provider_has_within_each_tables_quota() {
+        let tables = ["rtb-a", "rtb-b", "rtb-c"];
+        let cloud = MemoryConfig {
+            targets: tables.iter().map(|t| t.to_string()).collect(),
+            max_routes: Some(2),
+            ..MemoryConfig::default()
+        };
+        let nodes = [
+            node("a", "10.0.1.0/24"),
+            node("b", "10.0.2.0/24"),
+            node("c", "10.0.3.0/24"),
+        ];
+        let mut f = fixture_with(Mode::Incremental, &nodes, cloud);
+        let r = f.ctl.pass(PassKind::Full, SyncTrigger::NodeChange).await;
+        for t in tables {
+            assert_eq!(f.cloud.routes_in("c", t).len(), 2, "{t} is full at 2");
+        }
+        let refused = r
+            .outcome
+            .creations
+            .iter()
+            .filter(
+                |o| matches!(o, crate::OpResult::Failed(e) if e.kind == ErrorKind::QuotaExceeded),
+            )
+            .count();
+        assert_eq!(refused, 3, "one per table, refused without a request");
+        let creates = f
+            .cloud
+            .log()
+            .iter()
+            .filter(|c| c.op == Operation::Create)
+            .count();
+        assert_eq!(creates, 6);
+        // The Node that fits nowhere has NoRouteCreated; the others are routed.
+        let unrouted: Vec<&str> = nodes
+            .iter()
+            .map(|n| n.name.as_str())
+            .filter(|n| f.status.condition_of(n) == Some(NetworkCondition::NoRouteCreated))
+            .collect();
+        assert_eq!(unrouted.len(), 1, "{unrouted:?}");
     }
 }

@@ -131,16 +131,16 @@ impl Executor {
     }
 
     /// Executes `plan`, skipping operations whose backoff is not due in
-    /// `book` and those `held` back. `existing_routes` is the size of the
-    /// route table the plan was made from: with a provider route limit,
-    /// creations that cannot fit are refused here, without spending a
-    /// request on a certain refusal.
+    /// `book` and those `held` back. `table` is the route table the plan was
+    /// made from: with a provider route limit (per route target), creations
+    /// that cannot fit are refused here, without spending a request on a
+    /// certain refusal.
     pub async fn execute(
         &self,
         plan: &Plan,
         book: &RetryBook,
         held: &Held,
-        existing_routes: usize,
+        table: &[Route],
     ) -> Outcome {
         let now = Instant::now();
         let caps = self.cloud.capabilities();
@@ -159,20 +159,26 @@ impl Executor {
             .collect();
         let mut over_limit = vec![false; plan.creations.len()];
         if let Some(max) = caps.max_routes {
-            // Only deletions attempted in this pass may free room; a held or
-            // backed-off one leaves its route in the table.
-            let freed = del_due.iter().filter(|d| **d).count();
-            let mut room = max.saturating_sub(existing_routes.saturating_sub(freed));
+            // Room per route target. Only deletions attempted in this pass
+            // may free it; a held or backed-off one leaves its route in place.
+            let mut used = table_sizes(table);
+            for (d, due) in plan.deletions.iter().zip(&del_due) {
+                if *due && let Some(n) = used.get_mut(d.route.target.as_str()) {
+                    *n = n.saturating_sub(1);
+                }
+            }
             for (i, due) in cre_due.iter_mut().enumerate() {
+                let c = &plan.creations[i];
                 // A replacement in place takes no room.
-                if !*due || plan.creations[i].replaces.is_some() {
+                if !*due || c.replaces.is_some() {
                     continue;
                 }
-                if room == 0 {
+                let n = used.entry(c.route.target.as_str()).or_default();
+                if *n >= max {
                     *due = false;
                     over_limit[i] = true;
                 } else {
-                    room -= 1;
+                    *n += 1;
                 }
             }
         }
@@ -183,10 +189,16 @@ impl Executor {
         };
         for (i, over) in over_limit.into_iter().enumerate() {
             if over {
+                let target = &plan.creations[i].route.target;
+                let table = if target.is_empty() {
+                    "the route table".to_string()
+                } else {
+                    format!("route table {target}")
+                };
                 out.creations[i] = OpResult::Failed(CloudError::new(
                     ErrorKind::QuotaExceeded,
                     format!(
-                        "the {} provider allows at most {} routes and the route table is full; delete routes or raise the limit",
+                        "the {} provider allows at most {} routes and {table} is full; delete routes or raise the limit",
                         self.cloud.name(),
                         caps.max_routes.unwrap_or_default()
                     ),
@@ -427,6 +439,15 @@ impl Executor {
     }
 }
 
+/// How many routes each route target of `table` holds.
+pub fn table_sizes(table: &[Route]) -> std::collections::HashMap<&str, usize> {
+    let mut sizes = std::collections::HashMap::new();
+    for r in table {
+        *sizes.entry(r.target.as_str()).or_default() += 1;
+    }
+    sizes
+}
+
 /// Tells the gate how the cloud answered.
 fn note(ticket: Ticket<'_>, r: Result<(), &CloudError>) {
     match r {
@@ -563,7 +584,7 @@ mod tests {
         let ex = executor(&cloud, Fence::new(true));
         let p = plan(&nodes(3), &[]);
         let book = RetryBook::new(BackoffConfig::default());
-        let out = ex.execute(&p, &book, &nothing_held(&p), 0).await;
+        let out = ex.execute(&p, &book, &nothing_held(&p), &[]).await;
         let refused: Vec<&OpResult> = out
             .creations
             .iter()
@@ -587,7 +608,7 @@ mod tests {
         book.failed(OpKey::create(&p.creations[1]), &e, Instant::now(), 0.5);
         let mut held = nothing_held(&p);
         held.creations[2] = true;
-        let out = ex.execute(&p, &book, &held, 0).await;
+        let out = ex.execute(&p, &book, &held, &[]).await;
         assert!(out.creations[0].is_done());
         assert_eq!(out.creations[1], OpResult::Deferred, "in backoff");
         assert_eq!(out.creations[2], OpResult::Deferred, "held");
@@ -600,7 +621,7 @@ mod tests {
         let ex = executor(&cloud, Fence::new(false));
         let p = plan(&nodes(2), &[]);
         let book = RetryBook::new(BackoffConfig::default());
-        let out = ex.execute(&p, &book, &nothing_held(&p), 0).await;
+        let out = ex.execute(&p, &book, &nothing_held(&p), &[]).await;
         assert!(
             out.creations.iter().all(|r| *r == OpResult::Cancelled),
             "{out:?}"
@@ -616,7 +637,8 @@ mod tests {
         let mut hole = Route::new("n0", cidr("10.0.0.0/24"));
         hole.blackhole = true;
         cloud.insert_route(CLUSTER, hole.clone());
-        let p = plan(&nodes, &[hole]);
+        let table = [hole];
+        let p = plan(&nodes, &table);
         assert_eq!((p.deletions.len(), p.creations.len()), (1, 1));
         assert_eq!(
             p.creations[0].after,
@@ -625,11 +647,11 @@ mod tests {
         );
         cloud.fail_next(Operation::Delete, 1, ErrorKind::Transient);
         let book = RetryBook::new(BackoffConfig::default());
-        let out = ex.execute(&p, &book, &nothing_held(&p), 1).await;
+        let out = ex.execute(&p, &book, &nothing_held(&p), &table).await;
         assert!(matches!(out.deletions[0], OpResult::Failed(_)));
         assert_eq!(out.creations[0], OpResult::Blocked);
         assert_eq!(calls(&cloud, Operation::Create), 0);
-        let out = ex.execute(&p, &book, &nothing_held(&p), 1).await;
+        let out = ex.execute(&p, &book, &nothing_held(&p), &table).await;
         assert!(
             out.deletions[0].is_done() && out.creations[0].is_done(),
             "{out:?}"
@@ -653,7 +675,7 @@ mod tests {
         let listed = ex.list().await.unwrap();
         let p = plan(&nodes(3), &listed);
         let book = RetryBook::new(BackoffConfig::default());
-        let out = ex.execute(&p, &book, &nothing_held(&p), listed.len()).await;
+        let out = ex.execute(&p, &book, &nothing_held(&p), &listed).await;
         assert_eq!(out.changed(), 4, "{out:?}");
         assert_eq!(calls(&cloud, Operation::Batch), 1);
         assert_eq!(cloud.routes(CLUSTER).len(), 3);

@@ -111,16 +111,16 @@ impl Holds {
 
     /// Which operations of `plan` are held at `now`. `full` says the plan was
     /// made from a fresh listing, which is the only evidence that a repaired
-    /// blackhole is healthy again. `room` is how many routes the table can
-    /// still take (`None`: no limit): when the plan's creations fit only if
-    /// gone Nodes' routes go, those deletions do not wait. `due` says whether
-    /// a creation's retry backoff lets it run now.
+    /// blackhole is healthy again. `room` is how many routes a route target
+    /// (table) can still take (`None`: no limit): when the plan's creations
+    /// in a target fit only if gone Nodes' routes go, those deletions do not
+    /// wait. `due` says whether a creation's retry backoff lets it run now.
     pub fn hold(
         &mut self,
         plan: &Plan,
         now: Instant,
         full: bool,
-        room: Option<usize>,
+        room: impl Fn(&str) -> Option<usize>,
         due: impl Fn(&Creation) -> bool,
     ) -> Held {
         let mut held = Held {
@@ -139,13 +139,17 @@ impl Holds {
             .flat_map(|c| c.after.iter().copied())
             .collect();
         let mut planned = HashSet::new();
-        let other_deletions = plan
-            .deletions
-            .iter()
-            .filter(|d| !may_wait(d.reason))
-            .count();
-        let short_of_room =
-            room.is_some_and(|r| plan.creations.len() > r.saturating_add(other_deletions));
+        // Per target: creations, and deletions that go at once anyway.
+        let mut per_target: HashMap<&str, (usize, usize)> = HashMap::new();
+        for c in &plan.creations {
+            per_target.entry(c.route.target.as_str()).or_default().0 += 1;
+        }
+        for d in plan.deletions.iter().filter(|d| !may_wait(d.reason)) {
+            per_target.entry(d.route.target.as_str()).or_default().1 += 1;
+        }
+        let short_of_room = per_target.iter().any(|(target, (creations, freed))| {
+            room(target).is_some_and(|r| *creations > r.saturating_add(*freed))
+        });
         if !self.grace.is_zero() && !short_of_room {
             for (i, d) in plan.deletions.iter().enumerate() {
                 if !may_wait(d.reason) || needed.contains(&i) {
@@ -292,15 +296,15 @@ mod tests {
         let p = plan(&nodes, &[gone, moved], &cfg());
         assert_eq!(p.deletions.len(), 2);
         let t0 = Instant::now();
-        let held = h.hold(&p, t0, true, None, |_| true);
+        let held = h.hold(&p, t0, true, |_| None, |_| true);
         // The first frees nothing anyone needs; the second frees node-3's CIDR.
         assert_eq!(held.deletions, vec![true, false]);
         assert_eq!(held.until, Some(t0 + Duration::from_secs(2)));
-        let later = h.hold(&p, t0 + Duration::from_secs(2), false, None, |_| true);
+        let later = h.hold(&p, t0 + Duration::from_secs(2), false, |_| None, |_| true);
         assert_eq!(later.deletions, vec![false, false]);
         // A full table: node-3's creation fits only once the gone routes go.
         let mut h = Holds::new(Duration::from_secs(2), Duration::from_secs(300));
-        let full = h.hold(&p, t0, true, Some(0), |_| true);
+        let full = h.hold(&p, t0, true, |_| Some(0), |_| true);
         assert_eq!(full.deletions, vec![false, false]);
     }
 
@@ -313,7 +317,7 @@ mod tests {
             .blackholed();
         let p = plan(&nodes, &[bh], &cfg());
         let t0 = Instant::now();
-        let first = h.hold(&p, t0, true, None, |_| true);
+        let first = h.hold(&p, t0, true, |_| None, |_| true);
         assert!(
             !first.creations[0] && !first.deletions[0],
             "first repair is immediate"
@@ -321,15 +325,15 @@ mod tests {
         h.repaired(&p.creations[0], t0);
         // The next listing shows it blackholed again.
         let t1 = t0 + Duration::from_secs(10);
-        let again = h.hold(&p, t1, true, None, |_| true);
+        let again = h.hold(&p, t1, true, |_| None, |_| true);
         assert!(again.creations[0] && again.deletions[0]);
         assert_eq!(again.until, Some(t0 + BLACKHOLE_REPAIR_FLOOR));
         assert_eq!(again.new_recurrences.len(), 1);
         assert_eq!(h.recurring_blackholes(), 1);
         let t2 = t0 + BLACKHOLE_REPAIR_FLOOR;
-        assert!(!h.hold(&p, t2, true, None, |_| true).creations[0]);
+        assert!(!h.hold(&p, t2, true, |_| None, |_| true).creations[0]);
         h.repaired(&p.creations[0], t2);
-        let third = h.hold(&p, t2 + Duration::from_secs(10), true, None, |_| true);
+        let third = h.hold(&p, t2 + Duration::from_secs(10), true, |_| None, |_| true);
         assert_eq!(third.until, Some(t2 + 2 * BLACKHOLE_REPAIR_FLOOR));
         assert!(third.new_recurrences.is_empty(), "reported once");
         // Healthy in a listing: forgotten.
@@ -338,7 +342,13 @@ mod tests {
             &[Route::from_text("node-1", "10.244.1.0/24")],
             &cfg(),
         );
-        h.hold(&healthy, t2 + Duration::from_secs(20), true, None, |_| true);
+        h.hold(
+            &healthy,
+            t2 + Duration::from_secs(20),
+            true,
+            |_| None,
+            |_| true,
+        );
         assert_eq!(h.recurring_blackholes(), 0);
     }
 }

@@ -254,6 +254,11 @@ pub struct Route {
     pub cloud_target: Text,
     /// The target node's `spec.providerID` (filled on routes to create).
     pub target_provider_id: Option<Text>,
+    /// The route table (router, …) the route lives in, for providers with
+    /// several per cluster ([`crate::PlanConfig::targets`]); empty when the
+    /// provider has one.
+    #[serde(default)]
+    pub target: Text,
 }
 
 impl Route {
@@ -268,6 +273,7 @@ impl Route {
             enable_node_addresses: false,
             cloud_target: Text::default(),
             target_provider_id: None,
+            target: Text::default(),
         }
     }
 
@@ -286,6 +292,12 @@ impl Route {
     pub fn with_addresses(mut self, addrs: Vec<NodeAddress>, enable: bool) -> Self {
         self.target_node_addresses = addrs;
         self.enable_node_addresses = enable;
+        self
+    }
+
+    /// Builder: sets the route table it lives in.
+    pub fn in_target(mut self, target: impl Into<Text>) -> Self {
+        self.target = target.into();
         self
     }
 

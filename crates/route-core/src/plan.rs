@@ -30,6 +30,11 @@ pub struct PlanConfig {
     /// and no moment without a route. From the provider's capabilities.
     #[serde(default)]
     pub replace_blackholes: bool,
+    /// The route tables of this cluster, for providers with several (AWS
+    /// route tables, OpenStack routers): every Node's route must exist in
+    /// each. Empty for providers with one; from the provider.
+    #[serde(default)]
+    pub targets: Vec<crate::text::Text>,
 }
 
 /// What a provider needs on a Node to create a route to it.

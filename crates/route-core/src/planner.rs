@@ -167,7 +167,104 @@ struct NodeInfo {
 ///
 /// Outputs are deterministic: deletions in route order, creations and node
 /// outcomes in node order (pod CIDR order within a node), conflicts by CIDR.
+///
+/// With several route targets ([`PlanConfig::targets`]) every target is
+/// planned on its own, from the routes listed in it, and the plans are
+/// joined: deletions and creations target by target in the order of
+/// `targets`, each creation carrying its target in [`Route::target`]. A Node
+/// is routed only when its routes exist in every target, so its condition
+/// is `RouteCreated` only then. Routes listed in a target that is not one of
+/// `targets` are not this cluster's and are left alone. With no targets
+/// configured, all routes form the one table (the common case).
 pub fn plan<N: Borrow<NodeView>>(nodes: &[N], routes: &[Route], config: &PlanConfig) -> Plan {
+    match config.targets.as_slice() {
+        [] => plan_one(nodes, routes, config, &Text::default(), false),
+        [only] if routes.iter().all(|r| r.target == *only) => {
+            plan_one(nodes, routes, config, only, false)
+        }
+        targets => plan_targets(nodes, routes, config, targets),
+    }
+}
+
+fn plan_targets<N: Borrow<NodeView>>(
+    nodes: &[N],
+    routes: &[Route],
+    config: &PlanConfig,
+    targets: &[Text],
+) -> Plan {
+    let index: HashMap<&str, usize, FastHash> = targets
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.as_str(), i))
+        .collect();
+    let mut by_target: Vec<Vec<&Route>> = vec![Vec::new(); targets.len()];
+    for r in routes {
+        if let Some(&i) = index.get(r.target.as_str()) {
+            by_target[i].push(r);
+        }
+    }
+    let mut joined = Plan::default();
+    // Per Node name: its entry in `joined.nodes`.
+    let mut outcome_of: HashMap<String, usize, FastHash> = HashMap::default();
+    for (i, (target, routes)) in targets.iter().zip(&by_target).enumerate() {
+        // Settled Nodes are kept so that a Node unroutable in one target is
+        // unroutable in the join even where another target is settled.
+        let p = plan_one(nodes, routes, config, target, true);
+        let (dels, cres) = (joined.deletions.len(), joined.creations.len());
+        joined.deletions.extend(p.deletions);
+        joined
+            .creations
+            .extend(p.creations.into_iter().map(|mut c| {
+                for d in &mut c.after {
+                    *d += dels;
+                }
+                c
+            }));
+        for n in p.nodes {
+            match outcome_of.entry(n.node.clone()) {
+                Entry::Occupied(e) => {
+                    let o = &mut joined.nodes[*e.get()];
+                    o.unroutable |= n.unroutable;
+                    o.creations.extend(n.creations.iter().map(|c| c + cres));
+                }
+                Entry::Vacant(e) => {
+                    e.insert(joined.nodes.len());
+                    let mut n = n;
+                    for c in &mut n.creations {
+                        *c += cres;
+                    }
+                    joined.nodes.push(n);
+                }
+            }
+        }
+        joined.unparsable_routes.extend(p.unparsable_routes);
+        // What a pod CIDR is (conflicting, outside, invalid, awaiting data)
+        // does not depend on the target.
+        if i == 0 {
+            joined.conflicts = p.conflicts;
+            joined.outside_cluster = p.outside_cluster;
+            joined.invalid_pod_cidrs = p.invalid_pod_cidrs;
+            joined.awaiting_node_data = p.awaiting_node_data;
+        }
+    }
+    joined.nodes.retain(|n| {
+        let want = if n.unroutable {
+            NetworkCondition::NoRouteCreated
+        } else {
+            NetworkCondition::RouteCreated
+        };
+        !n.creations.is_empty() || !want.already_set(n.current.as_ref())
+    });
+    joined
+}
+
+fn plan_one<N: Borrow<NodeView>, R: Borrow<Route>>(
+    nodes: &[N],
+    routes: &[R],
+    config: &PlanConfig,
+    target: &Text,
+    keep_settled: bool,
+) -> Plan {
     let cluster = config.cluster_cidrs.as_slice();
     let mut plan = Plan::default();
 
@@ -248,6 +345,7 @@ pub fn plan<N: Borrow<NodeView>>(nodes: &[N], routes: &[Route], config: &PlanCon
     // Decide every route, in list order.
     let mut decision: Vec<Option<DeletionReason>> = vec![None; routes.len()];
     for (ri, r) in routes.iter().enumerate() {
+        let r = r.borrow();
         let node = if r.target_node.is_empty() {
             None
         } else {
@@ -341,7 +439,7 @@ pub fn plan<N: Borrow<NodeView>>(nodes: &[N], routes: &[Route], config: &PlanCon
     for (r, d) in routes.iter().zip(&decision) {
         if let Some(reason) = d {
             plan.deletions.push(Deletion {
-                route: r.clone(),
+                route: r.borrow().clone(),
                 reason: *reason,
             });
         }
@@ -404,10 +502,12 @@ pub fn plan<N: Borrow<NodeView>>(nodes: &[N], routes: &[Route], config: &PlanCon
                             enable_node_addresses: false,
                             cloud_target: Text::default(),
                             target_provider_id: n.provider_id.as_deref().map(Text::from),
+                            target: target.clone(),
                         },
                         name_hint: n.uid.clone(),
                         after: deletions_by_cidr.get(&s.cidr).cloned().unwrap_or_default(),
-                        replaces: (s.replaced != NONE).then(|| routes[s.replaced as usize].clone()),
+                        replaces: (s.replaced != NONE)
+                            .then(|| routes[s.replaced as usize].borrow().clone()),
                         reason,
                     });
                 }
@@ -425,7 +525,7 @@ pub fn plan<N: Borrow<NodeView>>(nodes: &[N], routes: &[Route], config: &PlanCon
             };
             want.already_set(n.network_unavailable.as_ref())
         };
-        if !settled && (!n.pod_cidrs.is_empty() || i.targeted) {
+        if (keep_settled || !settled) && (!n.pod_cidrs.is_empty() || i.targeted) {
             plan.nodes.push(NodeOutcome {
                 node: n.name.clone(),
                 uid: n.uid.clone(),
