@@ -2,6 +2,10 @@
 //! route present with tracked addresses, except one node in a thousand whose
 //! route is missing and a handful of stale routes of deleted nodes.
 //!
+//! `plan/tables-3` is the 5,000-node cluster with three route tables (AWS,
+//! one per zone): every route is in each table, so the planner sees three
+//! times the routes; the cost per route is what to compare.
+//!
 //! Run: `cargo bench -p route-core --bench plan`
 
 use std::hint::black_box;
@@ -111,6 +115,35 @@ fn bench_plan(c: &mut Criterion) {
             })
         });
     }
+    // Three route tables: every Node's route in each.
+    let base = cluster(5_000, false);
+    let tables = ["rtb-a", "rtb-b", "rtb-c"];
+    let routes: Vec<Route> = tables
+        .iter()
+        .flat_map(|t| base.routes.iter().map(move |r| r.clone().in_target(*t)))
+        .collect();
+    let config = PlanConfig {
+        targets: tables.iter().map(|t| (*t).into()).collect(),
+        ..base.config.clone()
+    };
+    let cl = Cluster {
+        nodes: base.nodes,
+        routes,
+        config,
+    };
+    let p = plan(&cl.nodes, &cl.routes, &cl.config);
+    assert_eq!(p.deletions.len(), 15);
+    assert_eq!(p.creations.len(), 15);
+    group.throughput(Throughput::Elements(5_000));
+    group.bench_with_input(BenchmarkId::new("tables-3", 5_000), &cl, |b, cl| {
+        b.iter(|| {
+            plan(
+                black_box(&cl.nodes),
+                black_box(&cl.routes),
+                black_box(&cl.config),
+            )
+        })
+    });
     group.finish();
 }
 

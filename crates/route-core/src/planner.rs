@@ -178,9 +178,9 @@ struct NodeInfo {
 /// configured, all routes form the one table (the common case).
 pub fn plan<N: Borrow<NodeView>>(nodes: &[N], routes: &[Route], config: &PlanConfig) -> Plan {
     match config.targets.as_slice() {
-        [] => plan_one(nodes, routes, config, &Text::default(), false),
+        [] => plan_one(nodes, routes, config, &Text::default(), None),
         [only] if routes.iter().all(|r| r.target == *only) => {
-            plan_one(nodes, routes, config, only, false)
+            plan_one(nodes, routes, config, only, None)
         }
         targets => plan_targets(nodes, routes, config, targets),
     }
@@ -206,10 +206,21 @@ fn plan_targets<N: Borrow<NodeView>>(
     let mut joined = Plan::default();
     // Per Node name: its entry in `joined.nodes`.
     let mut outcome_of: HashMap<String, usize, FastHash> = HashMap::default();
+    let mut unroutable_somewhere: Vec<usize> = Vec::new();
+    let prepared = prepare(nodes, config);
     for (i, (target, routes)) in targets.iter().zip(&by_target).enumerate() {
-        // Settled Nodes are kept so that a Node unroutable in one target is
-        // unroutable in the join even where another target is settled.
-        let p = plan_one(nodes, routes, config, target, true);
+        // A Node left out as settled because it cannot be routed (and says
+        // so) in this target must not look routed in the join.
+        let mut settled_unroutable = Vec::new();
+        let p = decide(
+            nodes,
+            prepared.clone(),
+            routes,
+            config,
+            target,
+            Some(&mut settled_unroutable),
+        );
+        unroutable_somewhere.extend(settled_unroutable);
         let (dels, cres) = (joined.deletions.len(), joined.creations.len());
         joined.deletions.extend(p.deletions);
         joined
@@ -247,6 +258,11 @@ fn plan_targets<N: Borrow<NodeView>>(
             joined.awaiting_node_data = p.awaiting_node_data;
         }
     }
+    for i in unroutable_somewhere {
+        if let Some(&o) = outcome_of.get(nodes[i].borrow().name.as_str()) {
+            joined.nodes[o].unroutable = true;
+        }
+    }
     joined.nodes.retain(|n| {
         let want = if n.unroutable {
             NetworkCondition::NoRouteCreated
@@ -258,16 +274,20 @@ fn plan_targets<N: Borrow<NodeView>>(
     joined
 }
 
-fn plan_one<N: Borrow<NodeView>, R: Borrow<Route>>(
-    nodes: &[N],
-    routes: &[R],
-    config: &PlanConfig,
-    target: &Text,
-    keep_settled: bool,
-) -> Plan {
+/// What the planner knows from the Nodes alone, before it looks at a route:
+/// built once per plan, shared by every route target.
+#[derive(Clone)]
+struct Prepared<'n> {
+    by_name: HashMap<&'n str, u32, FastHash>,
+    info: Vec<NodeInfo>,
+    slots: Vec<Slot>,
+    /// Conflicts, invalid and outside pod CIDRs: the same in every target.
+    plan: Plan,
+}
+
+fn prepare<'n, N: Borrow<NodeView>>(nodes: &'n [N], config: &PlanConfig) -> Prepared<'n> {
     let cluster = config.cluster_cidrs.as_slice();
     let mut plan = Plan::default();
-
     // Node index and slots.
     // Keys are Node names the planner was given, not attacker-chosen input
     // to a long-lived table, so a fast hasher is safe here.
@@ -341,6 +361,48 @@ fn plan_one<N: Borrow<NodeView>, R: Borrow<Route>>(
     }
 
     plan.conflicts = mark_conflicts(nodes, &mut slots);
+
+    Prepared {
+        by_name,
+        info,
+        slots,
+        plan,
+    }
+}
+
+fn plan_one<N: Borrow<NodeView>, R: Borrow<Route>>(
+    nodes: &[N],
+    routes: &[R],
+    config: &PlanConfig,
+    target: &Text,
+    settled_unroutable: Option<&mut Vec<usize>>,
+) -> Plan {
+    decide(
+        nodes,
+        prepare(nodes, config),
+        routes,
+        config,
+        target,
+        settled_unroutable,
+    )
+}
+
+/// Plans one route target from the prepared Nodes and its routes.
+fn decide<N: Borrow<NodeView>, R: Borrow<Route>>(
+    nodes: &[N],
+    prepared: Prepared<'_>,
+    routes: &[R],
+    config: &PlanConfig,
+    target: &Text,
+    mut settled_unroutable: Option<&mut Vec<usize>>,
+) -> Plan {
+    let cluster = config.cluster_cidrs.as_slice();
+    let Prepared {
+        by_name,
+        mut info,
+        mut slots,
+        mut plan,
+    } = prepared;
 
     // Decide every route, in list order.
     let mut decision: Vec<Option<DeletionReason>> = vec![None; routes.len()];
@@ -525,7 +587,13 @@ fn plan_one<N: Borrow<NodeView>, R: Borrow<Route>>(
             };
             want.already_set(n.network_unavailable.as_ref())
         };
-        if (keep_settled || !settled) && (!n.pod_cidrs.is_empty() || i.targeted) {
+        let managed = !n.pod_cidrs.is_empty() || i.targeted;
+        if settled && unroutable && managed {
+            if let Some(out) = settled_unroutable.as_mut() {
+                out.push(ni);
+            }
+        }
+        if !settled && managed {
             plan.nodes.push(NodeOutcome {
                 node: n.name.clone(),
                 uid: n.uid.clone(),
