@@ -588,10 +588,12 @@ fn decide<N: Borrow<NodeView>, R: Borrow<Route>>(
             want.already_set(n.network_unavailable.as_ref())
         };
         let managed = !n.pod_cidrs.is_empty() || i.targeted;
-        if settled && unroutable && managed {
-            if let Some(out) = settled_unroutable.as_mut() {
-                out.push(ni);
-            }
+        if settled
+            && unroutable
+            && managed
+            && let Some(out) = settled_unroutable.as_mut()
+        {
+            out.push(ni);
         }
         if !settled && managed {
             plan.nodes.push(NodeOutcome {
