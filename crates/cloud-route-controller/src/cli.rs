@@ -41,6 +41,8 @@ pub enum Command {
     Run(RunArgs),
     /// Read the cluster and the cloud, print what the controller would change, change nothing.
     Plan(PlanArgs),
+    /// Remove every route this cluster owns from every route table (teardown, or switching route controllers); prints them, and deletes only with --yes. Stop the controller first.
+    Cleanup(CleanupArgs),
     /// Simulate a scenario in every mode on a virtual clock (a day in seconds): cloud calls, node-to-route latency, a chart. Needs no cluster and no cloud.
     Simulate(simulator::SimulateArgs),
     /// Model-check the reconcile loop: seeded random Node changes and cloud faults on a virtual clock, invariants checked after every call; a failing seed prints its replay command and a shrunk sequence.
@@ -185,6 +187,17 @@ pub struct PlanArgs {
     /// Output format.
     #[arg(long, short = 'o', value_enum, default_value_t = Output::Table)]
     pub output: Output,
+}
+
+/// `cleanup`'s flags.
+#[derive(Debug, Args, Clone)]
+pub struct CleanupArgs {
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+
+    /// Delete the routes listed; without it, only print them.
+    #[arg(long)]
+    pub yes: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

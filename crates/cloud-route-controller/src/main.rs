@@ -1,6 +1,7 @@
 //! `cloud-route-controller`: flags, wiring and process lifecycle. All routing
 //! decisions live in `route-core`; the reconcile engine in `route-controller`.
 
+mod cleanup_command;
 mod cli;
 mod duration;
 mod health;
@@ -48,12 +49,14 @@ fn main() -> ExitCode {
         }
         Some(cli::Command::Run(r)) => (Cmd::Run(r.clone()), r.cluster),
         Some(cli::Command::Plan(p)) => (Cmd::Plan(p.clone()), p.cluster),
+        Some(cli::Command::Cleanup(c)) => (Cmd::Cleanup(c.clone()), c.cluster),
         None => (Cmd::Run(cli.run.clone()), cli.run.cluster),
     };
     logging::init(cluster.verbose, cluster.log_format);
     let validation = match &command {
         Cmd::Run(r) => r.validate(),
         Cmd::Plan(p) => p.cluster.validate(),
+        Cmd::Cleanup(c) => c.cluster.validate(),
     };
     if let Err(e) = validation {
         eprintln!("error: {e}");
@@ -73,6 +76,7 @@ fn main() -> ExitCode {
         match command {
             Cmd::Run(r) => run::run(r).await,
             Cmd::Plan(p) => plan_command::plan(p).await,
+            Cmd::Cleanup(c) => cleanup_command::cleanup(c).await,
         }
     });
     match result {
@@ -92,4 +96,5 @@ fn main() -> ExitCode {
 enum Cmd {
     Run(cli::RunArgs),
     Plan(cli::PlanArgs),
+    Cleanup(cli::CleanupArgs),
 }
