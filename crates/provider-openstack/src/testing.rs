@@ -86,6 +86,8 @@ pub struct TestRouter {
     pub name: String,
     /// The project that owns the network, subnet and router.
     pub project_id: String,
+    /// The network the router's subnets belong to.
+    pub network_id: String,
     /// The subnet the router is attached to (next hops must be in it).
     pub subnet_cidr: String,
 }
@@ -207,8 +209,35 @@ impl Admin {
             router_id,
             name: name.to_string(),
             project_id,
+            network_id: net["id"].as_str().unwrap_or_default().to_string(),
             subnet_cidr: subnet_cidr.to_string(),
         })
+    }
+
+    /// Adds a subnet of `cidr` to the router's network and attaches it to
+    /// the router, so next hops in it are accepted (e.g. IPv6 ones).
+    pub async fn add_subnet(&self, router: &TestRouter, cidr: &str) -> Result<(), String> {
+        let ip_version = if cidr.contains(':') { 6 } else { 4 };
+        let subnet = self
+            .create(
+                "/subnets",
+                json!({"subnet": {"name": router.name, "network_id": router.network_id, "cidr": cidr,
+                                  "ip_version": ip_version, "project_id": router.project_id}}),
+                "subnet",
+            )
+            .await?;
+        let (status, v) = self
+            .request(
+                reqwest::Method::PUT,
+                &format!("/routers/{}/add_router_interface", router.router_id),
+                Some(json!({"subnet_id": subnet["id"]})),
+                None,
+            )
+            .await?;
+        if status != 200 {
+            return Err(format!("add_router_interface {cidr}: {status} {v}"));
+        }
+        Ok(())
     }
 
     /// Sets the project's route quota (routes per router).
