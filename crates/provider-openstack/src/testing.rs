@@ -7,6 +7,9 @@
 //! Neutron into a cached virtualenv on first use and starts (or reuses) a
 //! server on 127.0.0.1. Stop it with `scripts/neutron.sh stop`.
 //!
+//! [`Proxy`] sits between the provider and the server to count requests
+//! and inject Neutron's error answers (see [`proxy`]).
+//!
 //! Nothing here is used by the provider itself.
 
 use std::path::PathBuf;
@@ -15,6 +18,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
+
+pub mod proxy;
+pub use proxy::Proxy;
 
 /// A running neutron-server.
 #[derive(Debug, Clone)]
