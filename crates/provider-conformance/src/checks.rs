@@ -135,8 +135,9 @@ fn kind_of<T>(r: &Result<T, CloudError>) -> Result<(), ErrorKind> {
     r.as_ref().map(|_| ()).map_err(|e| e.kind)
 }
 
-/// A created route is listed with its destination and target node and is
-/// not a blackhole; routes to two nodes keep their targets apart.
+/// A created route is listed with its destination and target node, not as
+/// a blackhole, and exactly as `create_route` returned it; routes to two
+/// nodes keep their targets apart.
 pub async fn list_after_create(s: &Subject) -> Result<(), String> {
     let a = first_node(s)?;
     let b = s.nodes.last().map_or(a, |n| &**n);
@@ -151,10 +152,17 @@ pub async fn list_after_create(s: &Subject) -> Result<(), String> {
         !created.blackhole,
         "create_route returned a blackhole: {created:?}"
     );
-    create_ok(s, b, v4(2)).await?;
+    let second = create_ok(s, b, v4(2)).await?;
     let listed = list_ok(s, "after two creations").await?;
-    listed_once(&listed, v4(1), a)?;
-    listed_once(&listed, v4(2), b)?;
+    // The trait: create_route returns the route "as a later list_routes
+    // would show it", so the controller can cache it instead of listing.
+    for (created, d, node) in [(&created, v4(1), a), (&second, v4(2), b)] {
+        let shown = listed_once(&listed, d, node)?;
+        ensure!(
+            shown == created,
+            "create_route returned {created:?}, the list shows {shown:?}"
+        );
+    }
     Ok(())
 }
 

@@ -14,7 +14,8 @@
 //! the one that broke:
 //!
 //! - [`list_after_create`]: a created route is listed with its destination
-//!   and target node, not as a blackhole;
+//!   and target node, not as a blackhole, and exactly as `create_route`
+//!   returned it (the trait promises that, so the controller can cache it);
 //! - [`delete_gone`]: deleting a route that is already gone answers `Ok` or
 //!   [`ErrorKind::NotFound`] (both mean "the goal is reached", as the trait
 //!   documents), and it stays gone;
