@@ -13,7 +13,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
-use route_cloud::{CloudError, ErrorKind};
+use route_cloud::{Batch, CloudError, ErrorKind};
 use route_core::{Cidr, Destination, NodeView, Route};
 
 use crate::{Op, Subject};
@@ -369,6 +369,76 @@ pub async fn quota(s: &Subject) -> Result<(), String> {
     create_ok(s, a, v4(max))
         .await
         .map_err(|e| format!("after a deletion made room: {e}"))?;
+    Ok(())
+}
+
+/// Where the capabilities claim batches, `apply_batch` answers one entry
+/// per deletion then one per creation, in order, and the table shows the
+/// result; where they do not, it refuses with `InvalidRequest` and changes
+/// nothing (the controller never sends one then, but a caller that does
+/// must not be half-served).
+pub async fn batch(s: &Subject) -> Result<(), String> {
+    let a = first_node(s)?;
+    let b = s.nodes.last().map_or(a, |n| &**n);
+    create_ok(s, a, v4(7)).await?;
+    let listed = list_ok(s, "before the batch").await?;
+    let old = listed_once(&listed, v4(7), a)?.clone();
+    let changes = Batch {
+        delete: vec![old],
+        create: vec![
+            (a.uid.clone(), want(a, v4(8))),
+            (b.uid.clone(), want(b, v4(9))),
+        ],
+    };
+    let answer = s.cloud.apply_batch(&s.cluster, &changes).await;
+    if !s.cloud.capabilities().supports_batch {
+        match &answer {
+            Err(e) if e.kind == ErrorKind::InvalidRequest => {}
+            _ => {
+                return Err(format!(
+                    "the capabilities say no batches, yet apply_batch answered {answer:?}, expected invalid_request"
+                ));
+            }
+        }
+        let listed = list_ok(s, "after the refused batch").await?;
+        listed_once(&listed, v4(7), a).map_err(|e| format!("after the refused batch: {e}"))?;
+        ensure!(
+            on(&listed, v4(8)).is_empty() && on(&listed, v4(9)).is_empty(),
+            "a refused batch created routes: {listed:?}"
+        );
+        return Ok(());
+    }
+    let results = answer.map_err(|e| format!("apply_batch: {e}"))?;
+    ensure!(
+        results.len() == 3,
+        "apply_batch answered {} entries for 1 deletion and 2 creations: {results:?}",
+        results.len()
+    );
+    ensure!(
+        matches!(results[0], Ok(None)),
+        "the deletion's entry is {:?}, expected Ok(None)",
+        results[0]
+    );
+    let listed = list_ok(s, "after the batch").await?;
+    ensure!(
+        on(&listed, v4(7)).is_empty(),
+        "the batch's deletion of {} did not happen: {listed:?}",
+        v4(7)
+    );
+    for (entry, d, node) in [(&results[1], v4(8), a), (&results[2], v4(9), b)] {
+        let shown = listed_once(&listed, d, node)?;
+        match entry {
+            Ok(Some(created)) => ensure!(
+                created == shown,
+                "the batch returned {created:?} for {d}, the list shows {shown:?}"
+            ),
+            other => {
+                return Err(format!(
+                    "the creation of {d} in the batch answered {other:?}"
+                ));
+            }
+        }
+    }
     Ok(())
 }
 

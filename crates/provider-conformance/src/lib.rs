@@ -29,6 +29,9 @@
 //! - [`quota`]: a full table refuses one more route with
 //!   [`ErrorKind::QuotaExceeded`] and accepts it again once one is deleted
 //!   (where the cloud has a limit at all);
+//! - [`batch`]: `apply_batch` answers one entry per change, in order, where
+//!   the capabilities claim batches, and refuses with
+//!   [`ErrorKind::InvalidRequest`] where they do not;
 //! - [`cancel_safety`]: dropping a create or delete mid-flight leaves the
 //!   provider usable and a later list consistent with either outcome;
 //! - [`request_counters`]: the provider's [`RequestStats`] count exactly the
@@ -52,8 +55,8 @@ use route_cloud::{CloudRoutes, ErrorKind};
 use route_core::NodeView;
 
 pub use checks::{
-    cancel_safety, create_existing, delete_gone, error_classes, ipv6, list_after_create, quota,
-    request_counters,
+    batch, cancel_safety, create_existing, delete_gone, error_classes, ipv6, list_after_create,
+    quota, request_counters,
 };
 
 /// An operation a fault can be injected on.
@@ -181,6 +184,8 @@ pub enum Check {
     Ipv6,
     /// [`quota`].
     Quota,
+    /// [`batch`].
+    Batch,
     /// [`cancel_safety`].
     CancelSafety,
     /// [`request_counters`].
@@ -189,13 +194,14 @@ pub enum Check {
 
 impl Check {
     /// Every check, in the order [`run_all`] runs them.
-    pub const ALL: [Check; 8] = [
+    pub const ALL: [Check; 9] = [
         Check::ListAfterCreate,
         Check::DeleteGone,
         Check::CreateExisting,
         Check::ErrorClasses,
         Check::Ipv6,
         Check::Quota,
+        Check::Batch,
         Check::CancelSafety,
         Check::RequestCounters,
     ];
@@ -209,6 +215,7 @@ impl Check {
             Check::ErrorClasses => "error_classes",
             Check::Ipv6 => "ipv6",
             Check::Quota => "quota",
+            Check::Batch => "batch",
             Check::CancelSafety => "cancel_safety",
             Check::RequestCounters => "request_counters",
         }
@@ -240,6 +247,7 @@ pub async fn run(check: Check, subject: &Subject) -> Result<(), String> {
         Check::ErrorClasses => error_classes(subject).await,
         Check::Ipv6 => ipv6(subject).await,
         Check::Quota => quota(subject).await,
+        Check::Batch => batch(subject).await,
         Check::CancelSafety => cancel_safety(subject).await,
         Check::RequestCounters => request_counters(subject).await,
     }

@@ -1,6 +1,6 @@
 //! The provider conformance suite against the in-process simulated cloud,
-//! in two shapes: the default (IPv6, no quota) and a Hetzner-like one (IPv4
-//! only, a small quota, one change at a time). Both need no exemption.
+//! in three shapes: the default (IPv6, no quota), one with batches, and a
+//! Hetzner-like one (IPv4 only, a small quota, one change at a time). Both need no exemption.
 //! Last, two deliberately broken wrappers show the suite catches a provider
 //! that misclassifies an answer.
 
@@ -79,6 +79,15 @@ fn subject(config: MemoryConfig) -> Subject {
 #[tokio::test]
 async fn the_default_memory_cloud_conforms() {
     run_all(async || subject(MemoryConfig::default()), &[]).await;
+}
+
+#[tokio::test]
+async fn a_batching_memory_cloud_conforms() {
+    let config = MemoryConfig {
+        supports_batch: true,
+        ..MemoryConfig::default()
+    };
+    run_all(async || subject(config.clone()), &[]).await;
 }
 
 #[tokio::test]
