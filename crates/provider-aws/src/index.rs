@@ -8,6 +8,7 @@
 
 use std::borrow::Borrow;
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 
 use route_core::NodeView;
 
@@ -39,6 +40,9 @@ pub fn is_instance_id(s: &str) -> bool {
 pub struct NodeIndex {
     /// From the latest set of nodes the controller showed.
     observed: HashMap<String, String>,
+    /// The `spec.providerID` of each observed instance's Node, as the Node
+    /// spells it: a listed route carries the same text a created one does.
+    observed_provider_ids: HashMap<String, String>,
     /// From creations and name lookups; kept across observations while the
     /// node still exists, so a node without a provider id keeps its routes.
     learned: HashMap<String, String>,
@@ -51,18 +55,19 @@ impl NodeIndex {
     /// nodes that no longer exist.
     pub fn observe<N: Borrow<NodeView>>(&mut self, nodes: &[N]) {
         let mut observed = HashMap::with_capacity(nodes.len());
+        let mut provider_ids = HashMap::with_capacity(nodes.len());
         for n in nodes {
             let n = n.borrow();
-            if let Some(id) = n
-                .provider_id
-                .as_deref()
-                .and_then(instance_id_from_provider_id)
-            {
+            let Some(pid) = n.provider_id.as_deref() else {
+                continue;
+            };
+            if let Some(id) = instance_id_from_provider_id(pid) {
                 // Two nodes naming one instance: the first keeps it, so the
                 // answer does not depend on hash order.
-                observed
-                    .entry(id.to_string())
-                    .or_insert_with(|| n.name.clone());
+                if let Entry::Vacant(e) = observed.entry(id.to_string()) {
+                    e.insert(n.name.clone());
+                    provider_ids.insert(id.to_string(), pid.to_string());
+                }
             }
         }
         let names: std::collections::HashSet<&str> =
@@ -81,6 +86,7 @@ impl NodeIndex {
                     .is_none_or(|i| *i == instance.as_str())
         });
         self.observed = observed;
+        self.observed_provider_ids = provider_ids;
         self.has_observed = true;
     }
 
@@ -98,6 +104,11 @@ impl NodeIndex {
             .get(instance)
             .or_else(|| self.learned.get(instance))
             .map(String::as_str)
+    }
+
+    /// The `spec.providerID` of the observed Node on `instance`, if any.
+    pub fn provider_id_of(&self, instance: &str) -> Option<&str> {
+        self.observed_provider_ids.get(instance).map(String::as_str)
     }
 
     /// The instance of `node`, if known.
@@ -184,7 +195,10 @@ mod tests {
         );
         assert_eq!(ix.node_of("i-0000000c"), None, "node c is gone");
         assert_eq!(ix.instance_of("b"), Some("i-0000000b"));
+        assert_eq!(ix.provider_id_of("i-0000000b"), Some("aws:///z/i-0000000b"));
+        assert_eq!(ix.provider_id_of("i-0000000a"), None, "learned only");
         ix.observe::<NodeView>(&[]);
+        assert_eq!(ix.provider_id_of("i-0000000b"), None);
         assert_eq!(ix.node_of("i-0000000b"), None);
         assert_eq!(ix.node_of("i-0000000a"), None);
     }

@@ -603,6 +603,12 @@ fn to_route(r: &aws_sdk_ec2::types::Route, index: &NodeIndex) -> Option<Route> {
     let mut route = Route::new(node, Destination::parse(dest)).named(dest);
     route.blackhole = blackhole;
     route.cloud_target = target.to_string().into();
+    // As `create_route` returns it, so a cached creation and a later list
+    // agree (the trait promises that).
+    route.target_provider_id = r
+        .instance_id()
+        .and_then(|i| index.provider_id_of(i))
+        .map(Into::into);
     Some(route)
 }
 
@@ -801,6 +807,11 @@ mod tests {
         assert_eq!(r.name, "10.244.1.0/24");
         assert_eq!(r.cloud_target, "i-0000000a");
         assert!(!r.blackhole);
+        assert_eq!(
+            r.target_provider_id.as_deref(),
+            Some("aws:///z/i-0000000a"),
+            "the observed Node's providerID, as a creation returns it"
+        );
 
         let stranger = Ec2Route::builder()
             .destination_ipv6_cidr_block("fd00:10:244:2::/64")
@@ -809,6 +820,7 @@ mod tests {
             .build();
         let r = to_route(&stranger, &ix).unwrap();
         assert_eq!(r.target_node, "", "unknown instance names no node");
+        assert_eq!(r.target_provider_id, None);
         assert_eq!(r.destination.to_string(), "fd00:10:244:2::/64");
 
         let gone = Ec2Route::builder()

@@ -532,3 +532,32 @@ async fn concurrent_creations_for_one_instance_turn_off_source_dest_check_once()
     assert_eq!(count(&p, "ModifyInstanceAttribute"), 1);
     assert_eq!(count(&p, "CreateRoute"), 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listed_route_carries_the_provider_id_its_creation_returned() {
+    // Regression (found by the conformance suite): create_route returned the
+    // Node's providerID in `target_provider_id`, a later list None, so a
+    // cached creation and a listing of the same route disagreed although the
+    // trait promises create returns the route as a list would show it.
+    let ep = endpoint().await;
+    let ec2 = testing::client(&ep).await;
+    let net = testing::create_network(&ec2, "10.13.0.0/16", None)
+        .await
+        .unwrap();
+    let inst = testing::run_instances(&ec2, &net, 1).await.unwrap();
+    let p = testing::provider(&ep, config_for(Some(&net.route_table_id)))
+        .await
+        .unwrap();
+    let cluster = testing::unique_cluster("pid");
+    let n = node("node-a", &inst[0], "10.244.0.0/24");
+    observe(&p, std::slice::from_ref(&n));
+    let created = p
+        .create_route(&cluster, "uid-node-a", &wanted(&n))
+        .await
+        .unwrap();
+    assert_eq!(
+        created.target_provider_id.as_deref(),
+        Some(inst[0].provider_id.as_str())
+    );
+    assert_eq!(p.list_routes(&cluster).await.unwrap(), vec![created]);
+}

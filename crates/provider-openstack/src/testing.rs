@@ -7,6 +7,9 @@
 //! Neutron into a cached virtualenv on first use and starts (or reuses) a
 //! server on 127.0.0.1. Stop it with `scripts/neutron.sh stop`.
 //!
+//! [`Proxy`] sits between the provider and the server to count requests
+//! and inject Neutron's error answers (see [`proxy`]).
+//!
 //! Nothing here is used by the provider itself.
 
 use std::path::PathBuf;
@@ -15,6 +18,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
+
+pub mod proxy;
+pub use proxy::Proxy;
 
 /// A running neutron-server.
 #[derive(Debug, Clone)]
@@ -86,6 +92,8 @@ pub struct TestRouter {
     pub name: String,
     /// The project that owns the network, subnet and router.
     pub project_id: String,
+    /// The network the router's subnets belong to.
+    pub network_id: String,
     /// The subnet the router is attached to (next hops must be in it).
     pub subnet_cidr: String,
 }
@@ -207,8 +215,35 @@ impl Admin {
             router_id,
             name: name.to_string(),
             project_id,
+            network_id: net["id"].as_str().unwrap_or_default().to_string(),
             subnet_cidr: subnet_cidr.to_string(),
         })
+    }
+
+    /// Adds a subnet of `cidr` to the router's network and attaches it to
+    /// the router, so next hops in it are accepted (e.g. IPv6 ones).
+    pub async fn add_subnet(&self, router: &TestRouter, cidr: &str) -> Result<(), String> {
+        let ip_version = if cidr.contains(':') { 6 } else { 4 };
+        let subnet = self
+            .create(
+                "/subnets",
+                json!({"subnet": {"name": router.name, "network_id": router.network_id, "cidr": cidr,
+                                  "ip_version": ip_version, "project_id": router.project_id}}),
+                "subnet",
+            )
+            .await?;
+        let (status, v) = self
+            .request(
+                reqwest::Method::PUT,
+                &format!("/routers/{}/add_router_interface", router.router_id),
+                Some(json!({"subnet_id": subnet["id"]})),
+                None,
+            )
+            .await?;
+        if status != 200 {
+            return Err(format!("add_router_interface {cidr}: {status} {v}"));
+        }
+        Ok(())
     }
 
     /// Sets the project's route quota (routes per router).

@@ -100,6 +100,11 @@ pub trait CloudRoutes: Send + Sync + 'static {
 
     /// Creates `route` (its `name` is ignored). Returns the route as a later
     /// `list_routes` would show it, so the controller can cache it.
+    ///
+    /// Creating a route that already exists to the same node answers either
+    /// that route or [`ErrorKind::AlreadyExists`] (after which the
+    /// controller lists again); either way the table holds it once. The
+    /// conformance suite (`crates/provider-conformance`) checks this.
     async fn create_route(
         &self,
         cluster: &str,
@@ -108,6 +113,9 @@ pub trait CloudRoutes: Send + Sync + 'static {
     ) -> Result<Route, CloudError>;
 
     /// Deletes a route previously returned by `list_routes` or `create_route`.
+    ///
+    /// Deleting a route that is already gone answers `Ok` or
+    /// [`ErrorKind::NotFound`]; the controller takes both as done.
     async fn delete_route(&self, cluster: &str, route: &Route) -> Result<(), CloudError>;
 
     /// Applies deletions then creations in one call. The answer has one entry

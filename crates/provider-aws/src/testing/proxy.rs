@@ -2,10 +2,11 @@
 //!
 //! moto answers every request and reports every route as `active`, so tests
 //! that need EC2's throttling answer or blackhole routes put this proxy
-//! between the client and moto. It owns nothing but its log and its two
+//! between the client and moto. It owns nothing but its log and its three
 //! switches: [`Proxy::throttle_every`] answers every n-th request with
 //! `RequestLimitExceeded` (HTTP 503, EC2's XML error body) instead of
-//! forwarding it, and [`Proxy::blackhole`] rewrites `DescribeRouteTables`
+//! forwarding it, [`Proxy::fail_next`] answers the next requests with any
+//! EC2 error code, and [`Proxy::blackhole`] rewrites `DescribeRouteTables`
 //! answers so routes to the named instances show `<state>blackhole</state>`.
 //! Everything else is forwarded unchanged, one upstream connection per
 //! request.
@@ -35,6 +36,8 @@ pub struct Logged {
     pub at: Instant,
     /// Whether the proxy answered it with `RequestLimitExceeded`.
     pub throttled: bool,
+    /// The EC2 error code the proxy answered instead of forwarding, if any.
+    pub injected: Option<String>,
 }
 
 impl Logged {
@@ -51,6 +54,15 @@ struct ProxyState {
     blackholed: Mutex<HashSet<String>>,
     throttle_every: AtomicU64,
     seen: AtomicU64,
+    /// Errors still to answer, from [`Proxy::fail_next`].
+    failing: Mutex<Option<Failing>>,
+}
+
+/// The error [`Proxy::fail_next`] answers, and how many more times.
+struct Failing {
+    remaining: u64,
+    status: u16,
+    code: String,
 }
 
 /// A poisoned lock only means another request handler panicked; the data
@@ -136,6 +148,17 @@ impl Proxy {
         lock(&self.state.blackholed).remove(instance);
     }
 
+    /// Answers the next `n` requests with EC2 error `code` and HTTP `status`
+    /// instead of forwarding them (before any throttling); replaces earlier
+    /// pending failures, and `n = 0` clears them.
+    pub fn fail_next(&self, n: u64, status: u16, code: &str) {
+        *lock(&self.state.failing) = (n > 0).then(|| Failing {
+            remaining: n,
+            status,
+            code: code.to_string(),
+        });
+    }
+
     /// Throttles every `n`-th request from now on, counting from this call;
     /// 0 stops throttling.
     pub fn throttle_every(&self, n: u64) {
@@ -169,15 +192,40 @@ async fn handle(
         .unwrap_or_default();
     let text = String::from_utf8_lossy(&body).to_string();
     let action = form_value(&text, "Action").to_string();
+    let injected = {
+        let mut failing = lock(&st.failing);
+        let answer = failing.as_mut().map(|f| {
+            f.remaining -= 1;
+            (f.status, f.code.clone())
+        });
+        if failing.as_ref().is_some_and(|f| f.remaining == 0) {
+            *failing = None;
+        }
+        answer
+    };
     let every = st.throttle_every.load(Ordering::SeqCst);
     let n = st.seen.fetch_add(1, Ordering::SeqCst) + 1;
-    let throttle = every > 0 && n.is_multiple_of(every);
+    let throttle = injected.is_none() && every > 0 && n.is_multiple_of(every);
     lock(&st.log).push(Logged {
         action: action.clone(),
         body: text,
         at: Instant::now(),
-        throttled: throttle,
+        throttled: throttle
+            || injected
+                .as_ref()
+                .is_some_and(|(_, c)| c == "RequestLimitExceeded"),
+        injected: injected.as_ref().map(|(_, c)| c.clone()),
     });
+    if let Some((status, code)) = injected {
+        let mut resp = Response::new(Full::new(Bytes::from(error_xml(&code))));
+        *resp.status_mut() =
+            StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        resp.headers_mut().insert(
+            hyper::header::CONTENT_TYPE,
+            hyper::header::HeaderValue::from_static("text/xml"),
+        );
+        return Ok(resp);
+    }
     if throttle {
         let mut resp = Response::new(Full::new(Bytes::from_static(THROTTLE_XML.as_bytes())));
         *resp.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
@@ -218,6 +266,13 @@ async fn handle(
         bytes
     };
     Ok(Response::from_parts(parts, Full::new(bytes)))
+}
+
+/// EC2's XML error body for `code`, shaped like [`THROTTLE_XML`].
+fn error_xml(code: &str) -> String {
+    format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error><Code>{code}</Code><Message>injected by the test proxy</Message></Error></Errors><RequestID>00000000-0000-0000-0000-000000000000</RequestID></Response>"
+    )
 }
 
 fn bad_gateway() -> Response<Full<Bytes>> {

@@ -1,0 +1,105 @@
+//! The provider conformance suite against the stateful fake Hetzner Cloud
+//! API (feature `testing`), over real HTTP on 127.0.0.1. No exemptions: the
+//! fake injects error answers, enforces a route limit and counts requests.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use provider_conformance::{Faults, Op, Subject, run_all};
+use provider_hcloud::fake::{FakeConfig, FakeHcloud};
+use provider_hcloud::{HcloudConfig, HcloudRoutes, Token};
+use route_cloud::ErrorKind;
+use route_core::{NodeAddress, NodeView};
+
+const NET: u64 = 7;
+/// Routes the fake accepts per network: small, so the quota check is quick.
+const MAX_ROUTES: usize = 4;
+
+/// The fake's "answer the next request with this error" knob, by the
+/// endpoint each operation calls first.
+struct FakeFaults(Arc<FakeHcloud>);
+
+impl Faults for FakeFaults {
+    fn injectable(&self) -> Vec<(Op, ErrorKind)> {
+        use ErrorKind::*;
+        let mut pairs = Vec::new();
+        for op in [Op::List, Op::Create, Op::Delete] {
+            for kind in [Throttled, Conflict, InvalidRequest, Transient, Permanent] {
+                pairs.push((op, kind));
+            }
+        }
+        pairs.extend([(Op::Create, QuotaExceeded), (Op::Delete, NotFound)]);
+        pairs
+    }
+
+    fn fail_next(&self, op: Op, kind: ErrorKind) {
+        let endpoint = match op {
+            Op::List => "get_network",
+            Op::Create => "add_route",
+            Op::Delete => "delete_route",
+        };
+        // The status and code the real API documents for each class.
+        let (status, code) = match kind {
+            ErrorKind::Throttled => (429, "rate_limit_exceeded"),
+            ErrorKind::Conflict => (409, "conflict"),
+            ErrorKind::InvalidRequest => (400, "invalid_input"),
+            ErrorKind::Transient => (503, "unavailable"),
+            ErrorKind::Permanent => (403, "forbidden"),
+            ErrorKind::QuotaExceeded => (403, "resource_limit_exceeded"),
+            ErrorKind::NotFound => (404, "not_found"),
+            other => panic!("the fake has no answer for {other}"),
+        };
+        self.0.fail_next(endpoint, 1, status, code);
+    }
+}
+
+async fn subject() -> Subject {
+    let fake = Arc::new(
+        FakeHcloud::start(FakeConfig {
+            max_routes: MAX_ROUTES,
+            // After an injected 429 the client waits until the budget is
+            // full again (RateLimit-Reset); a fast refill keeps that short.
+            refill_per_second: 1000.0,
+            ..FakeConfig::default()
+        })
+        .await
+        .expect("the fake starts"),
+    );
+    fake.add_network(NET, "k8s", "10.0.0.0/8", &["10.0.0.0/24"]);
+    let nodes: Vec<NodeView> = (0..2u32)
+        .map(|i| {
+            let ip = format!("10.0.0.{}", i + 2);
+            fake.add_server(u64::from(100 + i), &format!("node-{i}"), NET, &ip);
+            NodeView::new(format!("node-{i}"), format!("uid-{i}"), &[])
+                .with_addresses(vec![NodeAddress::internal_ip(ip)])
+                .with_provider_id(format!("hcloud://{}", 100 + i))
+        })
+        .collect();
+    let config = HcloudConfig {
+        endpoint: fake.base_url(),
+        action_poll_initial_ms: 10,
+        action_poll_max_ms: 40,
+        request_timeout_secs: 5,
+        action_timeout_secs: 10,
+        // After a 429 the client paces itself at its budget until the
+        // bucket refills; the fake's budget is refilled fast, so is this.
+        requests_per_hour: 3_600_000,
+        keep_in_reserve: 0,
+        ..HcloudConfig::for_network(NET.to_string())
+    };
+    let cloud = HcloudRoutes::new(config, Token::new(fake.token()).expect("a token"))
+        .expect("a valid config");
+    let counted = Arc::clone(&fake);
+    Subject::new(Arc::new(cloud), "conformance", nodes)
+        .with_faults(FakeFaults(Arc::clone(&fake)))
+        .with_server_requests(move || counted.total())
+        .with_quota(MAX_ROUTES)
+        .keep_alive(fake)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hcloud_provider_conforms() {
+    tokio::time::timeout(Duration::from_secs(120), run_all(subject, &[]))
+        .await
+        .expect("the suite finishes in time");
+}
