@@ -9,7 +9,7 @@
 //! reports the cluster side (Node visible, Node gone, route removed behind the
 //! controller's back); the probe reports the cloud side.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -18,7 +18,7 @@ use provider_memory::MemoryCloud;
 use route_cloud::{
     Batch, BatchResult, Capabilities, CloudError, CloudRoutes, ErrorKind, RequestStats,
 };
-use route_core::{Cidr, NodeView, Route};
+use route_core::{Cidr, NodeView, Route, Text};
 use tokio::time::Instant;
 
 /// One Node's pod CIDR and its route.
@@ -27,6 +27,9 @@ struct Track {
     cidr: Cidr,
     visible_at: Instant,
     alive: bool,
+    /// The route tables that hold the Node's route now.
+    up: BTreeSet<Text>,
+    /// In every table.
     routed: bool,
     /// Counted in the latency figures (false for routes that existed at start).
     measured: bool,
@@ -49,6 +52,9 @@ pub struct Observer {
     start: Instant,
     end: Instant,
     bucket: Duration,
+    /// The cloud's route tables (one unnamed table when empty): a Node is
+    /// routed once its route is in all of them.
+    tables: Vec<Text>,
     state: Mutex<State>,
 }
 
@@ -90,11 +96,21 @@ impl Observer {
             start,
             end,
             bucket,
+            tables: vec![Text::default()],
             state: Mutex::new(State {
                 buckets: vec![0; n],
                 ..State::default()
             }),
         }
+    }
+
+    /// The cloud has these route tables (several: every Node's route must be
+    /// in each before it counts as routed).
+    pub fn with_tables(mut self, tables: Vec<Text>) -> Self {
+        if !tables.is_empty() {
+            self.tables = tables;
+        }
+        self
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -127,6 +143,7 @@ impl Observer {
                 cidr,
                 visible_at: now,
                 alive: true,
+                up: BTreeSet::new(),
                 routed: false,
                 measured: true,
                 first_route: None,
@@ -139,6 +156,7 @@ impl Observer {
     /// The Node's route already exists at the start (not a latency sample).
     pub fn preexisting(&self, name: &str) {
         if let Some(t) = self.lock().tracks.get_mut(name) {
+            t.up = self.tables.iter().cloned().collect();
             t.routed = true;
             t.measured = false;
             t.missing_since = None;
@@ -158,8 +176,8 @@ impl Observer {
         }
     }
 
-    /// A route to `node` for `cidr` exists in the cloud from now on.
-    pub fn route_up(&self, node: &str, cidr: Option<Cidr>) {
+    /// A route to `node` for `cidr` exists in route table `table` from now on.
+    pub fn route_up(&self, node: &str, cidr: Option<Cidr>, table: &Text) {
         let (Some(now), Some(cidr)) = (self.now_in_run(), cidr) else {
             return;
         };
@@ -168,21 +186,30 @@ impl Observer {
         if let Some(t) = s.tracks.get_mut(node)
             && t.cidr == cidr
             && t.alive
-            && !t.routed
         {
-            t.routed = true;
-            if let Some(since) = t.missing_since.take() {
-                t.missing += now - since;
-            }
-            if t.first_route.is_none() && t.measured {
-                t.first_route = Some(now - t.visible_at);
+            t.up.insert(table.clone());
+            if !t.routed && self.tables.iter().all(|x| t.up.contains(x)) {
+                t.routed = true;
+                if let Some(since) = t.missing_since.take() {
+                    t.missing += now - since;
+                }
+                if t.first_route.is_none() && t.measured {
+                    t.first_route = Some(now - t.visible_at);
+                }
             }
         }
     }
 
-    /// The route to `node` for `cidr` is gone from the cloud from now on;
-    /// `by_controller` counts it as one of the controller's mutations.
-    pub fn route_down(&self, node: &str, cidr: Option<Cidr>, by_controller: bool) {
+    /// The route to `node` for `cidr` is gone from route table `table` (every
+    /// table: `None`) from now on; `by_controller` counts it as one of the
+    /// controller's mutations.
+    pub fn route_down(
+        &self,
+        node: &str,
+        cidr: Option<Cidr>,
+        table: Option<&Text>,
+        by_controller: bool,
+    ) {
         let (Some(now), Some(cidr)) = (self.now_in_run(), cidr) else {
             return;
         };
@@ -193,10 +220,17 @@ impl Observer {
         if let Some(t) = s.tracks.get_mut(node)
             && t.cidr == cidr
             && t.alive
-            && t.routed
         {
-            t.routed = false;
-            t.missing_since = Some(now);
+            match table {
+                Some(table) => {
+                    t.up.remove(table);
+                }
+                None => t.up.clear(),
+            }
+            if t.routed {
+                t.routed = false;
+                t.missing_since = Some(now);
+            }
         }
     }
 
@@ -287,14 +321,18 @@ impl Probe {
     fn created(&self, cluster: &str, route: &Route, ok: bool, lost: bool) {
         if ok || (lost && self.holds(cluster, route)) {
             self.obs
-                .route_up(&route.target_node, route.destination.cidr());
+                .route_up(&route.target_node, route.destination.cidr(), &route.target);
         }
     }
 
     fn deleted(&self, cluster: &str, route: &Route, ok: bool, lost: bool) {
         if ok || (lost && !self.holds(cluster, route)) {
-            self.obs
-                .route_down(&route.target_node, route.destination.cidr(), true);
+            self.obs.route_down(
+                &route.target_node,
+                route.destination.cidr(),
+                Some(&route.target),
+                true,
+            );
         }
     }
 }
@@ -311,6 +349,10 @@ fn kind<T>(r: &Result<T, CloudError>) -> Result<(), ErrorKind> {
 impl CloudRoutes for Probe {
     fn name(&self) -> &'static str {
         self.cloud.name()
+    }
+
+    fn targets(&self) -> Vec<Text> {
+        self.cloud.targets()
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -397,13 +439,13 @@ mod tests {
         obs.node_visible("a", c.unwrap());
         obs.node_visible("b", d.unwrap());
         tokio::time::advance(Duration::from_secs(5)).await;
-        obs.route_up("a", c);
+        obs.route_up("a", c, &Text::default());
         // A route for another CIDR does not count for b.
-        obs.route_up("b", c);
+        obs.route_up("b", c, &Text::default());
         tokio::time::advance(Duration::from_secs(10)).await;
-        obs.route_down("a", c, false);
+        obs.route_down("a", c, None, false);
         tokio::time::advance(Duration::from_secs(20)).await;
-        obs.route_up("a", c);
+        obs.route_up("a", c, &Text::default());
         obs.node_gone("b");
         let s = obs.route_stats();
         assert_eq!(s.routed, 1);

@@ -170,7 +170,8 @@ async fn simulate_mode(
     let duration = scenario.duration.0;
     let end = start + duration;
     let step = duration / SERIES_POINTS;
-    let obs = Arc::new(Observer::new(start, end, step));
+    let tables: Vec<route_core::Text> = cloud.targets();
+    let obs = Arc::new(Observer::new(start, end, step).with_tables(tables.clone()));
     let store = NodeStore::new(None);
     let api = Arc::new(ApiServer::new(store.clone()));
 
@@ -191,7 +192,13 @@ async fn simulate_mode(
             let mut route = route;
             route.cloud_target = spec.address.to_string().into();
             route.target_provider_id = view.provider_id.as_deref().map(Into::into);
-            cloud.insert_route(CLUSTER, route);
+            if tables.is_empty() {
+                cloud.insert_route(CLUSTER, route);
+            } else {
+                for t in &tables {
+                    cloud.insert_route(CLUSTER, route.clone().in_target(t.clone()));
+                }
+            }
             obs.preexisting(&spec.name);
         }
     }
@@ -443,9 +450,10 @@ impl Driver<'_> {
                 for i in sample(&mut self.rng, candidates.len(), k) {
                     let r = &candidates[i];
                     if self.cloud.remove_route(CLUSTER, &r.destination).is_some() {
-                        self.removed += 1;
+                        // Gone from every route table.
+                        self.removed += self.cloud.targets().len().max(1) as u64;
                         self.obs
-                            .route_down(&r.target_node, r.destination.cidr(), false);
+                            .route_down(&r.target_node, r.destination.cidr(), None, false);
                     }
                 }
             }
@@ -455,7 +463,14 @@ impl Driver<'_> {
                 for c in cidrs {
                     self.strays += 1;
                     let r = Route::new(format!("gone-node-{}", self.strays), Destination::Cidr(*c));
-                    self.cloud.insert_route(CLUSTER, r);
+                    let tables = self.cloud.targets();
+                    if tables.is_empty() {
+                        self.cloud.insert_route(CLUSTER, r);
+                    } else {
+                        for t in tables {
+                            self.cloud.insert_route(CLUSTER, r.clone().in_target(t));
+                        }
+                    }
                 }
             }
         }

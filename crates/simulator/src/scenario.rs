@@ -333,6 +333,10 @@ pub struct CloudSpec {
     pub max_routes: Option<usize>,
     /// Lists a new route stays invisible to (eventual consistency, default 0).
     pub list_lag: u32,
+    /// Route tables per cluster (default 1): with more, every Node's route
+    /// must be in each (one private table per zone on AWS), and `max_routes`
+    /// applies per table.
+    pub tables: u32,
 }
 
 impl Default for CloudSpec {
@@ -349,6 +353,7 @@ impl Default for CloudSpec {
             supports_batch: false,
             max_routes: None,
             list_lag: 0,
+            tables: 1,
         }
     }
 }
@@ -427,6 +432,11 @@ impl CloudSpec {
             },
             seed,
             list_lag: self.list_lag,
+            targets: if self.tables > 1 {
+                (1..=self.tables).map(|i| format!("table-{i}")).collect()
+            } else {
+                Vec::new()
+            },
             ..MemoryConfig::default()
         }
     }
@@ -528,6 +538,12 @@ impl Scenario {
         }
         if cl.max_concurrent_operations == 0 {
             return Err("cloud.max_concurrent_operations must be at least 1".into());
+        }
+        if cl.tables == 0 || cl.tables > 16 {
+            return Err(format!(
+                "cloud.tables must be between 1 and 16, got {}",
+                cl.tables
+            ));
         }
         let end = self.duration.0;
         let waves = [

@@ -431,6 +431,13 @@ impl Timeline {
                 }
             })
             .collect();
+        // Every route exists once per route table.
+        let tables = u64::from(scenario.cloud.tables.max(1));
+        minimum.initial_creates *= tables;
+        minimum.added_creates *= tables;
+        minimum.removed_deletes *= tables;
+        minimum.address_changes *= tables;
+        minimum.stray_deletes *= tables;
         Ok(Timeline {
             nodes,
             initial,

@@ -341,3 +341,38 @@ fn simulate_writes_the_chart_and_accepts_a_seed_override() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+const THREE_TABLES: &str = r#"
+name = "three-tables-20"
+duration = "1h"
+cluster_cidr = "10.244.0.0/16"
+initial_nodes = 20
+heartbeat_period = "10s"
+
+[cloud]
+latency = { list = "100ms", create = "100ms", delete = "100ms" }
+max_routes = 30
+tables = 3
+
+[[scale_up]]
+at = "10m"
+count = 10
+
+[[scale_down]]
+at = "30m"
+count = 5
+"#;
+
+#[test]
+fn every_node_is_routed_in_each_of_three_tables_up_to_each_tables_quota() {
+    let r = run(THREE_TABLES);
+    assert_eq!(r.scenario.minimum.total(), (20 + 10 + 5) * 3);
+    for m in &r.modes {
+        // 30 Nodes at the peak fill each table's quota exactly; at the end
+        // 25 Nodes, each in all three tables.
+        assert_eq!(m.nodes_at_end, 25, "{}", m.mode);
+        assert_eq!(m.routes_at_end, 75, "{}", m.mode);
+        assert_eq!(m.routes.never_routed, 0, "{}", m.mode);
+        assert_eq!(m.routes.unrouted_at_end, 0, "{}", m.mode);
+    }
+}
