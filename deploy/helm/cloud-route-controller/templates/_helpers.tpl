@@ -51,6 +51,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- if and .Values.credentials.create .Values.credentials.existingSecret -}}
 {{- fail "credentials: set either create: true (with data) or existingSecret, not both" -}}
 {{- end -}}
+{{- range .Values.credentials.env -}}
+{{- if not (and .name .key) -}}
+{{- fail (printf "every credentials.env entry needs a name (the variable) and a key (in the Secret); got %v" .) -}}
+{{- end -}}
+{{- end -}}
 {{- if and .Values.credentials.create (not .Values.credentials.data) -}}
 {{- fail "credentials.create is true but credentials.data is empty" -}}
 {{- end -}}
@@ -58,9 +63,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- fail "credentials.env names Secret keys but there is no Secret: set credentials.existingSecret, or create: true with data" -}}
 {{- end -}}
 {{- if .Values.credentials.create -}}
-{{- range $var, $key := .Values.credentials.env -}}
-{{- if not (hasKey $.Values.credentials.data $key) -}}
-{{- fail (printf "credentials.env.%s reads key %q, which credentials.data does not have" $var $key) -}}
+{{- range .Values.credentials.env -}}
+{{- if not (hasKey $.Values.credentials.data .key) -}}
+{{- fail (printf "credentials.env %s reads key %q, which credentials.data does not have" .name .key) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
