@@ -25,7 +25,8 @@ while [[ $# -gt 0 ]]; do
     --tag) tag=${2:?--tag needs NAME:TAG}; shift 2 ;;
     --podman-root)
       dir=${2:?--podman-root needs a directory}
-      podman_root=(--root "$dir/root" --runroot "$dir/runroot"); shift 2 ;;
+      # runroot: podman refuses paths longer than 50 characters.
+      podman_root=(--root "$dir/root" --runroot "$dir/rr"); shift 2 ;;
     *) echo "usage: $0 [--binary PATH] [--tag NAME:TAG] [--podman-root DIR] (unknown: $1)" >&2; exit 2 ;;
   esac
 done

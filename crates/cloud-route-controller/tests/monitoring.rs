@@ -296,7 +296,9 @@ async fn every_metric_the_dashboard_and_the_rules_use_is_served_by_a_running_con
 
     // A controller that routed a Node and emitted a Warning, so that the
     // families that appear only with a first sample are there too.
-    let c = TestCluster::acquire().await.expect("the local control plane");
+    let c = TestCluster::acquire()
+        .await
+        .expect("the local control plane");
     let dir = TempDir::new("monitoring-metrics");
     let metrics = format!("127.0.0.1:{}", free_port());
     let ctl = Controller::start(
