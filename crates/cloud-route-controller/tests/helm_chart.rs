@@ -441,7 +441,9 @@ async fn every_provider_example_applies_to_the_api_server_with_a_dry_run() {
 async fn helm_install_creates_the_release_and_helm_uninstall_removes_it() {
     // The README's `helm install` as shown, against the real API server
     // (no kubelet: the pods are never scheduled, the objects are real).
-    let c = TestCluster::acquire().await.expect("the local control plane");
+    let c = TestCluster::acquire()
+        .await
+        .expect("the local control plane");
     let kubeconfig = c.kubeconfig_path().to_owned();
     let helm = helm();
     let dir = TempDir::new("helm-install");
@@ -475,21 +477,40 @@ async fn helm_install_creates_the_release_and_helm_uninstall_removes_it() {
         let deployments: kube::Api<k8s_openapi::api::apps::v1::Deployment> =
             kube::Api::namespaced(c.client(), NAMESPACE);
         let roles: kube::Api<k8s_openapi::api::rbac::v1::ClusterRole> = kube::Api::all(c.client());
-        let sa = sas.get(RELEASE).await.expect("the release's ServiceAccount");
+        let sa = sas
+            .get(RELEASE)
+            .await
+            .expect("the release's ServiceAccount");
         let labels = sa.metadata.labels.unwrap_or_default();
         assert_eq!(
-            labels.get("app.kubernetes.io/managed-by").map(String::as_str),
+            labels
+                .get("app.kubernetes.io/managed-by")
+                .map(String::as_str),
             Some("Helm")
         );
-        let d = deployments.get(RELEASE).await.expect("the release's Deployment");
+        let d = deployments
+            .get(RELEASE)
+            .await
+            .expect("the release's Deployment");
         assert_eq!(d.spec.and_then(|s| s.replicas), Some(2));
         roles.get(RELEASE).await.expect("the release's ClusterRole");
-        let status = run(&mut helm_cmd(&["status", RELEASE, "--namespace", NAMESPACE]));
+        let status = run(&mut helm_cmd(&[
+            "status",
+            RELEASE,
+            "--namespace",
+            NAMESPACE,
+        ]));
         assert!(status.contains("STATUS: deployed"), "{status}");
     });
     let result = futures::FutureExt::catch_unwind(installed).await;
     // Uninstall however the checks ended: the cluster is shared.
-    run(&mut helm_cmd(&["uninstall", RELEASE, "--namespace", NAMESPACE, "--wait"]));
+    run(&mut helm_cmd(&[
+        "uninstall",
+        RELEASE,
+        "--namespace",
+        NAMESPACE,
+        "--wait",
+    ]));
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
     }
