@@ -145,10 +145,10 @@ fn exposed_names(text: &str) -> BTreeSet<String> {
                     names.insert(name.to_string());
                 }
             }
-        } else if !line.starts_with('#') {
-            if let Some(name) = line.split(['{', ' ']).next().filter(|n| !n.is_empty()) {
-                names.insert(name.to_string());
-            }
+        } else if !line.starts_with('#')
+            && let Some(name) = line.split(['{', ' ']).next().filter(|n| !n.is_empty())
+        {
+            names.insert(name.to_string());
         }
     }
     names
