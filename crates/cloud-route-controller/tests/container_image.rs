@@ -289,3 +289,36 @@ async fn the_image_is_non_root_shell_free_labelled_and_its_binary_runs_from_the_
         .arg(dir.path())
         .output();
 }
+
+#[test]
+fn the_containerfile_builds_the_same_image_as_the_offline_path() {
+    // The Containerfile cannot be built here (no base image can be pulled),
+    // so what it promises is checked against what scripts/image.sh makes.
+    let text = std::fs::read_to_string(repo().join("Containerfile")).expect("Containerfile");
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with('#'))
+        .collect();
+    let has = |l: &str| lines.contains(&l);
+    assert!(
+        has(&format!("ARG VERSION={}", env!("CARGO_PKG_VERSION"))),
+        "Containerfile's VERSION is not the workspace version"
+    );
+    assert!(has("USER 65532:65532"));
+    assert!(has(&format!("ENTRYPOINT [\"{ENTRYPOINT}\"]")));
+    assert!(has("ENV SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt"));
+    assert!(
+        text.contains(&format!(
+            "org.opencontainers.image.source=\"{}\"",
+            workspace_repository()
+        )),
+        "the source label is not the workspace repository"
+    );
+    assert!(text.contains("org.opencontainers.image.version=\"${VERSION}\""));
+    // Two stages: a build stage, and a runtime without a shell.
+    let froms: Vec<&&str> = lines.iter().filter(|l| l.starts_with("FROM ")).collect();
+    assert_eq!(froms.len(), 2, "{froms:?}");
+    assert!(has("ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot"));
+    assert!(text.contains("cargo build --release --locked -p cloud-route-controller"));
+}

@@ -86,7 +86,7 @@ fn template_cmd(helm: &Path, extra: &[&str]) -> Command {
     let mut cmd = Command::new(helm);
     cmd.args(["template", RELEASE])
         .arg(chart())
-        .args(["--namespace", NAMESPACE])
+        .args(["-n", NAMESPACE])
         .args(extra);
     cmd
 }
@@ -94,7 +94,7 @@ fn template_cmd(helm: &Path, extra: &[&str]) -> Command {
 fn template(helm: &Path, values: Option<&Path>) -> String {
     let mut extra = Vec::new();
     if let Some(v) = values {
-        extra.extend(["--values", v.to_str().expect("utf-8 path")]);
+        extra.extend(["-f", v.to_str().expect("utf-8 path")]);
     }
     run(&mut template_cmd(helm, &extra))
 }
@@ -209,9 +209,9 @@ fn the_chart_lints_for_its_defaults_and_every_provider_example() {
     run(Command::new(&helm).args(["lint", "--strict"]).arg(chart()));
     for p in PROVIDERS {
         run(Command::new(&helm)
-            .args(["lint", "--strict", "--namespace", NAMESPACE])
+            .args(["lint", "--strict"])
             .arg(chart())
-            .arg("--values")
+            .arg("-f")
             .arg(example(p)));
     }
 }
@@ -463,13 +463,7 @@ async fn helm_install_creates_the_release_and_helm_uninstall_removes_it() {
     let chart_dir = chart();
     let chart_dir = chart_dir.to_str().expect("utf-8 path");
     run(&mut helm_cmd(&[
-        "install",
-        RELEASE,
-        chart_dir,
-        "--namespace",
-        NAMESPACE,
-        "--values",
-        values,
+        "install", RELEASE, chart_dir, "-n", NAMESPACE, "-f", values,
     ]));
     let installed = std::panic::AssertUnwindSafe(async {
         let sas: kube::Api<k8s_openapi::api::core::v1::ServiceAccount> =
@@ -494,23 +488,12 @@ async fn helm_install_creates_the_release_and_helm_uninstall_removes_it() {
             .expect("the release's Deployment");
         assert_eq!(d.spec.and_then(|s| s.replicas), Some(2));
         roles.get(RELEASE).await.expect("the release's ClusterRole");
-        let status = run(&mut helm_cmd(&[
-            "status",
-            RELEASE,
-            "--namespace",
-            NAMESPACE,
-        ]));
+        let status = run(&mut helm_cmd(&["status", RELEASE, "-n", NAMESPACE]));
         assert!(status.contains("STATUS: deployed"), "{status}");
     });
     let result = futures::FutureExt::catch_unwind(installed).await;
     // Uninstall however the checks ended: the cluster is shared.
-    run(&mut helm_cmd(&[
-        "uninstall",
-        RELEASE,
-        "--namespace",
-        NAMESPACE,
-        "--wait",
-    ]));
+    run(&mut helm_cmd(&["uninstall", RELEASE, "-n", NAMESPACE]));
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
     }

@@ -360,3 +360,138 @@ async fn every_metric_the_dashboard_and_the_rules_use_is_served_by_a_running_con
     );
     assert_eq!(ctl.stop(), Some(0));
 }
+
+/// The Prometheus Operator whose CRDs the PrometheusRule and PodMonitor are
+/// checked against, fetched from the Go module proxy like the Go tools.
+const PROMETHEUS_OPERATOR: &str = "github.com/prometheus-operator/prometheus-operator@v0.85.0";
+const OPERATOR_CRDS: &[(&str, &str)] = &[
+    (
+        "monitoring.coreos.com_prometheusrules.yaml",
+        "prometheusrules.monitoring.coreos.com",
+    ),
+    (
+        "monitoring.coreos.com_podmonitors.yaml",
+        "podmonitors.monitoring.coreos.com",
+    ),
+];
+
+/// The directory of the prometheus-operator module (downloaded on first use).
+fn prometheus_operator_dir() -> PathBuf {
+    let dir = TempDir::new("po-module");
+    let out = Command::new("go")
+        .args(["mod", "download", "-json", PROMETHEUS_OPERATOR])
+        .current_dir(dir.path())
+        .env("GOTOOLCHAIN", "local")
+        .env("GOFLAGS", "-mod=mod")
+        .output()
+        .expect("run go mod download");
+    let info: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "go mod download {PROMETHEUS_OPERATOR}: {e}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert!(
+        out.status.success() && info["Dir"].is_string(),
+        "go mod download {PROMETHEUS_OPERATOR} failed: {info}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    PathBuf::from(info["Dir"].as_str().unwrap_or_default())
+}
+
+/// Deletes the CRDs (and so every object of theirs) however the test ends.
+struct Crds {
+    kubectl: PathBuf,
+    kubeconfig: PathBuf,
+}
+
+impl Drop for Crds {
+    fn drop(&mut self) {
+        for (_, name) in OPERATOR_CRDS {
+            let _ = Command::new(&self.kubectl)
+                .arg("--kubeconfig")
+                .arg(&self.kubeconfig)
+                .args(["delete", "crd", name, "--ignore-not-found", "--wait=false"])
+                .output();
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_prometheusrule_and_podmonitor_apply_against_the_operators_crds() {
+    let c = TestCluster::acquire()
+        .await
+        .expect("the local control plane");
+    let kubeconfig = c.kubeconfig_path().to_owned();
+    let kubectl_bin = c.kubectl_path().expect("kubectl");
+    let kubectl = |args: &[&str]| {
+        let out = Command::new(&kubectl_bin)
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(args)
+            .current_dir(repo())
+            .output()
+            .expect("run kubectl");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    let crd_dir = prometheus_operator_dir().join("example/prometheus-operator-crd");
+    let _crds = Crds {
+        kubectl: kubectl_bin.clone(),
+        kubeconfig: kubeconfig.clone(),
+    };
+    for (file, name) in OPERATOR_CRDS {
+        let path = crd_dir.join(file);
+        let path = path.to_str().expect("utf-8 path");
+        // Server-side: the CRDs are too large for client-side apply's annotation.
+        let (ok, out) = kubectl(&["apply", "--server-side", "-f", path]);
+        assert!(ok, "{out}");
+        let (ok, out) = kubectl(&[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            &format!("crd/{name}"),
+        ]);
+        assert!(ok, "{out}");
+    }
+
+    // The README's commands, from the repository root.
+    let files = [
+        "-f",
+        "deploy/monitoring/prometheusrule.yaml",
+        "-f",
+        "deploy/monitoring/podmonitor.yaml",
+    ];
+    let (ok, out) = kubectl(&[&["apply", "--dry-run=server"][..], &files[..]].concat());
+    assert!(ok, "{out}");
+    assert!(
+        out.contains(
+            "prometheusrule.monitoring.coreos.com/cloud-route-controller created (server dry run)"
+        ) && out.contains(
+            "podmonitor.monitoring.coreos.com/cloud-route-controller created (server dry run)"
+        ),
+        "{out}"
+    );
+    let (ok, out) = kubectl(&[&["apply"][..], &files[..]].concat());
+    assert!(ok, "{out}");
+    let (ok, out) = kubectl(&[&["delete"][..], &files[..]].concat());
+    assert!(ok, "{out}");
+
+    // The CRD's schema is really applied: a rule whose `for` is no duration is refused.
+    let dir = TempDir::new("bad-promrule");
+    let text = std::fs::read_to_string(monitoring("prometheusrule.yaml")).expect("read");
+    let bad = text.replacen("for: 5m", "for: five minutes", 1);
+    assert_ne!(bad, text);
+    let bad_file = dir.path().join("bad.yaml");
+    std::fs::write(&bad_file, bad).expect("write");
+    let (ok, out) = kubectl(&[
+        "apply",
+        "--dry-run=server",
+        "-f",
+        bad_file.to_str().expect("utf-8 path"),
+    ]);
+    assert!(!ok, "an invalid `for` was accepted: {out}");
+}
