@@ -319,6 +319,8 @@ fn the_containerfile_builds_the_same_image_as_the_offline_path() {
     // Two stages: a build stage, and a runtime without a shell.
     let froms: Vec<&&str> = lines.iter().filter(|l| l.starts_with("FROM ")).collect();
     assert_eq!(froms.len(), 2, "{froms:?}");
-    assert!(has("ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot"));
+    assert!(has(
+        "ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot"
+    ));
     assert!(text.contains("cargo build --release --locked -p cloud-route-controller"));
 }
