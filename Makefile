@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/cloud-route-controller/target
 
-.PHONY: test demo bench simulate fuzz controlplane controlplane-down build fmt lint
+.PHONY: test demo image bench simulate fuzz controlplane controlplane-down build fmt lint
 
 # The one test command (README, .ci/run).
 test:
@@ -10,6 +10,12 @@ test:
 
 demo:
 	scripts/demo.sh
+
+# The container image, offline: the release binary, its shared libraries and
+# the CA bundle FROM scratch with podman (vfs). Extra arguments: make image
+# ARGS="--tag registry.example.com/cloud-route-controller:v0.1.0"
+image:
+	scripts/image.sh $(ARGS)
 
 # Side by side with the upstream Go controller on a real API server (long; not in `make test`).
 # Extra arguments: make bench ARGS="--nodes 5000"

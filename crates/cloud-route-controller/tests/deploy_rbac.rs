@@ -119,6 +119,27 @@ fn forbidden<T: std::fmt::Debug>(what: &str, r: Result<T, kube::Error>) {
     }
 }
 
+/// Whether a controller log shows a permission error: the API server's
+/// `Forbidden` reason or a 403 status code, not any "403" (a random resync
+/// period such as `80639.187808403s` contains one).
+fn was_refused(log: &str) -> bool {
+    log.to_lowercase().contains("forbidden")
+        || log.contains("code: 403")
+        || log.contains(" 403 ")
+        || log.contains("status=403")
+}
+
+#[test]
+fn a_resync_period_with_403_in_its_digits_is_not_a_permission_error() {
+    assert!(!was_refused(
+        "INFO starting cloud-route-controller resync=80639.187808403s identity=rbac-test-0"
+    ));
+    assert!(was_refused(
+        "ERROR patch failed: ApiError: nodes \"a\" is forbidden: User cannot patch (ErrorResponse { reason: \"Forbidden\", code: 403 })"
+    ));
+    assert!(was_refused("WARN request failed status=403"));
+}
+
 #[test]
 fn the_rendered_deployment_is_hardened_and_its_flags_are_accepted() {
     // Needs only kubectl (for kustomize), not the cluster.
@@ -498,7 +519,7 @@ async fn deploy_applies_and_its_service_account_routes_nodes_with_least_privileg
     //    releasing its Lease.
     let log = ctl.log_text();
     assert!(
-        !log.contains("403") && !log.to_lowercase().contains("forbidden"),
+        !was_refused(&log),
         "the controller was refused something:\n{log}"
     );
     assert_eq!(ctl.stop(), Some(0), "{log}");

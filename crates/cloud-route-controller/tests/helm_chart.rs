@@ -1,0 +1,505 @@
+//! The Helm chart `deploy/helm/cloud-route-controller`: it lints, renders
+//! for every provider's example values, the result applies to the real API
+//! server with a server-side dry run, its flags and cloud config are accepted
+//! by the binary and the provider, its RBAC is exactly the kustomize RBAC of
+//! `deploy/`, and values that cannot work are refused with a clear message.
+//!
+//! `helm` is built from its Go module by `scripts/build-gotool.sh helm`
+//! (once per machine; `scripts/test.sh` does it in its tools step).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::TempDir;
+use serde_json::Value;
+use test_cluster::TestCluster;
+
+const NAMESPACE: &str = "kube-system";
+const RELEASE: &str = "cloud-route-controller";
+const PROVIDERS: &[&str] = &["memory", "aws", "openstack", "hcloud"];
+const RBAC_KINDS: &[&str] = &[
+    "ServiceAccount",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "Role",
+    "RoleBinding",
+];
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn chart() -> PathBuf {
+    repo().join("deploy/helm/cloud-route-controller")
+}
+
+fn example(provider: &str) -> PathBuf {
+    chart().join("examples").join(format!("{provider}.yaml"))
+}
+
+/// The helm binary from the per-machine tools cache (built on first use).
+fn helm() -> PathBuf {
+    let out = Command::new(repo().join("scripts/build-gotool.sh"))
+        .arg("helm")
+        .output()
+        .expect("run scripts/build-gotool.sh helm");
+    assert!(
+        out.status.success(),
+        "scripts/build-gotool.sh helm failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let path = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .expect("the script prints the binary's path")
+        .to_string();
+    PathBuf::from(path)
+}
+
+/// Runs a command; its stdout, or a panic with both streams.
+fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed\nstdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+fn yaml_docs(text: &str) -> Vec<Value> {
+    let mut docs = Vec::new();
+    for doc in serde_yaml_ng::Deserializer::from_str(text) {
+        let v: Value = serde::Deserialize::deserialize(doc).expect("rendered YAML");
+        if !v.is_null() {
+            docs.push(v);
+        }
+    }
+    docs
+}
+
+/// `helm template` of the chart in kube-system with extra arguments.
+fn template_cmd(helm: &Path, extra: &[&str]) -> Command {
+    let mut cmd = Command::new(helm);
+    cmd.args(["template", RELEASE])
+        .arg(chart())
+        .args(["-n", NAMESPACE])
+        .args(extra);
+    cmd
+}
+
+fn template(helm: &Path, values: Option<&Path>) -> String {
+    let mut extra = Vec::new();
+    if let Some(v) = values {
+        extra.extend(["-f", v.to_str().expect("utf-8 path")]);
+    }
+    run(&mut template_cmd(helm, &extra))
+}
+
+fn kind(v: &Value) -> &str {
+    v["kind"].as_str().unwrap_or("")
+}
+
+fn find<'a>(docs: &'a [Value], k: &str) -> &'a Value {
+    docs.iter()
+        .find(|d| kind(d) == k)
+        .unwrap_or_else(|| panic!("no {k} rendered"))
+}
+
+fn kubectl_bin() -> PathBuf {
+    test_cluster::Binaries::locate()
+        .expect("control-plane binaries")
+        .kubectl()
+}
+
+/// What `kubectl kustomize deploy/` renders (no cluster needed).
+fn kustomize_docs(dir: &Path) -> Vec<Value> {
+    let empty = dir.join("empty-kubeconfig");
+    std::fs::write(&empty, "apiVersion: v1\nkind: Config\n").expect("write kubeconfig");
+    let out = run(Command::new(kubectl_bin())
+        .arg("--kubeconfig")
+        .arg(&empty)
+        .arg("kustomize")
+        .arg(repo().join("deploy")));
+    yaml_docs(&out)
+}
+
+/// An object without what only says who rendered it (labels, annotations).
+fn without_labels(v: &Value) -> Value {
+    let mut v = v.clone();
+    if let Some(m) = v["metadata"].as_object_mut() {
+        m.remove("labels");
+        m.remove("annotations");
+    }
+    v
+}
+
+/// The RBAC objects of a rendering, labels dropped, in a stable order.
+fn rbac(docs: &[Value]) -> Vec<Value> {
+    let mut r: Vec<Value> = docs
+        .iter()
+        .filter(|d| RBAC_KINDS.contains(&kind(d)))
+        .map(without_labels)
+        .collect();
+    r.sort_by_key(|d| format!("{}/{}", kind(d), d["metadata"]["name"]));
+    r
+}
+
+fn container(docs: &[Value]) -> &Value {
+    &find(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+}
+
+fn args_of(docs: &[Value]) -> Vec<String> {
+    container(docs)["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .map(|a| a.as_str().expect("string arg").to_string())
+        .collect()
+}
+
+fn flag(args: &[String], name: &str) -> String {
+    args.iter()
+        .find_map(|a| a.strip_prefix(&format!("{name}=")))
+        .unwrap_or_else(|| panic!("{name} missing from {args:?}"))
+        .to_string()
+}
+
+fn cloud_yaml(docs: &[Value]) -> String {
+    docs.iter()
+        .find(|d| kind(d) == "ConfigMap")
+        .and_then(|cm| cm["data"]["cloud.yaml"].as_str())
+        .expect("a ConfigMap with cloud.yaml")
+        .to_string()
+}
+
+/// The provider's own parser and validation accept the rendered config.
+fn provider_accepts(provider: &str, text: &str) {
+    match provider {
+        "memory" => {
+            let c: provider_memory::MemoryConfig =
+                serde_yaml_ng::from_str(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            c.validate().unwrap_or_else(|e| panic!("{text}: {e}"));
+        }
+        "aws" => {
+            provider_aws::AwsConfig::from_yaml(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+        }
+        "openstack" => {
+            // The password comes from OS_PASSWORD (the Secret) at run time;
+            // here it is put into the text the way the environment would.
+            let with_secret = text.replacen("auth:\n", "auth:\n  password: from-the-secret\n", 1);
+            provider_openstack::OpenStackConfig::from_yaml(&with_secret)
+                .unwrap_or_else(|e| panic!("{with_secret}: {e}"));
+        }
+        "hcloud" => {
+            let c: provider_hcloud::HcloudConfig =
+                serde_yaml_ng::from_str(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            c.validate().unwrap_or_else(|e| panic!("{text}: {e}"));
+        }
+        other => panic!("no check for provider {other}"),
+    }
+}
+
+#[test]
+fn the_chart_lints_for_its_defaults_and_every_provider_example() {
+    let helm = helm();
+    run(Command::new(&helm).args(["lint", "--strict"]).arg(chart()));
+    for p in PROVIDERS {
+        run(Command::new(&helm)
+            .args(["lint", "--strict"])
+            .arg(chart())
+            .arg("-f")
+            .arg(example(p)));
+    }
+}
+
+#[test]
+fn the_chart_version_is_the_workspace_version() {
+    let text = std::fs::read_to_string(chart().join("Chart.yaml")).expect("Chart.yaml");
+    let meta: Value = serde_yaml_ng::from_str(&text).expect("Chart.yaml is YAML");
+    assert_eq!(meta["version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(meta["appVersion"], env!("CARGO_PKG_VERSION"));
+}
+
+#[test]
+fn every_provider_example_renders_flags_and_config_the_binary_and_provider_accept() {
+    let helm = helm();
+    let dir = TempDir::new("helm-flags");
+    for p in PROVIDERS {
+        let docs = yaml_docs(&template(&helm, Some(&example(p))));
+        let args = args_of(&docs);
+        assert_eq!(flag(&args, "--cloud-provider"), *p);
+        let config = cloud_yaml(&docs);
+        provider_accepts(p, &config);
+
+        // Credentials only ever come from a Secret, by name and key.
+        let c = container(&docs);
+        for e in c["env"].as_array().expect("env") {
+            let name = e["name"].as_str().unwrap_or("");
+            if name == "POD_NAME" || name == "POD_NAMESPACE" {
+                continue;
+            }
+            assert!(
+                e["valueFrom"]["secretKeyRef"]["name"].is_string(),
+                "{p}: {name} does not come from a Secret: {e}"
+            );
+            assert!(e.get("value").is_none(), "{p}: {name} has a literal value");
+        }
+
+        // Every flag is known to the binary and validates.
+        let local_config = dir.path().join(format!("{p}.yaml"));
+        std::fs::write(&local_config, &config).expect("write config");
+        let local_args: Vec<String> = args
+            .iter()
+            .map(|a| {
+                a.replace(
+                    "/etc/cloud-route-controller/cloud.yaml",
+                    local_config.to_str().expect("utf-8 path"),
+                )
+                .replace("$(POD_NAMESPACE)", NAMESPACE)
+            })
+            .collect();
+        let out = Command::new(common::binary())
+            .args(&local_args)
+            .arg("--configure-cloud-routes=false")
+            .env_remove("POD_NAME")
+            .output()
+            .expect("run the binary");
+        assert!(
+            out.status.success(),
+            "{p}: the chart's args {local_args:?} are refused: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    // Dual-stack: both CIDRs in one --cluster-cidr, as the binary expects.
+    let docs = yaml_docs(&template(&helm, Some(&example("openstack"))));
+    assert_eq!(
+        flag(&args_of(&docs), "--cluster-cidr"),
+        "10.244.0.0/16,fd00:10:244::/56"
+    );
+    // The created credentials Secret is what the env refers to.
+    let docs = yaml_docs(&template(&helm, Some(&example("aws"))));
+    let secret = find(&docs, "Secret");
+    let env = container(&docs)["env"].as_array().expect("env").clone();
+    for e in env
+        .iter()
+        .filter(|e| e["name"].as_str() != Some("POD_NAME"))
+    {
+        if let Some(key) = e["valueFrom"]["secretKeyRef"]["key"].as_str() {
+            assert_eq!(
+                e["valueFrom"]["secretKeyRef"]["name"],
+                secret["metadata"]["name"]
+            );
+            assert!(
+                secret["stringData"][key].is_string(),
+                "{key} not in {secret}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_chart_rbac_equals_the_kustomize_rbac() {
+    let helm = helm();
+    let dir = TempDir::new("helm-rbac");
+    let kustomize = rbac(&kustomize_docs(dir.path()));
+    assert_eq!(kustomize.len(), RBAC_KINDS.len(), "{kustomize:?}");
+    for values in [None, Some("hcloud"), Some("aws"), Some("openstack")] {
+        let docs = yaml_docs(&template(&helm, values.map(example).as_deref()));
+        assert_eq!(
+            rbac(&docs),
+            kustomize,
+            "RBAC of the chart ({values:?}) differs from deploy/"
+        );
+    }
+    // Without leader election there is no Lease to guard: no Role at all,
+    // and the cluster-wide part is unchanged.
+    let docs = yaml_docs(&template(&helm, Some(&example("memory"))));
+    let cluster_scoped: Vec<Value> = kustomize
+        .iter()
+        .filter(|d| !["Role", "RoleBinding"].contains(&kind(d)))
+        .cloned()
+        .collect();
+    assert_eq!(rbac(&docs), cluster_scoped);
+}
+
+#[test]
+fn the_chart_defaults_render_the_kustomize_deployment_and_config() {
+    let helm = helm();
+    let dir = TempDir::new("helm-equiv");
+    let kustomize = kustomize_docs(dir.path());
+    let chart = yaml_docs(&template(&helm, None));
+    for k in ["Deployment", "PodDisruptionBudget"] {
+        let mut a = find(&chart, k)["spec"].clone();
+        let b = find(&kustomize, k)["spec"].clone();
+        if let Some(m) = a
+            .pointer_mut("/template/metadata")
+            .and_then(Value::as_object_mut)
+        {
+            // The chart adds a checksum of the config, so a changed config rolls the pods.
+            m.remove("annotations");
+        }
+        assert_eq!(a, b, "{k} of the chart's defaults differs from deploy/");
+    }
+    let parse = |t: &str| -> Value { serde_yaml_ng::from_str(t).expect("cloud.yaml is YAML") };
+    assert_eq!(parse(&cloud_yaml(&chart)), parse(&cloud_yaml(&kustomize)));
+}
+
+#[test]
+fn the_chart_refuses_values_that_cannot_work_with_a_clear_message() {
+    let helm = helm();
+    let cases: &[(&[&str], &str)] = &[
+        (&["--set", "provider=gcp"], "provider must be one of"),
+        (&["--set", "clusterCIDRs=null"], "clusterCIDRs must list"),
+        (
+            &["--set", "leaderElection.enabled=false"],
+            "several replicas without a Lease",
+        ),
+        (
+            &["--set", "credentials.existingSecret="],
+            "credentials.env names Secret keys but there is no Secret",
+        ),
+        (
+            &["--set", "credentials.create=true"],
+            "either create: true (with data) or existingSecret",
+        ),
+        (
+            &[
+                "--set",
+                "credentials.existingSecret=",
+                "--set",
+                "credentials.create=true",
+                "--set",
+                "credentials.data.other=x",
+            ],
+            "HCLOUD_TOKEN reads key \"token\", which credentials.data does not have",
+        ),
+        (
+            &["--set", "credentials.env[0].name=HCLOUD_TOKEN"],
+            "every credentials.env entry needs a name (the variable) and a key",
+        ),
+    ];
+    for (args, message) in cases {
+        let out = template_cmd(&helm, args).output().expect("run helm");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} rendered");
+        assert!(stderr.contains(message), "{args:?}: {stderr}");
+    }
+}
+
+#[tokio::test]
+async fn every_provider_example_applies_to_the_api_server_with_a_dry_run() {
+    let c = TestCluster::acquire()
+        .await
+        .expect("the local control plane");
+    let kubeconfig = c.kubeconfig_path().to_owned();
+    let kubectl = c.kubectl_path().expect("kubectl");
+    let helm = helm();
+    let dir = TempDir::new("helm-apply");
+    for p in PROVIDERS {
+        let rendered = template(&helm, Some(&example(p)));
+        let file = dir.path().join(format!("{p}.yaml"));
+        std::fs::write(&file, &rendered).expect("write rendering");
+        let out = run(Command::new(&kubectl)
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(["apply", "--dry-run=server", "-f"])
+            .arg(&file));
+        let docs = yaml_docs(&rendered);
+        for d in &docs {
+            let name = d["metadata"]["name"].as_str().expect("a name");
+            let k = kind(d).to_lowercase();
+            // `kind[.group]/name verb (server dry run)`
+            let covered = out.lines().any(|l| {
+                l.ends_with("(server dry run)")
+                    && l.split_once('/').is_some_and(|(resource, rest)| {
+                        (resource == k || resource.starts_with(&format!("{k}.")))
+                            && rest.starts_with(&format!("{name} "))
+                    })
+            });
+            assert!(covered, "{p}: the dry run did not cover {k}/{name}:\n{out}");
+        }
+        let kinds: Vec<&str> = docs.iter().map(kind).collect();
+        for k in ["ServiceAccount", "ClusterRole", "ConfigMap", "Deployment"] {
+            assert!(kinds.contains(&k), "{p}: no {k} in {kinds:?}");
+        }
+    }
+    // A dry run creates nothing.
+    let sas: kube::Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        kube::Api::namespaced(c.client(), NAMESPACE);
+    assert!(
+        sas.get_opt(RELEASE).await.expect("get").is_none(),
+        "a dry run created the ServiceAccount"
+    );
+}
+
+#[tokio::test]
+async fn helm_install_creates_the_release_and_helm_uninstall_removes_it() {
+    // The README's `helm install` as shown, against the real API server
+    // (no kubelet: the pods are never scheduled, the objects are real).
+    let c = TestCluster::acquire()
+        .await
+        .expect("the local control plane");
+    let kubeconfig = c.kubeconfig_path().to_owned();
+    let helm = helm();
+    let dir = TempDir::new("helm-install");
+    let helm_cmd = |args: &[&str]| {
+        let mut cmd = Command::new(&helm);
+        cmd.args(args)
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            // Helm's caches and repository config stay in the test's directory.
+            .env("HELM_CACHE_HOME", dir.path().join("cache"))
+            .env("HELM_CONFIG_HOME", dir.path().join("config"))
+            .env("HELM_DATA_HOME", dir.path().join("data"));
+        cmd
+    };
+    let values = example("hcloud");
+    let values = values.to_str().expect("utf-8 path");
+    let chart_dir = chart();
+    let chart_dir = chart_dir.to_str().expect("utf-8 path");
+    run(&mut helm_cmd(&[
+        "install", RELEASE, chart_dir, "-n", NAMESPACE, "-f", values,
+    ]));
+    let installed = std::panic::AssertUnwindSafe(async {
+        let sas: kube::Api<k8s_openapi::api::core::v1::ServiceAccount> =
+            kube::Api::namespaced(c.client(), NAMESPACE);
+        let deployments: kube::Api<k8s_openapi::api::apps::v1::Deployment> =
+            kube::Api::namespaced(c.client(), NAMESPACE);
+        let roles: kube::Api<k8s_openapi::api::rbac::v1::ClusterRole> = kube::Api::all(c.client());
+        let sa = sas
+            .get(RELEASE)
+            .await
+            .expect("the release's ServiceAccount");
+        let labels = sa.metadata.labels.unwrap_or_default();
+        assert_eq!(
+            labels
+                .get("app.kubernetes.io/managed-by")
+                .map(String::as_str),
+            Some("Helm")
+        );
+        let d = deployments
+            .get(RELEASE)
+            .await
+            .expect("the release's Deployment");
+        assert_eq!(d.spec.and_then(|s| s.replicas), Some(2));
+        roles.get(RELEASE).await.expect("the release's ClusterRole");
+        let status = run(&mut helm_cmd(&["status", RELEASE, "-n", NAMESPACE]));
+        assert!(status.contains("STATUS: deployed"), "{status}");
+    });
+    let result = futures::FutureExt::catch_unwind(installed).await;
+    // Uninstall however the checks ended: the cluster is shared.
+    run(&mut helm_cmd(&["uninstall", RELEASE, "-n", NAMESPACE]));
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+    let sas: kube::Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        kube::Api::namespaced(c.client(), NAMESPACE);
+    let roles: kube::Api<k8s_openapi::api::rbac::v1::ClusterRole> = kube::Api::all(c.client());
+    assert!(sas.get_opt(RELEASE).await.expect("get").is_none());
+    assert!(roles.get_opt(RELEASE).await.expect("get").is_none());
+}
