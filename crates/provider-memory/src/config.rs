@@ -293,6 +293,11 @@ impl MemoryConfig {
                 return Err(MemoryConfigError::Probability(op, r.probability));
             }
         }
+        for (i, t) in self.targets.iter().enumerate() {
+            if t.trim().is_empty() || self.targets[..i].contains(t) {
+                return Err(MemoryConfigError::Targets(self.targets.clone()));
+            }
+        }
         Ok(())
     }
 }
@@ -309,4 +314,7 @@ pub enum MemoryConfigError {
     /// A probability outside `[0, 1]`.
     #[error("memory cloud: error_rates.{0}.probability must be within [0, 1], got {1}")]
     Probability(Operation, f64),
+    /// An empty or repeated route table name.
+    #[error("memory cloud: targets must be distinct, non-empty route table names, got {0:?}")]
+    Targets(Vec<String>),
 }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use route_cloud::{Batch, CloudRoutes, ErrorKind};
-use route_core::{Cidr, Destination, NodeAddress, Route};
+use route_core::{Cidr, Destination, NodeAddress, Route, Text};
 use tokio::time::Instant;
 
 use crate::*;
@@ -662,6 +662,66 @@ fn config_reads_from_files_and_rejects_nonsense() {
         ..MemoryConfig::default()
     };
     assert_eq!(nothing.validate(), Err(MemoryConfigError::Concurrency));
+    for bad in [vec!["a", "a"], vec!["a", " "]] {
+        let tables = MemoryConfig {
+            targets: bad.iter().map(|t| t.to_string()).collect(),
+            ..MemoryConfig::default()
+        };
+        assert!(matches!(
+            tables.validate(),
+            Err(MemoryConfigError::Targets(_))
+        ));
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn several_route_tables_keep_their_routes_apart_and_refuse_an_unknown_one() {
+    let c = MemoryCloud::new(MemoryConfig {
+        targets: vec!["a".into(), "b".into()],
+        max_routes: Some(1),
+        ..MemoryConfig::default()
+    })
+    .unwrap();
+    assert_eq!(c.targets(), [Text::from("a"), Text::from("b")]);
+    let r = Route::from_text("n1", "10.0.1.0/24");
+    let in_a = c
+        .create_route("k", "u1", &r.clone().in_target("a"))
+        .await
+        .unwrap();
+    assert_eq!(in_a.target.as_str(), "a");
+    c.create_route("k", "u1", &r.clone().in_target("b"))
+        .await
+        .unwrap();
+    let full = c
+        .create_route(
+            "k",
+            "u2",
+            &Route::from_text("n2", "10.0.2.0/24").in_target("a"),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        full.kind,
+        ErrorKind::QuotaExceeded,
+        "the quota is per table"
+    );
+    let unknown = c
+        .create_route("k", "u1", &r.clone().in_target("c"))
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.kind, ErrorKind::InvalidRequest);
+    let mut listed: Vec<String> = c
+        .list_routes("k")
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.target.to_string())
+        .collect();
+    listed.sort();
+    assert_eq!(listed, ["a", "b"]);
+    c.delete_route("k", &in_a).await.unwrap();
+    assert_eq!(c.routes_in("k", "a").len(), 0);
+    assert_eq!(c.routes_in("k", "b").len(), 1);
 }
 
 #[tokio::test(start_paused = true)]

@@ -86,6 +86,8 @@ pub struct Setup {
     pub controller_bin: PathBuf,
     pub cluster_cidr: String,
     pub cloud_latency: Duration,
+    /// Route tables of this project's simulated cloud.
+    pub tables: usize,
     pub qps: u32,
     pub burst: u32,
 }
@@ -139,7 +141,14 @@ pub async fn start(
         std::fs::write(
             &cloud_config,
             format!(
-                "latency: {{list_ms: {latency_ms}, create_ms: {latency_ms}, delete_ms: {latency_ms}, batch_ms: {latency_ms}}}\nreports_node_addresses: true\n"
+                "latency: {{list_ms: {latency_ms}, create_ms: {latency_ms}, delete_ms: {latency_ms}, batch_ms: {latency_ms}}}\nreports_node_addresses: true\n{}",
+                if setup.tables > 1 {
+                    let names: Vec<String> =
+                        (1..=setup.tables).map(|i| format!("table-{i}")).collect();
+                    format!("targets: [{}]\n", names.join(", "))
+                } else {
+                    String::new()
+                }
             ),
         )
         .with_context(|| format!("write {}", cloud_config.display()))?;

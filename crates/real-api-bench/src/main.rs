@@ -90,6 +90,11 @@ struct Args {
     /// Latency added to every cloud call, both controllers.
     #[arg(long, default_value_t = 0)]
     cloud_latency_ms: u64,
+    /// Route tables of the simulated cloud (one per zone on AWS); every
+    /// Node's route must be in each. Above 1 only this project's modes run:
+    /// upstream's route controller has one route table.
+    #[arg(long, default_value_t = 1)]
+    route_tables: usize,
     /// Client QPS / burst of both controllers.
     #[arg(long, default_value_t = 20)]
     kube_api_qps: u32,
@@ -141,6 +146,15 @@ async fn main() -> anyhow::Result<()> {
     if kinds.is_empty() {
         bail!("--controllers names none");
     }
+    if args.route_tables == 0 {
+        bail!("--route-tables must be at least 1");
+    }
+    if args.route_tables > 1 && kinds.iter().any(|k| k.is_upstream()) {
+        bail!(
+            "--route-tables {}: upstream's route controller manages one route table; pass --controllers periodic,watch,incremental",
+            args.route_tables
+        );
+    }
     for bin in [&args.upstream_bin, &args.controller_bin] {
         if !bin.is_file() {
             bail!("{}: no such file", bin.display());
@@ -162,12 +176,14 @@ async fn main() -> anyhow::Result<()> {
         address_changes: args.address_changes,
         settle: Duration::from_secs(args.settle_s),
         converge_timeout: Duration::from_secs(args.converge_timeout_s),
+        tables: args.route_tables,
     };
     let setup = Setup {
         upstream_bin: args.upstream_bin.clone(),
         controller_bin: args.controller_bin.clone(),
         cluster_cidr: scenario::CLUSTER_CIDR.into(),
         cloud_latency: Duration::from_millis(args.cloud_latency_ms),
+        tables: args.route_tables,
         qps: args.kube_api_qps,
         burst: args.kube_api_burst,
     };

@@ -67,6 +67,9 @@ pub struct Scenario {
     /// Longest wait for the burst's routes.
     #[serde(serialize_with = "secs")]
     pub converge_timeout: Duration,
+    /// Route tables of the cloud (one per zone on AWS): every Node's route
+    /// must be in each.
+    pub tables: usize,
 }
 
 fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -77,12 +80,15 @@ impl Scenario {
     /// Cloud mutations no controller can do without: one creation per Node,
     /// one deletion per removed Node, a deletion and a creation per changed
     /// address (the route's target changes).
+    /// Each of them once per route table.
     pub fn min_mutations(&self) -> u64 {
-        (self.nodes + self.trickle + self.scale_down + 2 * self.address_changes) as u64
+        ((self.nodes + self.trickle + self.scale_down + 2 * self.address_changes)
+            * self.tables.max(1)) as u64
     }
 
+    /// Routes in the cloud at the end, over all route tables.
     pub fn routes_expected(&self) -> i64 {
-        (self.nodes + self.trickle) as i64 - self.scale_down as i64
+        ((self.nodes + self.trickle) as i64 - self.scale_down as i64) * self.tables.max(1) as i64
     }
 
     /// Indices of the burst Nodes removed in the scale-down, spread evenly.
@@ -618,6 +624,7 @@ mod tests {
             address_changes: 10,
             settle: Duration::ZERO,
             converge_timeout: Duration::ZERO,
+            tables: 1,
         }
     }
 
@@ -641,6 +648,10 @@ mod tests {
         // 1,050 creations, 100 deletions, 10 × (delete + create).
         assert_eq!(s.min_mutations(), 1170);
         assert_eq!(s.routes_expected(), 950);
+        // Three route tables: every change happens in each.
+        let three = Scenario { tables: 3, ..s };
+        assert_eq!(three.min_mutations(), 3 * 1170);
+        assert_eq!(three.routes_expected(), 3 * 950);
     }
 
     #[test]
