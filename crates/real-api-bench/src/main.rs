@@ -36,9 +36,10 @@ use scenario::Scenario;
     about = "Runs upstream's route controller and this project's modes in turn against a fresh local API server each, under the same Node scenario"
 )]
 struct Args {
-    /// The upstream baseline binary (`tools/upstream-route-controller/build.sh` prints it).
+    /// The upstream baseline binary (`tools/upstream-route-controller/build.sh`
+    /// prints it); needed when an upstream configuration runs.
     #[arg(long)]
-    upstream_bin: PathBuf,
+    upstream_bin: Option<PathBuf>,
     /// This project's controller binary (release build).
     #[arg(long)]
     controller_bin: PathBuf,
@@ -155,8 +156,13 @@ async fn main() -> anyhow::Result<()> {
             args.route_tables
         );
     }
-    for bin in [&args.upstream_bin, &args.controller_bin] {
-        if !bin.is_file() {
+    let upstream_bin = match (&args.upstream_bin, kinds.iter().any(|k| k.is_upstream())) {
+        (Some(bin), _) => bin.clone(),
+        (None, false) => PathBuf::new(),
+        (None, true) => bail!("--upstream-bin is needed to run upstream's controller"),
+    };
+    for bin in [&upstream_bin, &args.controller_bin] {
+        if !bin.as_os_str().is_empty() && !bin.is_file() {
             bail!("{}: no such file", bin.display());
         }
     }
@@ -179,7 +185,7 @@ async fn main() -> anyhow::Result<()> {
         tables: args.route_tables,
     };
     let setup = Setup {
-        upstream_bin: args.upstream_bin.clone(),
+        upstream_bin: upstream_bin.clone(),
         controller_bin: args.controller_bin.clone(),
         cluster_cidr: scenario::CLUSTER_CIDR.into(),
         cloud_latency: Duration::from_millis(args.cloud_latency_ms),
@@ -192,7 +198,7 @@ async fn main() -> anyhow::Result<()> {
         versions: Versions {
             kube_apiserver: apiserver_version(&bins).await,
             etcd: version_line(&bins.etcd(), "--version"),
-            upstream_bin: args.upstream_bin.display().to_string(),
+            upstream_bin: upstream_bin.display().to_string(),
             controller_bin: version_line(&args.controller_bin, "--version"),
         },
         scenario: scenario.clone(),
