@@ -1,17 +1,32 @@
-//! The AWS EC2 provider: pod-CIDR routes in one VPC route table, each pointing
-//! at a node's instance.
+//! The AWS EC2 provider: pod-CIDR routes in one or more VPC route tables
+//! (e.g. one private table per zone), each pointing at a node's instance, or
+//! at its primary network interface when the instance has several.
 //!
-//! This crate owns everything EC2-specific: finding the route table, mapping
-//! instances to nodes, the per-action request budget and the classification
-//! of EC2's error codes. It decides nothing about which routes should exist.
+//! This crate owns everything EC2-specific: finding the route tables, mapping
+//! instances and interfaces to nodes, the per-action request budget and the
+//! classification of EC2's error codes. It decides nothing about which
+//! routes should exist. Each table is one route target
+//! ([`CloudRoutes::targets`]): the planner puts every Node's route in each.
+//!
+//! Ownership: a listed route is this cluster's only if its `Origin` is
+//! `CreateRoute` and it points at an instance or a network interface; the
+//! planner further keeps only those inside the cluster CIDRs. Routes of
+//! CloudFormation/Terraform table definitions (`CreateRouteTable`),
+//! propagated routes, gateways, NAT, peering, transit gateways and endpoints
+//! are never listed, so never deleted.
 //!
 //! Requests per operation (with the defaults and a warm cache):
-//! - list: 1 `DescribeRouteTables` (by id, or filtered by the cluster tag;
-//!   never unfiltered). No `DescribeInstances`: instances map to nodes
-//!   through the Nodes' `spec.providerID` ([`CloudRoutes::observe_nodes`]).
-//! - create: 1 `CreateRoute` (or `ReplaceRoute` over a blackhole), plus one
-//!   `ModifyInstanceAttribute SourceDestCheck=false` the first time this
-//!   process routes to an instance.
+//! - list: 1 `DescribeRouteTables` per page (by the configured ids, or
+//!   filtered by the cluster tag; never unfiltered), whatever the number of
+//!   tables. No `DescribeInstances`: instances map to nodes through the
+//!   Nodes' `spec.providerID` ([`CloudRoutes::observe_nodes`]); a route that
+//!   names only an unknown interface costs one `DescribeNetworkInterfaces`
+//!   for all of them, once.
+//! - create: 1 `CreateRoute` (or `ReplaceRoute` over a blackhole), plus, the
+//!   first time this process routes to an instance, one `DescribeInstances`
+//!   (how many interfaces it has) and one `ModifyInstanceAttribute` (or
+//!   `ModifyNetworkInterfaceAttribute` on a multi-NIC instance's primary
+//!   interface) `SourceDestCheck=false`.
 //! - delete: 1 `DeleteRoute`.
 //!
 //! The SDK's own retries are off: every request goes through this crate's

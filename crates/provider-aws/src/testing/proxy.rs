@@ -52,6 +52,8 @@ impl Logged {
 struct ProxyState {
     log: Mutex<Vec<Logged>>,
     blackholed: Mutex<HashSet<String>>,
+    /// Destinations listed with `Origin` `CreateRouteTable`.
+    stacked: Mutex<HashSet<String>>,
     throttle_every: AtomicU64,
     seen: AtomicU64,
     /// Errors still to answer, from [`Proxy::fail_next`].
@@ -136,6 +138,14 @@ impl Proxy {
     /// Every request so far, in arrival order.
     pub fn log(&self) -> Vec<Logged> {
         lock(&self.state.log).clone()
+    }
+
+    /// From now on, routes to `destination` are listed with `Origin`
+    /// `CreateRouteTable`, as EC2 lists routes a CloudFormation or Terraform
+    /// table definition made (moto gives that origin only to the local
+    /// route).
+    pub fn as_table_route(&self, destination: &str) {
+        lock(&self.state.stacked).insert(destination.to_string());
     }
 
     /// From now on, routes to `instance` are listed as blackholes.
@@ -257,10 +267,19 @@ async fn handle(
     parts.headers.remove("content-length");
     parts.headers.remove("transfer-encoding");
     let blackholed = lock(&st.blackholed).clone();
+    let stacked = lock(&st.stacked).clone();
     let bytes = if action == "DescribeRouteTables" && !blackholed.is_empty() {
         Bytes::from(mark_blackholes(
             &String::from_utf8_lossy(&bytes),
             &blackholed,
+        ))
+    } else {
+        bytes
+    };
+    let bytes = if action == "DescribeRouteTables" && !stacked.is_empty() {
+        Bytes::from(mark_table_routes(
+            &String::from_utf8_lossy(&bytes),
+            &stacked,
         ))
     } else {
         bytes
@@ -303,9 +322,52 @@ fn mark_blackholes(xml: &str, dead: &HashSet<String>) -> String {
     out
 }
 
+/// Sets `<origin>CreateRouteTable</origin>` on every route item to one of
+/// `destinations` (adding the element where the item has none).
+fn mark_table_routes(xml: &str, destinations: &HashSet<String>) -> String {
+    let mut out = xml.to_string();
+    for d in destinations {
+        let needle = format!("<destinationCidrBlock>{d}</destinationCidrBlock>");
+        let mut from = 0;
+        while let Some(pos) = out[from..].find(&needle).map(|p| p + from) {
+            let start = out[..pos].rfind("<item>").unwrap_or(0);
+            let Some(end) = out[pos..].find("</item>").map(|e| e + pos) else {
+                break;
+            };
+            let old = &out[start..end];
+            let item = if old.contains("<origin>") {
+                old.replace(
+                    "<origin>CreateRoute</origin>",
+                    "<origin>CreateRouteTable</origin>",
+                )
+            } else {
+                format!("{old}<origin>CreateRouteTable</origin>")
+            };
+            out.replace_range(start..end, &item);
+            from = (start + item.len()).max(pos + needle.len());
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn marks_only_the_named_destinations_as_table_routes() {
+        let xml = "<item><destinationCidrBlock>10.0.1.0/24</destinationCidrBlock><origin>CreateRoute</origin></item>\
+                   <item><destinationCidrBlock>10.0.2.0/24</destinationCidrBlock></item>\
+                   <item><destinationCidrBlock>10.0.3.0/24</destinationCidrBlock><origin>CreateRoute</origin></item>";
+        let marked: HashSet<String> = ["10.0.1.0/24".to_string(), "10.0.2.0/24".to_string()].into();
+        let out = mark_table_routes(xml, &marked);
+        assert_eq!(
+            out.matches("<origin>CreateRouteTable</origin>").count(),
+            2,
+            "{out}"
+        );
+        assert!(out.contains("10.0.3.0/24</destinationCidrBlock><origin>CreateRoute</origin>"));
+    }
 
     #[test]
     fn marks_only_routes_to_dead_instances() {
