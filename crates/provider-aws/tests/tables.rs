@@ -36,7 +36,7 @@ fn wanted(n: &NodeView, table: &str) -> Route {
 async fn routes_of(ec2: &aws_sdk_ec2::Client, table: &str) -> Vec<(String, String)> {
     let mut v: Vec<(String, String)> = testing::table_routes(ec2, table)
         .await
-        .unwrap()
+        .expect("describe the table")
         .into_iter()
         .filter(|(_, t, _)| t != "local")
         .map(|(d, t, _)| (d, t))
@@ -260,7 +260,7 @@ async fn configured_route_table_ids_are_the_targets_and_a_missing_one_is_permane
     )
     .await
     .unwrap();
-    let mut want = vec![net.route_table_id.clone(), second.clone()];
+    let mut want = [net.route_table_id.clone(), second.clone()];
     assert_eq!(p.targets().len(), 2, "known before the first list");
     p.list_routes("c").await.unwrap();
     want.sort();
