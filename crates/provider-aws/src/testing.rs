@@ -14,7 +14,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use aws_config::{BehaviorVersion, Region, SdkConfig};
-use aws_sdk_ec2::Client;
+/// The EC2 client fixtures take, for crates that do not depend on the SDK.
+pub use aws_sdk_ec2::Client;
 use aws_sdk_ec2::config::Credentials;
 use aws_sdk_ec2::error::DisplayErrorContext;
 use aws_sdk_ec2::types::{ResourceType, Tag, TagSpecification};
