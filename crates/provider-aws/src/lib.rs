@@ -785,6 +785,17 @@ impl Ec2Routes {
         }
     }
 
+    /// Whether an existing EC2 route is this cluster's (by the ownership
+    /// rule) and points at an instance no Node names.
+    fn is_orphan(&self, r: &aws_sdk_ec2::types::Route) -> bool {
+        let st = self.state();
+        // Before the controller has shown its Nodes, an unknown instance
+        // may well be a Node's.
+        st.index.has_observed()
+            && to_route(r, &st.index, &st.interfaces)
+                .is_some_and(|route| route.target_node.is_empty())
+    }
+
     async fn replace(
         &self,
         table: &str,
@@ -1061,6 +1072,20 @@ impl CloudRoutes for Ec2Routes {
                             || r.network_interface_id() == Some(target.id()) =>
                     {
                         debug!(destination = %dest, instance, table, "route already in place");
+                    }
+                    // A route of ours (by the ownership rule) to an
+                    // instance no Node names any more, e.g. the Node's
+                    // previous instance: moved in one `ReplaceRoute`
+                    // instead of a delete and a create.
+                    Some(r) if self.is_orphan(&r) => {
+                        info!(
+                            destination = %dest,
+                            table,
+                            from = ?r.instance_id().or(r.network_interface_id()),
+                            to = target.id(),
+                            "replacing a route to an instance no Node names"
+                        );
+                        self.replace(&table, &dest, &target).await?;
                     }
                     _ => return Err(e),
                 }

@@ -579,3 +579,42 @@ async fn a_listed_route_carries_the_provider_id_its_creation_returned() {
     );
     assert_eq!(p.list_routes(&cluster).await.unwrap(), vec![created]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_left_to_an_instance_no_node_names_is_moved_with_one_replace_route() {
+    // The sequence: a Node's instance is replaced (same name, same pod
+    // CIDR, new instance); the old instance's route is still in the table.
+    let ep = endpoint().await;
+    let ec2 = testing::client(&ep).await;
+    let net = testing::create_network(&ec2, "10.12.0.0/16", None)
+        .await
+        .unwrap();
+    let inst = testing::run_instances(&ec2, &net, 3).await.unwrap();
+    testing::add_route(&ec2, &net.route_table_id, "10.244.7.0/24", &inst[0].id)
+        .await
+        .unwrap();
+    let p = testing::provider(&ep, config_for(Some(&net.route_table_id)))
+        .await
+        .unwrap();
+    let n = node("node-n", &inst[1], "10.244.7.0/24");
+    let other = node("node-o", &inst[2], "10.244.8.0/24");
+    observe(&p, &[n.clone(), other.clone()]);
+    let created = p.create_route("c", "uid", &wanted(&n)).await.unwrap();
+    assert_eq!(created.cloud_target, inst[1].id);
+    assert_eq!(count(&p, "ReplaceRoute"), 1, "moved in one call");
+    assert_eq!(count(&p, "DeleteRoute"), 0);
+    assert_eq!(
+        instance_routes(
+            &testing::table_routes(&ec2, &net.route_table_id)
+                .await
+                .unwrap()
+        ),
+        vec![("10.244.7.0/24".into(), inst[1].id.clone())]
+    );
+    // A live Node's route is never taken over: that is a conflict.
+    let mut clash = wanted(&other);
+    clash.destination = n.valid_pod_cidrs()[0].into();
+    let e = p.create_route("c", "uid", &clash).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::AlreadyExists, "{e}");
+    assert_eq!(count(&p, "ReplaceRoute"), 1);
+}
