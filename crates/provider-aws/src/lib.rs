@@ -522,10 +522,26 @@ impl Ec2Routes {
     /// The table a route goes to or comes from: its `target`, or, for a route
     /// that names none, the cluster's only table.
     async fn table_of(&self, cluster: &str, route: &Route) -> Result<String, CloudError> {
-        if !route.target.is_empty() {
-            return Ok(route.target.to_string());
-        }
         let known = self.state().tables.get(cluster).cloned();
+        if !route.target.is_empty() {
+            // Only a table this cluster manages: never another one, whatever
+            // a caller passes.
+            let managed = known
+                .clone()
+                .unwrap_or_else(|| self.config.configured_tables());
+            if managed.is_empty() || managed.iter().any(|t| *t == route.target) {
+                return Ok(route.target.to_string());
+            }
+            return Err(CloudError::new(
+                ErrorKind::InvalidRequest,
+                format!(
+                    "route {} names route table {}, which is not one of cluster {cluster}'s ({})",
+                    route.destination,
+                    route.target,
+                    managed.join(", ")
+                ),
+            ));
+        }
         let tables = match known {
             Some(t) => t,
             None => {

@@ -273,6 +273,20 @@ async fn configured_route_table_ids_are_the_targets_and_a_missing_one_is_permane
     r.target_provider_id = n.provider_id.as_deref().map(Into::into);
     let e = p.create_route("c", "u", &r).await.unwrap_err();
     assert_eq!(e.kind, route_cloud::ErrorKind::InvalidRequest, "{e}");
+    // Nor is a route to a table this cluster does not manage.
+    let stranger = testing::create_route_table(&ec2, &net.vpc_id, &[])
+        .await
+        .unwrap();
+    let e = p
+        .create_route("c", "u", &r.clone().in_target(stranger.as_str()))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, route_cloud::ErrorKind::InvalidRequest, "{e}");
+    assert_eq!(
+        p.stats().total("CreateRoute"),
+        0,
+        "refused without a request"
+    );
 
     let p = testing::provider(
         &ep,
