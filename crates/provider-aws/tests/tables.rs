@@ -11,8 +11,8 @@
 //! interface (never its instance) on a route to an interface, which the
 //! provider maps back with `DescribeNetworkInterfaces` as it would for a
 //! detached interface on EC2; moto does not paginate `DescribeRouteTables`
-//! (it ignores `MaxResults` and answers no `NextToken`), so only the
-//! one-page case of the discovery loop runs here.
+//! (it ignores `MaxResults` and answers no `NextToken`), so
+//! [`Proxy::page_route_tables`] pages its answers as EC2 would.
 
 use std::sync::Arc;
 
@@ -299,4 +299,39 @@ async fn configured_route_table_ids_are_the_targets_and_a_missing_one_is_permane
     .unwrap();
     let e = p.list_routes("c").await.unwrap_err();
     assert_eq!(e.kind, route_cloud::ErrorKind::Permanent, "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_follows_every_page_of_tagged_tables() {
+    let ep = testing::moto_endpoint().await.expect("moto server");
+    let proxy = Proxy::start(&ep).await.unwrap();
+    let ec2 = testing::client(&ep).await;
+    let cluster = testing::unique_cluster("pages");
+    let tag = cluster_tag_key(&cluster);
+    let net = testing::create_network(&ec2, "10.43.0.0/16", Some(&cluster))
+        .await
+        .unwrap();
+    let mut tables = vec![net.route_table_id.clone()];
+    for _ in 0..2 {
+        tables.push(
+            testing::create_route_table(&ec2, &net.vpc_id, &[(&tag, "owned")])
+                .await
+                .unwrap(),
+        );
+    }
+    tables.sort();
+    proxy.page_route_tables(1);
+    let p = testing::provider(&proxy.url(), AwsConfig::default())
+        .await
+        .unwrap();
+    p.list_routes(&cluster).await.unwrap();
+    let want: Vec<Text> = tables.iter().map(|t| t.as_str().into()).collect();
+    assert_eq!(p.targets(), want, "every page's table is a target");
+    let pages: Vec<String> = proxy
+        .log()
+        .iter()
+        .filter(|r| r.action == "DescribeRouteTables")
+        .map(|r| r.param("NextToken").to_string())
+        .collect();
+    assert_eq!(pages, vec!["", "page-1", "page-2"], "one request per page");
 }
