@@ -515,6 +515,31 @@ router_id: 5a1c
     }
 
     #[test]
+    fn router_id_is_a_one_element_router_ids_and_lists_join() {
+        let c = OpenStackConfig::from_yaml("auth_type: noauth\nendpoint: http://x\nrouter_id: a\n")
+            .unwrap();
+        assert_eq!(c.configured_routers(), vec!["a".to_string()]);
+        let c = OpenStackConfig::from_yaml(
+            "auth_type: noauth\nendpoint: http://x\nrouter_id: a\nrouter_ids: [b, a, c]\n",
+        )
+        .unwrap();
+        assert_eq!(c.configured_routers(), vec!["a", "b", "c"]);
+        let c =
+            OpenStackConfig::from_yaml("auth_type: noauth\nendpoint: http://x\nrouter_ids: [b]\n")
+                .unwrap();
+        assert_eq!(c.configured_routers(), vec!["b"]);
+        for bad in [
+            "auth_type: noauth\nendpoint: http://x\nrouter_ids: [b]\nrouter_name: n\n",
+            "auth_type: noauth\nendpoint: http://x\nrouter_ids: [b, \" \"]\n",
+        ] {
+            assert!(
+                OpenStackConfig::from_yaml(bad).is_err(),
+                "{bad} was accepted"
+            );
+        }
+    }
+
+    #[test]
     fn rejects_bad_configs_with_a_reason() {
         for (yaml, needle) in [
             (
