@@ -1,6 +1,7 @@
 //! End to end, issue 14's done-when on AWS: a three-zone VPC (three private
 //! route tables tagged for the cluster) on moto, the real API server and the
-//! real binary. 100 Nodes get their routes in all three tables, 10 deleted
+//! real binary. 100 Nodes (one on a multi-NIC instance, routed through its
+//! primary interface) get their routes in all three tables, 10 deleted
 //! Nodes lose them in all three, foreign routes inside the cluster CIDR in
 //! each table (a peering, a transit gateway and a CloudFormation-style
 //! route with the same destination range) are never touched, and
@@ -18,8 +19,9 @@ use std::time::Duration;
 use common::{Controller, TempDir, binary};
 use provider_aws::cluster_tag_key;
 use provider_aws::testing::{
-    Client, Proxy, add_route, client, create_network, create_peering, create_route_table,
-    create_transit_gateway, moto_endpoint, run_instances, table_routes, unique_cluster,
+    Client, Proxy, add_route, add_second_interface, client, create_network, create_peering,
+    create_route_table, create_transit_gateway, moto_endpoint, run_instances, table_routes,
+    unique_cluster,
 };
 use test_cluster::{TestCluster, TestNode, wait_until};
 
@@ -65,6 +67,11 @@ async fn three_zone_tables_route_100_nodes_follow_10_deletions_and_cleanup_leave
         .await
         .expect("instances");
     let (outsider, instances) = instances.split_last().expect("instances");
+    // Node 0 runs on a multi-NIC instance: its routes go to the primary
+    // interface in every table.
+    let primary = add_second_interface(&ec2, &net, &instances[0])
+        .await
+        .expect("second interface");
     let pcx = create_peering(&ec2, &net.vpc_id, "10.51.0.0/16")
         .await
         .expect("peering");
@@ -134,7 +141,14 @@ async fn three_zone_tables_route_100_nodes_follow_10_deletions_and_cleanup_leave
     );
     let expect = |live: std::ops::Range<usize>| -> Vec<(String, String)> {
         let mut v: Vec<(String, String)> = live
-            .map(|i| (format!("10.244.{i}.0/24"), instances[i].id.clone()))
+            .map(|i| {
+                let target = if i == 0 {
+                    primary.clone()
+                } else {
+                    instances[i].id.clone()
+                };
+                (format!("10.244.{i}.0/24"), target)
+            })
             .chain(foreign.iter().cloned())
             .collect();
         v.sort();
