@@ -1,4 +1,7 @@
-//! The OpenStack provider: the `routes` of one Neutron router.
+//! The OpenStack provider: the `routes` of one or more Neutron routers
+//! (`router_ids`). Each router is one route target ([`CloudRoutes::targets`]):
+//! every Node's route goes on each, a batch is split into one write per
+//! router, and each router keeps its own revision for `If-Match`.
 //!
 //! A route is `destination` (a Node's pod CIDR) + `nexthop` (that Node's
 //! InternalIP of the same family). This crate owns the translation between
