@@ -30,6 +30,12 @@ pub async fn cleanup(args: CleanupArgs) -> anyhow::Result<ExitCode> {
         &fence,
     )
     .await?;
+    // Teardown: no Node claims any route. Saying so up front lets a
+    // provider that attributes routes by Node (OpenStack: next hops in
+    // `node_subnets` matching no Node are this cluster's stale routes) list
+    // what it owns; without it such a provider lists nothing, since it
+    // cannot tell a stranger's next hop from a Node it has not seen yet.
+    cloud.observe_nodes(&[]);
     let listed = cloud
         .list_routes(cluster)
         .await

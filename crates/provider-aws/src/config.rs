@@ -17,11 +17,20 @@ pub struct AwsConfig {
     /// The region of the VPC (e.g. `eu-west-1`). When unset the standard
     /// chain decides (`AWS_REGION`, the profile, instance metadata).
     pub region: Option<String>,
-    /// The route table to manage. When unset the table is found by the tag
-    /// `kubernetes.io/cluster/<cluster-name>` (any value) with one filtered
-    /// `DescribeRouteTables`; exactly one table must carry it.
+    /// One route table to manage: the same as a one-element
+    /// `route_table_ids` (both may be given; the lists are joined).
     pub route_table_id: Option<String>,
-    /// Narrows the tag lookup to one VPC (ignored with `route_table_id`).
+    /// The route tables to manage (e.g. one private table per zone): every
+    /// Node's route goes into each. When neither this nor `route_table_id` is
+    /// set, the tables are found by the tag `kubernetes.io/cluster/<cluster-name>`
+    /// (any value) with a filtered, paginated `DescribeRouteTables`, leaving
+    /// out every VPC main table; at least one table must carry the tag.
+    pub route_table_ids: Vec<String>,
+    /// Extra tags a discovered table must carry too (`key: value`), e.g.
+    /// `{kubernetes.io/role/internal-elb: "1"}` to take only private tables
+    /// (ignored with configured ids).
+    pub route_table_tags: std::collections::BTreeMap<String, String>,
+    /// Narrows the tag lookup to one VPC (ignored with configured ids).
     pub vpc_id: Option<String>,
     /// The EC2 endpoint URL (tests, private endpoints). `AWS_ENDPOINT_URL_EC2`
     /// and `AWS_ENDPOINT_URL` work too; this key wins over them.
@@ -32,9 +41,10 @@ pub struct AwsConfig {
     pub request_timeout_seconds: u64,
     /// Route changes the controller may have in flight at once (default 10).
     pub max_concurrent_operations: usize,
-    /// Routes per table the account allows (quota L-93826ACB), if the
-    /// controller should know it in advance; EC2 answers
-    /// `RouteLimitExceeded` past it either way.
+    /// Routes per table the account allows (quota L-93826ACB: 50 by
+    /// default historically, 500 since 2025, adjustable to 1,000), if the
+    /// controller should know it in advance. It holds for each table on its
+    /// own; EC2 answers `RouteLimitExceeded` past it either way.
     pub max_routes: Option<usize>,
 }
 
@@ -43,6 +53,8 @@ impl Default for AwsConfig {
         Self {
             region: None,
             route_table_id: None,
+            route_table_ids: Vec::new(),
+            route_table_tags: std::collections::BTreeMap::new(),
             vpc_id: None,
             endpoint: None,
             rate_limit: RateLimitConfig::default(),
@@ -148,6 +160,18 @@ impl AwsConfig {
                 "route_table_id {id:?} is not a route table id (rtb-...)"
             )));
         }
+        for id in &self.route_table_ids {
+            if !valid_id(id, "rtb-") {
+                return Err(ConfigError::Invalid(format!(
+                    "route_table_ids: {id:?} is not a route table id (rtb-...)"
+                )));
+            }
+        }
+        if self.route_table_tags.keys().any(|k| k.is_empty()) {
+            return Err(ConfigError::Invalid(
+                "route_table_tags: a tag key must not be empty".into(),
+            ));
+        }
         if let Some(id) = &self.vpc_id
             && !valid_id(id, "vpc-")
         {
@@ -193,6 +217,18 @@ impl AwsConfig {
             ));
         }
         Ok(())
+    }
+
+    /// The configured route tables (`route_table_id` first, then
+    /// `route_table_ids`, each once); empty means discovery by tag.
+    pub fn configured_tables(&self) -> Vec<String> {
+        let mut ids: Vec<String> = Vec::new();
+        for id in self.route_table_id.iter().chain(&self.route_table_ids) {
+            if !ids.contains(id) {
+                ids.push(id.clone());
+            }
+        }
+        ids
     }
 
     /// The per-request timeout.
@@ -271,6 +307,30 @@ mod tests {
             "request_timeout_seconds: 0",
             "max_concurrent_operations: 0",
             "region: [a, b]",
+        ] {
+            assert!(AwsConfig::from_yaml(bad).is_err(), "{bad} was accepted");
+        }
+    }
+
+    #[test]
+    fn route_table_id_is_a_one_element_list_and_lists_join() {
+        let c = AwsConfig::from_yaml("route_table_id: rtb-1").unwrap();
+        assert_eq!(c.configured_tables(), vec!["rtb-1".to_string()]);
+        let c = AwsConfig::from_yaml(
+            "route_table_id: rtb-1\nroute_table_ids: [rtb-2, rtb-1, rtb-3]\n\
+             route_table_tags: {kubernetes.io/role/internal-elb: \"1\"}",
+        )
+        .unwrap();
+        assert_eq!(c.configured_tables(), vec!["rtb-1", "rtb-2", "rtb-3"]);
+        assert_eq!(
+            c.route_table_tags.get("kubernetes.io/role/internal-elb"),
+            Some(&"1".to_string())
+        );
+        assert!(AwsConfig::default().configured_tables().is_empty());
+        for bad in [
+            "route_table_ids: [rtb-1, subnet-2]",
+            "route_table_ids: rtb-1",
+            "route_table_tags: {\"\": x}",
         ] {
             assert!(AwsConfig::from_yaml(bad).is_err(), "{bad} was accepted");
         }

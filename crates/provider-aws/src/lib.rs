@@ -1,17 +1,32 @@
-//! The AWS EC2 provider: pod-CIDR routes in one VPC route table, each pointing
-//! at a node's instance.
+//! The AWS EC2 provider: pod-CIDR routes in one or more VPC route tables
+//! (e.g. one private table per zone), each pointing at a node's instance, or
+//! at its primary network interface when the instance has several.
 //!
-//! This crate owns everything EC2-specific: finding the route table, mapping
-//! instances to nodes, the per-action request budget and the classification
-//! of EC2's error codes. It decides nothing about which routes should exist.
+//! This crate owns everything EC2-specific: finding the route tables, mapping
+//! instances and interfaces to nodes, the per-action request budget and the
+//! classification of EC2's error codes. It decides nothing about which
+//! routes should exist. Each table is one route target
+//! ([`CloudRoutes::targets`]): the planner puts every Node's route in each.
+//!
+//! Ownership: a listed route is this cluster's only if its `Origin` is
+//! `CreateRoute` and it points at an instance or a network interface; the
+//! planner further keeps only those inside the cluster CIDRs. Routes of
+//! CloudFormation/Terraform table definitions (`CreateRouteTable`),
+//! propagated routes, gateways, NAT, peering, transit gateways and endpoints
+//! are never listed, so never deleted.
 //!
 //! Requests per operation (with the defaults and a warm cache):
-//! - list: 1 `DescribeRouteTables` (by id, or filtered by the cluster tag;
-//!   never unfiltered). No `DescribeInstances`: instances map to nodes
-//!   through the Nodes' `spec.providerID` ([`CloudRoutes::observe_nodes`]).
-//! - create: 1 `CreateRoute` (or `ReplaceRoute` over a blackhole), plus one
-//!   `ModifyInstanceAttribute SourceDestCheck=false` the first time this
-//!   process routes to an instance.
+//! - list: 1 `DescribeRouteTables` per page (by the configured ids, or
+//!   filtered by the cluster tag; never unfiltered), whatever the number of
+//!   tables. No `DescribeInstances`: instances map to nodes through the
+//!   Nodes' `spec.providerID` ([`CloudRoutes::observe_nodes`]); a route that
+//!   names only an unknown interface costs one `DescribeNetworkInterfaces`
+//!   for all of them, once.
+//! - create: 1 `CreateRoute` (or `ReplaceRoute` over a blackhole), plus, the
+//!   first time this process routes to an instance, one `DescribeInstances`
+//!   (how many interfaces it has) and one `ModifyInstanceAttribute` (or
+//!   `ModifyNetworkInterfaceAttribute` on a multi-NIC instance's primary
+//!   interface) `SourceDestCheck=false`.
 //! - delete: 1 `DeleteRoute`.
 //!
 //! The SDK's own retries are off: every request goes through this crate's
@@ -36,10 +51,10 @@ use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_sdk_ec2::Client;
 use aws_sdk_ec2::config::retry::RetryConfig;
 use aws_sdk_ec2::config::timeout::TimeoutConfig;
-use aws_sdk_ec2::types::{AttributeBooleanValue, Filter, RouteState, RouteTable};
+use aws_sdk_ec2::types::{AttributeBooleanValue, Filter, RouteOrigin, RouteState, RouteTable};
 use route_cloud::ratelimit::TokenBucket;
 use route_cloud::{Capabilities, CloudError, CloudRoutes, ErrorKind, RequestStats};
-use route_core::{Cidr, Destination, NodeView, Route, TargetNeeds};
+use route_core::{Cidr, Destination, NodeView, Route, TargetNeeds, Text};
 use tracing::{debug, info, warn};
 
 pub use config::{AwsConfig, Budget, ConfigError, RateLimitConfig};
@@ -68,35 +83,44 @@ pub fn cluster_tag_key(cluster: &str) -> String {
 enum Op {
     DescribeRouteTables,
     DescribeInstances,
+    DescribeNetworkInterfaces,
     CreateRoute,
     ReplaceRoute,
     DeleteRoute,
     ModifyInstanceAttribute,
+    ModifyNetworkInterfaceAttribute,
 }
 
 impl Op {
-    const ALL: [Op; 6] = [
+    const ALL: [Op; 8] = [
         Op::DescribeRouteTables,
         Op::DescribeInstances,
+        Op::DescribeNetworkInterfaces,
         Op::CreateRoute,
         Op::ReplaceRoute,
         Op::DeleteRoute,
         Op::ModifyInstanceAttribute,
+        Op::ModifyNetworkInterfaceAttribute,
     ];
 
     fn name(self) -> &'static str {
         match self {
             Op::DescribeRouteTables => "DescribeRouteTables",
             Op::DescribeInstances => "DescribeInstances",
+            Op::DescribeNetworkInterfaces => "DescribeNetworkInterfaces",
             Op::CreateRoute => "CreateRoute",
             Op::ReplaceRoute => "ReplaceRoute",
             Op::DeleteRoute => "DeleteRoute",
             Op::ModifyInstanceAttribute => "ModifyInstanceAttribute",
+            Op::ModifyNetworkInterfaceAttribute => "ModifyNetworkInterfaceAttribute",
         }
     }
 
     fn is_write(self) -> bool {
-        !matches!(self, Op::DescribeRouteTables | Op::DescribeInstances)
+        !matches!(
+            self,
+            Op::DescribeRouteTables | Op::DescribeInstances | Op::DescribeNetworkInterfaces
+        )
     }
 
     fn index(self) -> usize {
@@ -164,16 +188,48 @@ impl Limiter {
 /// What the provider remembers between calls.
 #[derive(Default)]
 struct State {
-    /// Route table per cluster, once known.
-    tables: HashMap<String, String>,
+    /// Route tables per cluster (sorted ids), as the last list found them.
+    tables: HashMap<String, Vec<String>>,
+    /// The tables the last list covered: what `targets()` answers.
+    last_tables: Vec<String>,
     /// Destinations (as EC2 writes them) listed as blackholes, per table, so a
     /// create over one replaces it in one call.
     blackholes: HashMap<String, HashSet<String>>,
-    /// Instances whose source/destination check this process turned off, or being turned
-    /// off: concurrent creations for one instance (a dual-stack Node's two
-    /// routes) share one `ModifyInstanceAttribute`.
-    source_dest_off: HashMap<String, Arc<tokio::sync::OnceCell<()>>>,
+    /// Instances prepared as route targets by this process, or being
+    /// prepared: what a route to each targets (the instance, or its primary
+    /// network interface when it has several), learned with one
+    /// `DescribeInstances`, and its source/destination check turned off.
+    /// Concurrent creations for one instance (a dual-stack Node's two routes,
+    /// one route per table) share one preparation.
+    prepared: HashMap<String, Arc<tokio::sync::OnceCell<RouteTarget>>>,
+    /// Network interface -> the instance it is attached to (empty when
+    /// detached), from creations and `DescribeNetworkInterfaces`.
+    interfaces: HashMap<String, String>,
     index: NodeIndex,
+}
+
+/// What a route to one instance points at in EC2.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum RouteTarget {
+    /// `InstanceId`: an instance with one network interface.
+    Instance(String),
+    /// `NetworkInterfaceId`: the primary interface (device index 0) of an
+    /// instance with several, as gardener/aws-custom-route-controller does;
+    /// EC2 refuses `InstanceId` for such an instance.
+    Interface(String),
+}
+
+impl RouteTarget {
+    fn id(&self) -> &str {
+        match self {
+            RouteTarget::Instance(i) | RouteTarget::Interface(i) => i,
+        }
+    }
+}
+
+/// Whether a table is its VPC's main table.
+fn is_main_table(t: &RouteTable) -> bool {
+    t.associations().iter().any(|a| a.main() == Some(true))
 }
 
 /// The AWS EC2 route-table provider.
@@ -236,7 +292,7 @@ impl Ec2Routes {
         }
         info!(
             region = ?ec2.region().map(|r| r.as_ref()),
-            route_table_id = ?config.route_table_id,
+            route_tables = ?config.configured_tables(),
             endpoint = ?config.endpoint,
             "AWS EC2 provider configured"
         );
@@ -312,98 +368,207 @@ impl Ec2Routes {
         }
     }
 
-    /// Describes the cluster's route table: by the configured id, or by the
-    /// cluster tag (narrowed to `vpc_id` when set). Remembers its id.
-    async fn describe_table(&self, cluster: &str) -> Result<RouteTable, CloudError> {
-        let mut req = self.client.describe_route_tables();
-        if let Some(id) = &self.config.route_table_id {
-            req = req.route_table_ids(id);
+    /// Describes the cluster's route tables: the configured ids, or every
+    /// table carrying the cluster tag (and the extra `route_table_tags`,
+    /// narrowed to `vpc_id` when set), page by page, without the VPC main
+    /// tables. Remembers their ids (sorted) as this cluster's targets.
+    async fn describe_tables(&self, cluster: &str) -> Result<Vec<RouteTable>, CloudError> {
+        let configured = self.config.configured_tables();
+        let mut tables = if configured.is_empty() {
+            self.discover_tables(cluster).await?
         } else {
-            req = req.filters(
-                Filter::builder()
-                    .name("tag-key")
-                    .values(cluster_tag_key(cluster))
-                    .build(),
-            );
-            if let Some(vpc) = &self.config.vpc_id {
-                req = req.filters(Filter::builder().name("vpc-id").values(vpc).build());
-            }
+            self.configured_route_tables(&configured).await?
+        };
+        tables.sort_by(|a, b| a.route_table_id().cmp(&b.route_table_id()));
+        let ids: Vec<String> = tables
+            .iter()
+            .filter_map(|t| t.route_table_id().map(str::to_string))
+            .collect();
+        if ids.len() != tables.len() {
+            return Err(CloudError::new(
+                ErrorKind::Transient,
+                "DescribeRouteTables returned a table without an id",
+            ));
         }
+        let mut st = self.state();
+        if st.tables.get(cluster) != Some(&ids) {
+            info!(cluster, route_table_ids = ?ids, "using route tables");
+            st.tables.insert(cluster.to_string(), ids.clone());
+        }
+        st.last_tables = ids;
+        Ok(tables)
+    }
+
+    /// The configured tables, by id; each must exist.
+    async fn configured_route_tables(
+        &self,
+        configured: &[String],
+    ) -> Result<Vec<RouteTable>, CloudError> {
+        let req = self
+            .client
+            .describe_route_tables()
+            .set_route_table_ids(Some(configured.to_vec()));
         let out = self
             .call(Op::DescribeRouteTables, || req.send())
             .await
-            .map_err(|e| match (&self.config.route_table_id, e.kind) {
+            .map_err(|e| match e.kind {
                 // A configured table that does not exist needs an operator.
-                (Some(id), ErrorKind::InvalidRequest)
+                ErrorKind::InvalidRequest | ErrorKind::NotFound
                     if e.message.contains("InvalidRouteTableID") =>
                 {
                     CloudError::new(
                         ErrorKind::Permanent,
                         format!(
-                            "route table {id} (route_table_id) does not exist: {}",
+                            "route table {} (route_table_id/route_table_ids) does not exist: {}",
+                            configured.join(", "),
                             e.message
                         ),
                     )
                 }
                 _ => e,
             })?;
-        let mut tables = out.route_tables.unwrap_or_default();
-        let table = match tables.len() {
-            1 => tables.remove(0),
-            0 => {
-                self.state().tables.remove(cluster);
-                return Err(CloudError::new(
-                    ErrorKind::Permanent,
-                    match &self.config.route_table_id {
-                        Some(id) => format!("route table {id} (route_table_id) was not found"),
-                        None => format!(
-                            "no route table carries the tag {}{}; tag the cluster's route table or set route_table_id",
-                            cluster_tag_key(cluster),
-                            self.config
-                                .vpc_id
-                                .as_deref()
-                                .map(|v| format!(" in {v}"))
-                                .unwrap_or_default()
-                        ),
-                    },
-                ));
-            }
-            n => {
-                let ids: Vec<&str> = tables.iter().filter_map(|t| t.route_table_id()).collect();
-                return Err(CloudError::new(
-                    ErrorKind::Permanent,
-                    format!(
-                        "{n} route tables carry the tag {} ({}); set route_table_id or vpc_id to pick one",
-                        cluster_tag_key(cluster),
-                        ids.join(", ")
-                    ),
-                ));
-            }
-        };
-        let Some(id) = table.route_table_id() else {
+        let tables = out.route_tables.unwrap_or_default();
+        let missing: Vec<&str> = configured
+            .iter()
+            .filter(|id| {
+                !tables
+                    .iter()
+                    .any(|t| t.route_table_id() == Some(id.as_str()))
+            })
+            .map(String::as_str)
+            .collect();
+        if !missing.is_empty() {
             return Err(CloudError::new(
-                ErrorKind::Transient,
-                "DescribeRouteTables returned a table without an id",
+                ErrorKind::Permanent,
+                format!(
+                    "route table {} (route_table_id/route_table_ids) was not found",
+                    missing.join(", ")
+                ),
             ));
-        };
-        let mut st = self.state();
-        if st.tables.get(cluster).map(String::as_str) != Some(id) {
-            info!(cluster, route_table_id = id, "using route table");
-            st.tables.insert(cluster.to_string(), id.to_string());
         }
-        Ok(table)
+        Ok(tables)
     }
 
-    /// The cluster's route table id, describing it only when not yet known.
-    async fn table_id(&self, cluster: &str) -> Result<String, CloudError> {
-        if let Some(id) = &self.config.route_table_id {
-            return Ok(id.clone());
+    /// Every table tagged for `cluster`, all pages, main tables left out.
+    async fn discover_tables(&self, cluster: &str) -> Result<Vec<RouteTable>, CloudError> {
+        let mut found = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let mut req = self
+                .client
+                .describe_route_tables()
+                .max_results(100)
+                .filters(
+                    Filter::builder()
+                        .name("tag-key")
+                        .values(cluster_tag_key(cluster))
+                        .build(),
+                );
+            if let Some(vpc) = &self.config.vpc_id {
+                req = req.filters(Filter::builder().name("vpc-id").values(vpc).build());
+            }
+            for (k, v) in &self.config.route_table_tags {
+                req = req.filters(Filter::builder().name(format!("tag:{k}")).values(v).build());
+            }
+            if let Some(t) = token.take() {
+                req = req.next_token(t);
+            }
+            let out = self.call(Op::DescribeRouteTables, || req.send()).await?;
+            token = out
+                .next_token()
+                .filter(|t| !t.is_empty())
+                .map(str::to_string);
+            found.extend(out.route_tables.unwrap_or_default());
+            if token.is_none() {
+                break;
+            }
         }
-        if let Some(id) = self.state().tables.get(cluster) {
-            return Ok(id.clone());
+        // The VPC's main table is never a cluster's routing table, even when
+        // tagged: it is the implicit table of every subnet without an
+        // association (public ones included), usually owned by the VPC's
+        // tooling. gardener/aws-custom-route-controller skips the main table
+        // likewise (it skips the main table whose `Name` tag equals the
+        // cluster name, `pkg/updater/routes.go`); this rule is wider: every
+        // main table is left out of discovery. A configured id is used as
+        // given, main table or not.
+        let (main, tables): (Vec<RouteTable>, Vec<RouteTable>) =
+            found.into_iter().partition(is_main_table);
+        if !main.is_empty() {
+            let ids: Vec<&str> = main.iter().filter_map(|t| t.route_table_id()).collect();
+            debug!(cluster, main_tables = ?ids, "tagged main route tables left out");
         }
-        let t = self.describe_table(cluster).await?;
-        Ok(t.route_table_id().unwrap_or_default().to_string())
+        if tables.is_empty() {
+            return Err(CloudError::new(
+                ErrorKind::Permanent,
+                format!(
+                    "no route table other than a VPC main table carries the tag {}{}{}; tag the cluster's route tables or set route_table_ids",
+                    cluster_tag_key(cluster),
+                    if self.config.route_table_tags.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" and the tags {:?}", self.config.route_table_tags)
+                    },
+                    self.config
+                        .vpc_id
+                        .as_deref()
+                        .map(|v| format!(" in {v}"))
+                        .unwrap_or_default()
+                ),
+            ));
+        }
+        Ok(tables)
+    }
+
+    /// The table a route goes to or comes from: its `target`, or, for a route
+    /// that names none, the cluster's only table.
+    async fn table_of(&self, cluster: &str, route: &Route) -> Result<String, CloudError> {
+        let known = self.state().tables.get(cluster).cloned();
+        if !route.target.is_empty() {
+            // Only a table this cluster manages: never another one, whatever
+            // a caller passes.
+            let managed = known
+                .clone()
+                .unwrap_or_else(|| self.config.configured_tables());
+            if managed.is_empty() || managed.iter().any(|t| *t == route.target) {
+                return Ok(route.target.to_string());
+            }
+            return Err(CloudError::new(
+                ErrorKind::InvalidRequest,
+                format!(
+                    "route {} names route table {}, which is not one of cluster {cluster}'s ({})",
+                    route.destination,
+                    route.target,
+                    managed.join(", ")
+                ),
+            ));
+        }
+        let tables = match known {
+            Some(t) => t,
+            None => {
+                let configured = self.config.configured_tables();
+                if configured.len() == 1 {
+                    configured
+                } else {
+                    self.describe_tables(cluster)
+                        .await?
+                        .iter()
+                        .filter_map(|t| t.route_table_id().map(str::to_string))
+                        .collect()
+                }
+            }
+        };
+        match tables.as_slice() {
+            [one] => Ok(one.clone()),
+            many => Err(CloudError::new(
+                ErrorKind::InvalidRequest,
+                format!(
+                    "route {} names no route table and cluster {cluster} has {} ({})",
+                    route.destination,
+                    many.len(),
+                    many.join(", ")
+                ),
+            )),
+        }
     }
 
     /// Maps the instances of routes to node names. Before the controller has
@@ -506,38 +671,173 @@ impl Ec2Routes {
         }
     }
 
-    async fn disable_source_dest_check(&self, instance: &str) -> Result<(), CloudError> {
+    /// Prepares `instance` as a route target once per process: finds what
+    /// a route to it must point at and turns its source/destination check
+    /// off (on the instance, or on the primary interface of a multi-NIC
+    /// instance, where EC2 refuses the instance-level attribute).
+    async fn prepare_instance(&self, instance: &str) -> Result<RouteTarget, CloudError> {
         let once = self
             .state()
-            .source_dest_off
+            .prepared
             .entry(instance.to_string())
             .or_default()
             .clone();
         // A failed attempt leaves the cell empty, so the next creation tries again.
-        once.get_or_try_init(|| async {
-            let req = self
-                .client
-                .modify_instance_attribute()
-                .instance_id(instance)
-                .source_dest_check(AttributeBooleanValue::builder().value(false).build());
-            self.call(Op::ModifyInstanceAttribute, || req.send())
-                .await
-                .map(|_| ())
-        })
-        .await?;
-        Ok(())
+        let target = once
+            .get_or_try_init(|| async {
+                let target = self.route_target_of(instance).await?;
+                match &target {
+                    RouteTarget::Instance(i) => {
+                        let req = self
+                            .client
+                            .modify_instance_attribute()
+                            .instance_id(i)
+                            .source_dest_check(
+                                AttributeBooleanValue::builder().value(false).build(),
+                            );
+                        self.call(Op::ModifyInstanceAttribute, || req.send())
+                            .await?;
+                    }
+                    RouteTarget::Interface(eni) => {
+                        let req = self
+                            .client
+                            .modify_network_interface_attribute()
+                            .network_interface_id(eni)
+                            .source_dest_check(
+                                AttributeBooleanValue::builder().value(false).build(),
+                            );
+                        self.call(Op::ModifyNetworkInterfaceAttribute, || req.send())
+                            .await?;
+                    }
+                }
+                Ok::<_, CloudError>(target)
+            })
+            .await?;
+        Ok(target.clone())
     }
 
-    async fn replace(&self, table: &str, dest: &Cidr, instance: &str) -> Result<(), CloudError> {
-        let req = with_destination!(self.client.replace_route().route_table_id(table), dest)
-            .instance_id(instance);
+    /// One `DescribeInstances`: the instance itself, or its primary network
+    /// interface when it has several. An instance EC2 does not show (yet)
+    /// is targeted by id, and `CreateRoute` says what is wrong with it.
+    async fn route_target_of(&self, instance: &str) -> Result<RouteTarget, CloudError> {
+        let req = self.client.describe_instances().filters(
+            Filter::builder()
+                .name("instance-id")
+                .values(instance)
+                .build(),
+        );
+        let out = self.call(Op::DescribeInstances, || req.send()).await?;
+        let Some(found) = out
+            .reservations()
+            .iter()
+            .flat_map(|r| r.instances())
+            .find(|i| i.instance_id() == Some(instance))
+        else {
+            return Ok(RouteTarget::Instance(instance.to_string()));
+        };
+        let nics = found.network_interfaces();
+        if nics.len() > 1
+            && let Some(eni) = nics
+                .iter()
+                .find(|n| n.attachment().and_then(|a| a.device_index()) == Some(0))
+                .and_then(|n| n.network_interface_id())
+        {
+            let mut st = self.state();
+            for n in nics {
+                if let Some(id) = n.network_interface_id() {
+                    st.interfaces.insert(id.to_string(), instance.to_string());
+                }
+            }
+            return Ok(RouteTarget::Interface(eni.to_string()));
+        }
+        Ok(RouteTarget::Instance(instance.to_string()))
+    }
+
+    /// Maps the network interfaces of listed routes that name no instance
+    /// (routes to an interface; moto never names the instance there, EC2
+    /// does for an attached interface) to their instances with one filtered
+    /// `DescribeNetworkInterfaces`. A failure only leaves them unmapped.
+    async fn resolve_interfaces(&self, interfaces: HashSet<String>) {
+        let unknown: Vec<String> = {
+            let st = self.state();
+            interfaces
+                .into_iter()
+                .filter(|e| !st.interfaces.contains_key(e))
+                .collect()
+        };
+        if unknown.is_empty() {
+            return;
+        }
+        // A filter, not NetworkInterfaceIds: a deleted id must not fail the call.
+        let req = self.client.describe_network_interfaces().filters(
+            Filter::builder()
+                .name("network-interface-id")
+                .set_values(Some(unknown.clone()))
+                .build(),
+        );
+        match self
+            .call(Op::DescribeNetworkInterfaces, || req.send())
+            .await
+        {
+            Ok(out) => {
+                let mut st = self.state();
+                for id in &unknown {
+                    st.interfaces.insert(id.clone(), String::new());
+                }
+                for n in out.network_interfaces() {
+                    if let (Some(id), Some(i)) = (
+                        n.network_interface_id(),
+                        n.attachment().and_then(|a| a.instance_id()),
+                    ) {
+                        st.interfaces.insert(id.to_string(), i.to_string());
+                    }
+                }
+            }
+            Err(e) => warn!(
+                error = %e,
+                interfaces = ?unknown,
+                "could not map network interfaces to instances; their routes are listed without a node"
+            ),
+        }
+    }
+
+    /// Whether an existing EC2 route is this cluster's (by the ownership
+    /// rule) and points at an instance no Node names.
+    fn is_orphan(&self, r: &aws_sdk_ec2::types::Route) -> bool {
+        let st = self.state();
+        // Before the controller has shown its Nodes, an unknown instance
+        // may well be a Node's.
+        st.index.has_observed()
+            && to_route(r, &st.index, &st.interfaces)
+                .is_some_and(|route| route.target_node.is_empty())
+    }
+
+    async fn replace(
+        &self,
+        table: &str,
+        dest: &Cidr,
+        target: &RouteTarget,
+    ) -> Result<(), CloudError> {
+        let req = with_destination!(self.client.replace_route().route_table_id(table), dest);
+        let req = match target {
+            RouteTarget::Instance(i) => req.instance_id(i),
+            RouteTarget::Interface(e) => req.network_interface_id(e),
+        };
         self.call(Op::ReplaceRoute, || req.send()).await?;
         Ok(())
     }
 
-    async fn create(&self, table: &str, dest: &Cidr, instance: &str) -> Result<(), CloudError> {
-        let req = with_destination!(self.client.create_route().route_table_id(table), dest)
-            .instance_id(instance);
+    async fn create(
+        &self,
+        table: &str,
+        dest: &Cidr,
+        target: &RouteTarget,
+    ) -> Result<(), CloudError> {
+        let req = with_destination!(self.client.create_route().route_table_id(table), dest);
+        let req = match target {
+            RouteTarget::Instance(i) => req.instance_id(i),
+            RouteTarget::Interface(e) => req.network_interface_id(e),
+        };
         self.call(Op::CreateRoute, || req.send()).await?;
         Ok(())
     }
@@ -575,11 +875,24 @@ impl Ec2Routes {
 }
 
 /// Converts one EC2 route into the controller's view, or `None` when it is
-/// not a route to an instance (local, gateways, NAT, peering, endpoints).
-fn to_route(r: &aws_sdk_ec2::types::Route, index: &NodeIndex) -> Option<Route> {
+/// not a route this controller could have made. The ownership rule: its
+/// `Origin` is `CreateRoute` (never `CreateRouteTable`, which CloudFormation
+/// and Terraform tables carry, nor `EnableVgwRoutePropagation`), and it
+/// points at an instance or a network interface, not at a gateway, NAT,
+/// peering, transit gateway, endpoint or any other target. The planner then
+/// keeps only those inside the cluster CIDRs. `interfaces` maps network
+/// interfaces to instances, for routes that name only the interface.
+fn to_route(
+    r: &aws_sdk_ec2::types::Route,
+    index: &NodeIndex,
+    interfaces: &HashMap<String, String>,
+) -> Option<Route> {
     let dest = r
         .destination_cidr_block()
         .or(r.destination_ipv6_cidr_block())?;
+    if r.origin() != Some(&RouteOrigin::CreateRoute) {
+        return None;
+    }
     let blackhole = matches!(r.state(), Some(RouteState::Blackhole));
     let other_target = r.gateway_id().is_some()
         || r.nat_gateway_id().is_some()
@@ -588,25 +901,29 @@ fn to_route(r: &aws_sdk_ec2::types::Route, index: &NodeIndex) -> Option<Route> {
         || r.egress_only_internet_gateway_id().is_some()
         || r.local_gateway_id().is_some()
         || r.carrier_gateway_id().is_some()
-        || r.core_network_arn().is_some();
-    let target = match (r.instance_id(), r.network_interface_id()) {
-        (Some(i), _) if !other_target => i,
-        // A terminated instance leaves a blackhole that names only its
-        // (deleted) network interface.
-        (None, Some(eni)) if blackhole && !other_target => eni,
-        _ => return None,
-    };
-    let node = r
+        || r.core_network_arn().is_some()
+        || r.destination_prefix_list_id().is_some();
+    if other_target {
+        return None;
+    }
+    // A route to an interface names the interface; EC2 names its instance
+    // too while attached. A terminated instance leaves a blackhole that
+    // names only its (deleted) interface.
+    let eni = r.network_interface_id();
+    let instance = r
         .instance_id()
-        .and_then(|i| index.node_of(i))
-        .unwrap_or_default();
+        .or_else(|| eni.and_then(|e| interfaces.get(e)).map(String::as_str))
+        .filter(|i| !i.is_empty());
+    // The instance where EC2 names one (it does for a route to an attached
+    // interface too), else the interface.
+    let target = r.instance_id().or(eni)?;
+    let node = instance.and_then(|i| index.node_of(i)).unwrap_or_default();
     let mut route = Route::new(node, Destination::parse(dest)).named(dest);
     route.blackhole = blackhole;
     route.cloud_target = target.to_string().into();
     // As `create_route` returns it, so a cached creation and a later list
     // agree (the trait promises that).
-    route.target_provider_id = r
-        .instance_id()
+    route.target_provider_id = instance
         .and_then(|i| index.provider_id_of(i))
         .map(Into::into);
     Some(route)
@@ -638,6 +955,7 @@ impl CloudRoutes for Ec2Routes {
             supports_batch: false,
             reports_node_addresses: false,
             supports_ipv6: true,
+            // Per route table, as EC2's quota.
             max_routes: self.config.max_routes,
             // The route's target is the instance of `spec.providerID`.
             needs: TargetNeeds::ProviderId,
@@ -654,27 +972,70 @@ impl CloudRoutes for Ec2Routes {
         self.state().index.observe(nodes);
     }
 
+    fn targets(&self) -> Vec<Text> {
+        let st = self.state();
+        if st.last_tables.is_empty() {
+            self.config
+                .configured_tables()
+                .into_iter()
+                .map(Into::into)
+                .collect()
+        } else {
+            st.last_tables.iter().map(|t| t.as_str().into()).collect()
+        }
+    }
+
     async fn list_routes(&self, cluster: &str) -> Result<Vec<Route>, CloudError> {
-        let table = self.describe_table(cluster).await?;
-        let instances: Vec<String> = table
-            .routes()
-            .iter()
+        let tables = self.describe_tables(cluster).await?;
+        let all = || tables.iter().flat_map(|t| t.routes());
+        let instances: Vec<String> = all()
             .filter_map(|r| r.instance_id().map(str::to_string))
             .collect();
         self.resolve_unknown_instances(&instances).await?;
+        let interfaces: HashSet<String> = all()
+            .filter(|r| {
+                r.instance_id().is_none()
+                    && r.origin() == Some(&RouteOrigin::CreateRoute)
+                    && !matches!(r.state(), Some(RouteState::Blackhole))
+            })
+            .filter_map(|r| r.network_interface_id().map(str::to_string))
+            .collect();
+        self.resolve_interfaces(interfaces).await;
         let mut st = self.state();
-        let routes: Vec<Route> = table
-            .routes()
+        let mut routes = Vec::new();
+        let mut blackholes: Vec<(String, HashSet<String>)> = Vec::new();
+        for t in &tables {
+            let id = t.route_table_id().unwrap_or_default();
+            let mut holes = HashSet::new();
+            for r in t.routes() {
+                if let Some(route) = to_route(r, &st.index, &st.interfaces) {
+                    if route.blackhole {
+                        holes.insert(route.name.to_string());
+                    }
+                    routes.push(route.in_target(id));
+                }
+            }
+            blackholes.push((id.to_string(), holes));
+        }
+        for (id, holes) in blackholes {
+            st.blackholes.insert(id, holes);
+        }
+        drop(st);
+        // One unknown instance never fails the list (upstream fails the
+        // whole ListRoutes): its route names no node, and the planner
+        // deletes it only inside the cluster CIDRs when no Node claims it.
+        let unknown: Vec<String> = routes
             .iter()
-            .filter_map(|r| to_route(r, &st.index))
+            .filter(|r| r.target_node.is_empty() && !r.blackhole)
+            .map(|r| format!("{} {} -> {}", r.target, r.name, r.cloud_target))
             .collect();
-        let blackholes = routes
-            .iter()
-            .filter(|r| r.blackhole)
-            .map(|r| r.name.to_string())
-            .collect();
-        if let Some(id) = table.route_table_id() {
-            st.blackholes.insert(id.to_string(), blackholes);
+        if !unknown.is_empty() {
+            warn!(
+                cluster,
+                count = unknown.len(),
+                routes = ?unknown.iter().take(10).collect::<Vec<_>>(),
+                "routes to instances no Node names"
+            );
         }
         Ok(routes)
     }
@@ -693,8 +1054,8 @@ impl CloudRoutes for Ec2Routes {
         })?;
         let dest_text = dest.to_string();
         let instance = self.target_instance(route).await?;
-        let table = self.table_id(cluster).await?;
-        self.disable_source_dest_check(&instance).await?;
+        let table = self.table_of(cluster, route).await?;
+        let target = self.prepare_instance(&instance).await?;
 
         let over_blackhole = self
             .state()
@@ -702,26 +1063,45 @@ impl CloudRoutes for Ec2Routes {
             .get(&table)
             .is_some_and(|b| b.contains(&dest_text));
         let created = if over_blackhole {
-            match self.replace(&table, &dest, &instance).await {
+            match self.replace(&table, &dest, &target).await {
                 // Someone removed the blackhole meanwhile.
                 Err(e) if e.kind == ErrorKind::NotFound => {
-                    self.create(&table, &dest, &instance).await
+                    self.create(&table, &dest, &target).await
                 }
                 r => r,
             }
         } else {
-            self.create(&table, &dest, &instance).await
+            self.create(&table, &dest, &target).await
         };
         match created {
             Ok(()) => {}
             Err(e) if e.kind == ErrorKind::AlreadyExists => {
                 // One extra read decides between done, replace and conflict.
                 match self.existing_route(&table, &dest).await? {
+                    // A dead target is replaced in one call. A live route to
+                    // another instance is a conflict the planner resolves.
                     Some(r) if matches!(r.state(), Some(RouteState::Blackhole)) => {
-                        self.replace(&table, &dest, &instance).await?;
+                        self.replace(&table, &dest, &target).await?;
                     }
-                    Some(r) if r.instance_id() == Some(instance.as_str()) => {
-                        debug!(destination = %dest, instance, "route already in place");
+                    Some(r)
+                        if r.instance_id() == Some(instance.as_str())
+                            || r.network_interface_id() == Some(target.id()) =>
+                    {
+                        debug!(destination = %dest, instance, table, "route already in place");
+                    }
+                    // A route of ours (by the ownership rule) to an
+                    // instance no Node names any more, e.g. the Node's
+                    // previous instance: moved in one `ReplaceRoute`
+                    // instead of a delete and a create.
+                    Some(r) if self.is_orphan(&r) => {
+                        info!(
+                            destination = %dest,
+                            table,
+                            from = ?r.instance_id().or(r.network_interface_id()),
+                            to = target.id(),
+                            "replacing a route to an instance no Node names"
+                        );
+                        self.replace(&table, &dest, &target).await?;
                     }
                     _ => return Err(e),
                 }
@@ -735,22 +1115,24 @@ impl CloudRoutes for Ec2Routes {
         }
         st.index.learn(&instance, &route.target_node);
         drop(st);
-        info!(cluster, destination = %dest, instance, node = %route.target_node, "created route");
-        let mut created = Route::new(route.target_node.clone(), dest).named(dest_text);
-        created.cloud_target = instance.into();
+        info!(cluster, table, destination = %dest, target = target.id(), node = %route.target_node, "created route");
+        let mut created = Route::new(route.target_node.clone(), dest)
+            .named(dest_text)
+            .in_target(table.as_str());
+        created.cloud_target = target.id().into();
         created.target_provider_id = route.target_provider_id.clone();
         Ok(created)
     }
 
     async fn delete_route(&self, cluster: &str, route: &Route) -> Result<(), CloudError> {
         let dest = destination_of(route)?;
-        let table = self.table_id(cluster).await?;
+        let table = self.table_of(cluster, route).await?;
         let req = with_destination!(self.client.delete_route().route_table_id(&table), &dest);
         self.call(Op::DeleteRoute, || req.send()).await?;
         if let Some(b) = self.state().blackholes.get_mut(&table) {
             b.remove(&dest.to_string());
         }
-        info!(cluster, destination = %dest, target = %route.cloud_target, "deleted route");
+        info!(cluster, table, destination = %dest, target = %route.cloud_target, "deleted route");
         Ok(())
     }
 }
@@ -768,41 +1150,108 @@ mod tests {
         ix
     }
 
+    fn owned(b: aws_sdk_ec2::types::builders::RouteBuilder) -> Ec2Route {
+        b.origin(RouteOrigin::CreateRoute).build()
+    }
+
     #[test]
-    fn only_instance_routes_are_listed() {
+    fn only_created_routes_to_instances_and_interfaces_are_listed() {
         let ix = index_with("i-0000000a", "node-a");
+        let mut enis = HashMap::new();
+        enis.insert("eni-1".to_string(), "i-0000000a".to_string());
+        let none = HashMap::new();
         let local = Ec2Route::builder()
             .destination_cidr_block("10.0.0.0/16")
             .gateway_id("local")
+            .origin(RouteOrigin::CreateRouteTable)
             .state(RouteState::Active)
             .build();
-        let igw = Ec2Route::builder()
-            .destination_cidr_block("0.0.0.0/0")
-            .gateway_id("igw-1")
-            .state(RouteState::Active)
-            .build();
-        let nat_blackhole = Ec2Route::builder()
-            .destination_cidr_block("10.1.0.0/16")
-            .nat_gateway_id("nat-1")
-            .state(RouteState::Blackhole)
-            .build();
-        let eni_active = Ec2Route::builder()
-            .destination_cidr_block("10.2.0.0/16")
-            .network_interface_id("eni-1")
-            .state(RouteState::Active)
-            .build();
-        assert!(to_route(&local, &ix).is_none());
-        assert!(to_route(&igw, &ix).is_none());
-        assert!(to_route(&nat_blackhole, &ix).is_none());
-        assert!(to_route(&eni_active, &ix).is_none());
-
-        let mine = Ec2Route::builder()
-            .destination_cidr_block("10.244.1.0/24")
+        let igw = owned(
+            Ec2Route::builder()
+                .destination_cidr_block("0.0.0.0/0")
+                .gateway_id("igw-1")
+                .state(RouteState::Active),
+        );
+        let nat_blackhole = owned(
+            Ec2Route::builder()
+                .destination_cidr_block("10.1.0.0/16")
+                .nat_gateway_id("nat-1")
+                .state(RouteState::Blackhole),
+        );
+        let peering = owned(
+            Ec2Route::builder()
+                .destination_cidr_block("10.244.7.0/24")
+                .vpc_peering_connection_id("pcx-1")
+                .state(RouteState::Active),
+        );
+        let tgw = owned(
+            Ec2Route::builder()
+                .destination_cidr_block("10.244.8.0/24")
+                .transit_gateway_id("tgw-1")
+                .state(RouteState::Active),
+        );
+        let endpoint = owned(
+            Ec2Route::builder()
+                .destination_cidr_block("10.244.9.0/24")
+                .gateway_id("vpce-1")
+                .state(RouteState::Active),
+        );
+        // CloudFormation/Terraform: part of the table's own definition.
+        let stack = Ec2Route::builder()
+            .destination_cidr_block("10.244.10.0/24")
             .instance_id("i-0000000a")
-            .network_interface_id("eni-2")
+            .origin(RouteOrigin::CreateRouteTable)
             .state(RouteState::Active)
             .build();
-        let r = to_route(&mine, &ix).unwrap();
+        let propagated = Ec2Route::builder()
+            .destination_cidr_block("10.244.11.0/24")
+            .instance_id("i-0000000a")
+            .origin(RouteOrigin::EnableVgwRoutePropagation)
+            .state(RouteState::Active)
+            .build();
+        let no_origin = Ec2Route::builder()
+            .destination_cidr_block("10.244.12.0/24")
+            .instance_id("i-0000000a")
+            .state(RouteState::Active)
+            .build();
+        for r in [
+            &local,
+            &igw,
+            &nat_blackhole,
+            &peering,
+            &tgw,
+            &endpoint,
+            &stack,
+            &propagated,
+            &no_origin,
+        ] {
+            assert!(to_route(r, &ix, &enis).is_none(), "{r:?} was listed");
+        }
+
+        let eni_active = owned(
+            Ec2Route::builder()
+                .destination_cidr_block("10.2.0.0/16")
+                .network_interface_id("eni-1")
+                .state(RouteState::Active),
+        );
+        let r = to_route(&eni_active, &ix, &enis).unwrap();
+        assert_eq!(
+            r.target_node, "node-a",
+            "the interface maps back to its instance's Node"
+        );
+        assert_eq!(r.cloud_target, "eni-1");
+        assert_eq!(r.target_provider_id.as_deref(), Some("aws:///z/i-0000000a"));
+        let r = to_route(&eni_active, &ix, &none).unwrap();
+        assert_eq!(r.target_node, "", "an unmapped interface names no node");
+
+        let mine = owned(
+            Ec2Route::builder()
+                .destination_cidr_block("10.244.1.0/24")
+                .instance_id("i-0000000a")
+                .network_interface_id("eni-2")
+                .state(RouteState::Active),
+        );
+        let r = to_route(&mine, &ix, &none).unwrap();
         assert_eq!(r.target_node, "node-a");
         assert_eq!(r.name, "10.244.1.0/24");
         assert_eq!(r.cloud_target, "i-0000000a");
@@ -813,22 +1262,24 @@ mod tests {
             "the observed Node's providerID, as a creation returns it"
         );
 
-        let stranger = Ec2Route::builder()
-            .destination_ipv6_cidr_block("fd00:10:244:2::/64")
-            .instance_id("i-0000000b")
-            .state(RouteState::Active)
-            .build();
-        let r = to_route(&stranger, &ix).unwrap();
+        let stranger = owned(
+            Ec2Route::builder()
+                .destination_ipv6_cidr_block("fd00:10:244:2::/64")
+                .instance_id("i-0000000b")
+                .state(RouteState::Active),
+        );
+        let r = to_route(&stranger, &ix, &none).unwrap();
         assert_eq!(r.target_node, "", "unknown instance names no node");
         assert_eq!(r.target_provider_id, None);
         assert_eq!(r.destination.to_string(), "fd00:10:244:2::/64");
 
-        let gone = Ec2Route::builder()
-            .destination_cidr_block("10.244.3.0/24")
-            .network_interface_id("eni-3")
-            .state(RouteState::Blackhole)
-            .build();
-        let r = to_route(&gone, &ix).unwrap();
+        let gone = owned(
+            Ec2Route::builder()
+                .destination_cidr_block("10.244.3.0/24")
+                .network_interface_id("eni-3")
+                .state(RouteState::Blackhole),
+        );
+        let r = to_route(&gone, &ix, &none).unwrap();
         assert!(r.blackhole);
         assert_eq!(r.cloud_target, "eni-3");
     }

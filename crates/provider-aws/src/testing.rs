@@ -14,7 +14,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use aws_config::{BehaviorVersion, Region, SdkConfig};
-use aws_sdk_ec2::Client;
+/// The EC2 client fixtures take, for crates that do not depend on the SDK.
+pub use aws_sdk_ec2::Client;
 use aws_sdk_ec2::config::Credentials;
 use aws_sdk_ec2::error::DisplayErrorContext;
 use aws_sdk_ec2::types::{ResourceType, Tag, TagSpecification};
@@ -223,7 +224,8 @@ pub async fn run_instances(
         .collect()
 }
 
-/// The routes of one table as (destination, instance id or other target, state).
+/// The routes of one table as (destination, instance id or other target:
+/// gateway, interface, peering connection, transit gateway; state).
 pub async fn table_routes(
     client: &Client,
     route_table_id: &str,
@@ -247,6 +249,8 @@ pub async fn table_routes(
                 r.instance_id()
                     .or(r.gateway_id())
                     .or(r.network_interface_id())
+                    .or(r.vpc_peering_connection_id())
+                    .or(r.transit_gateway_id())
                     .unwrap_or_default()
                     .to_string(),
                 r.state()
@@ -255,4 +259,170 @@ pub async fn table_routes(
             )
         })
         .collect())
+}
+
+/// Creates another route table in `vpc_id`, tagged with `tags`.
+pub async fn create_route_table(
+    client: &Client,
+    vpc_id: &str,
+    tags: &[(&str, &str)],
+) -> Result<String, String> {
+    let mut req = client.create_route_table().vpc_id(vpc_id);
+    if !tags.is_empty() {
+        let mut spec = TagSpecification::builder().resource_type(ResourceType::RouteTable);
+        for (k, v) in tags {
+            spec = spec.tags(Tag::builder().key(*k).value(*v).build());
+        }
+        req = req.tag_specifications(spec.build());
+    }
+    let rt = req.send().await.map_err(|e| err("CreateRouteTable", e))?;
+    rt.route_table()
+        .and_then(|t| t.route_table_id())
+        .map(str::to_string)
+        .ok_or_else(|| "CreateRouteTable returned no id".to_string())
+}
+
+/// The main route table of `vpc_id`.
+pub async fn main_route_table(client: &Client, vpc_id: &str) -> Result<String, String> {
+    let out = client
+        .describe_route_tables()
+        .filters(
+            aws_sdk_ec2::types::Filter::builder()
+                .name("vpc-id")
+                .values(vpc_id)
+                .build(),
+        )
+        .filters(
+            aws_sdk_ec2::types::Filter::builder()
+                .name("association.main")
+                .values("true")
+                .build(),
+        )
+        .send()
+        .await
+        .map_err(|e| err("DescribeRouteTables", e))?;
+    out.route_tables()
+        .iter()
+        .find_map(|t| t.route_table_id())
+        .map(str::to_string)
+        .ok_or_else(|| format!("{vpc_id} has no main route table"))
+}
+
+/// Tags one resource.
+pub async fn tag(client: &Client, resource: &str, key: &str, value: &str) -> Result<(), String> {
+    client
+        .create_tags()
+        .resources(resource)
+        .tags(Tag::builder().key(key).value(value).build())
+        .send()
+        .await
+        .map_err(|e| err("CreateTags", e))?;
+    Ok(())
+}
+
+/// Gives `instance` a second network interface (device index 1) in the
+/// network's subnet and returns the id of its primary (device index 0).
+pub async fn add_second_interface(
+    client: &Client,
+    network: &Network,
+    instance: &Instance,
+) -> Result<String, String> {
+    let eni = client
+        .create_network_interface()
+        .subnet_id(&network.subnet_id)
+        .send()
+        .await
+        .map_err(|e| err("CreateNetworkInterface", e))?;
+    let eni_id = eni
+        .network_interface()
+        .and_then(|n| n.network_interface_id())
+        .ok_or("CreateNetworkInterface returned no id")?
+        .to_string();
+    client
+        .attach_network_interface()
+        .network_interface_id(&eni_id)
+        .instance_id(&instance.id)
+        .device_index(1)
+        .send()
+        .await
+        .map_err(|e| err("AttachNetworkInterface", e))?;
+    let out = client
+        .describe_instances()
+        .instance_ids(&instance.id)
+        .send()
+        .await
+        .map_err(|e| err("DescribeInstances", e))?;
+    out.reservations()
+        .iter()
+        .flat_map(|r| r.instances())
+        .flat_map(|i| i.network_interfaces())
+        .find(|n| n.attachment().and_then(|a| a.device_index()) == Some(0))
+        .and_then(|n| n.network_interface_id())
+        .map(str::to_string)
+        .ok_or_else(|| format!("{} shows no primary interface", instance.id))
+}
+
+/// A VPC peering connection from `vpc_id` to a new VPC with `peer_cidr`.
+pub async fn create_peering(
+    client: &Client,
+    vpc_id: &str,
+    peer_cidr: &str,
+) -> Result<String, String> {
+    let peer = client
+        .create_vpc()
+        .cidr_block(peer_cidr)
+        .send()
+        .await
+        .map_err(|e| err("CreateVpc", e))?;
+    let peer_id = peer
+        .vpc()
+        .and_then(|v| v.vpc_id())
+        .ok_or("CreateVpc returned no id")?;
+    let pcx = client
+        .create_vpc_peering_connection()
+        .vpc_id(vpc_id)
+        .peer_vpc_id(peer_id)
+        .send()
+        .await
+        .map_err(|e| err("CreateVpcPeeringConnection", e))?;
+    pcx.vpc_peering_connection()
+        .and_then(|p| p.vpc_peering_connection_id())
+        .map(str::to_string)
+        .ok_or_else(|| "CreateVpcPeeringConnection returned no id".to_string())
+}
+
+/// A transit gateway.
+pub async fn create_transit_gateway(client: &Client) -> Result<String, String> {
+    let tgw = client
+        .create_transit_gateway()
+        .send()
+        .await
+        .map_err(|e| err("CreateTransitGateway", e))?;
+    tgw.transit_gateway()
+        .and_then(|t| t.transit_gateway_id())
+        .map(str::to_string)
+        .ok_or_else(|| "CreateTransitGateway returned no id".to_string())
+}
+
+/// Adds a route to a table: `target` is an instance (`i-`), an interface
+/// (`eni-`), a peering connection (`pcx-`) or a transit gateway (`tgw-`).
+pub async fn add_route(
+    client: &Client,
+    route_table_id: &str,
+    destination: &str,
+    target: &str,
+) -> Result<(), String> {
+    let req = client
+        .create_route()
+        .route_table_id(route_table_id)
+        .destination_cidr_block(destination);
+    let req = match target.split('-').next() {
+        Some("i") => req.instance_id(target),
+        Some("eni") => req.network_interface_id(target),
+        Some("pcx") => req.vpc_peering_connection_id(target),
+        Some("tgw") => req.transit_gateway_id(target),
+        _ => return Err(format!("add_route: unknown target kind {target}")),
+    };
+    req.send().await.map_err(|e| err("CreateRoute", e))?;
+    Ok(())
 }

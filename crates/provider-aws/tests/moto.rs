@@ -126,12 +126,17 @@ async fn lists_creates_and_deletes_routes_with_one_request_each() {
         ]
     );
 
+    assert_eq!(
+        count(&p, "DescribeInstances"),
+        2,
+        "one per instance, the first time it is routed to (how many interfaces it has)"
+    );
     let before = count(&p, "DescribeRouteTables");
     let mut listed = p.list_routes(&cluster).await.unwrap();
     assert_eq!(count(&p, "DescribeRouteTables"), before + 1);
     assert_eq!(
         count(&p, "DescribeInstances"),
-        0,
+        2,
         "nodes come from observe_nodes"
     );
     listed.sort_by_key(|r| r.name.clone());
@@ -317,22 +322,31 @@ async fn finds_its_table_by_tag_and_never_touches_another_clusters() {
         "one per list; creates and deletes reuse the table id"
     );
 
-    // No tagged table, or two: a clear, permanent error.
+    // No tagged table: a clear, permanent error.
     let e = p
         .list_routes(&testing::unique_cluster("nobody"))
         .await
         .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Permanent, "{e}");
+    // Two tagged tables are two targets (upstream refuses "multiple
+    // matching route tables").
     let twice = testing::unique_cluster("twice");
-    testing::create_network(&ec2, "10.22.0.0/16", Some(&twice))
+    let n1 = testing::create_network(&ec2, "10.22.0.0/16", Some(&twice))
         .await
         .unwrap();
-    testing::create_network(&ec2, "10.23.0.0/16", Some(&twice))
+    let n2 = testing::create_network(&ec2, "10.23.0.0/16", Some(&twice))
         .await
         .unwrap();
-    let e = p.list_routes(&twice).await.unwrap_err();
-    assert_eq!(e.kind, ErrorKind::Permanent, "{e}");
-    assert!(e.message.contains("2 route tables"), "{e}");
+    p.list_routes(&twice).await.unwrap();
+    let mut both = vec![n1.route_table_id.clone(), n2.route_table_id.clone()];
+    both.sort();
+    assert_eq!(
+        p.targets()
+            .iter()
+            .map(|t| t.to_string())
+            .collect::<Vec<_>>(),
+        both
+    );
     // vpc_id narrows the lookup to one of them.
     let net3 = testing::create_network(&ec2, "10.24.0.0/16", Some(&twice))
         .await
@@ -347,6 +361,10 @@ async fn finds_its_table_by_tag_and_never_touches_another_clusters() {
     .await
     .unwrap();
     p3.list_routes(&twice).await.unwrap();
+    assert_eq!(
+        p3.targets(),
+        vec![route_core::Text::from(net3.route_table_id.as_str())]
+    );
     // A configured table that does not exist.
     let p4 = testing::provider(&ep, config_for(Some("rtb-0000000000deadbee")))
         .await
@@ -560,4 +578,43 @@ async fn a_listed_route_carries_the_provider_id_its_creation_returned() {
         Some(inst[0].provider_id.as_str())
     );
     assert_eq!(p.list_routes(&cluster).await.unwrap(), vec![created]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_left_to_an_instance_no_node_names_is_moved_with_one_replace_route() {
+    // The sequence: a Node's instance is replaced (same name, same pod
+    // CIDR, new instance); the old instance's route is still in the table.
+    let ep = endpoint().await;
+    let ec2 = testing::client(&ep).await;
+    let net = testing::create_network(&ec2, "10.12.0.0/16", None)
+        .await
+        .unwrap();
+    let inst = testing::run_instances(&ec2, &net, 3).await.unwrap();
+    testing::add_route(&ec2, &net.route_table_id, "10.244.7.0/24", &inst[0].id)
+        .await
+        .unwrap();
+    let p = testing::provider(&ep, config_for(Some(&net.route_table_id)))
+        .await
+        .unwrap();
+    let n = node("node-n", &inst[1], "10.244.7.0/24");
+    let other = node("node-o", &inst[2], "10.244.8.0/24");
+    observe(&p, &[n.clone(), other.clone()]);
+    let created = p.create_route("c", "uid", &wanted(&n)).await.unwrap();
+    assert_eq!(created.cloud_target, inst[1].id);
+    assert_eq!(count(&p, "ReplaceRoute"), 1, "moved in one call");
+    assert_eq!(count(&p, "DeleteRoute"), 0);
+    assert_eq!(
+        instance_routes(
+            &testing::table_routes(&ec2, &net.route_table_id)
+                .await
+                .unwrap()
+        ),
+        vec![("10.244.7.0/24".into(), inst[1].id.clone())]
+    );
+    // A live Node's route is never taken over: that is a conflict.
+    let mut clash = wanted(&other);
+    clash.destination = n.valid_pod_cidrs()[0].into();
+    let e = p.create_route("c", "uid", &clash).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::AlreadyExists, "{e}");
+    assert_eq!(count(&p, "ReplaceRoute"), 1);
 }

@@ -17,13 +17,54 @@ pub const DEFAULT_ENDPOINT: &str = "https://api.hetzner.cloud/v1";
 /// The environment variable the token is read from when no `token_file` is set.
 pub const TOKEN_ENV: &str = "HCLOUD_TOKEN";
 
+/// Why one cluster's routes live in exactly one hcloud network: a network
+/// route's gateway must be a server's private IP on that same network, and a
+/// Node is one server attached to the network whose range holds its
+/// InternalIP. A second network would need every Node attached to it as
+/// well and a route per network pointing at a different address of the same
+/// Node; hcloud routes are also slow, one asynchronous action at a time per
+/// network, out of a project-wide hourly budget. So the provider manages one
+/// network, `targets()` stays empty, and a second network is refused.
+pub const ONE_NETWORK: &str = "hcloud manages the routes of exactly one network per cluster: a route's gateway must be a server's private IP on that network, so a second network cannot be routed to the same Nodes; set `network` to the one network the Nodes' InternalIPs are in";
+
+/// `network` as a string, a number, or a one-element list; a longer list is
+/// refused with [`ONE_NETWORK`].
+fn one_network<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        Name(String),
+        Id(u64),
+        List(Vec<serde_json::Value>),
+    }
+    match OneOrMany::deserialize(d)? {
+        OneOrMany::Name(s) => Ok(s),
+        OneOrMany::Id(n) => Ok(n.to_string()),
+        OneOrMany::List(v) => match v.as_slice() {
+            [serde_json::Value::String(s)] => Ok(s.clone()),
+            [serde_json::Value::Number(n)] => Ok(n.to_string()),
+            [_, _, ..] => Err(serde::de::Error::custom(ONE_NETWORK)),
+            _ => Err(serde::de::Error::custom(
+                "`network` is the id or name of one network",
+            )),
+        },
+    }
+}
+
 /// Settings of the Hetzner Cloud provider. Only `network` is required.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct HcloudConfig {
     /// The private network whose routes are managed: its numeric id, or its
-    /// name (resolved once with `GET /networks?name=`).
+    /// name (resolved once with `GET /networks?name=`). Exactly one: a
+    /// second network is refused (see [`ONE_NETWORK`]).
+    #[serde(deserialize_with = "one_network")]
     pub network: String,
+    /// Refused when given: a cluster's routes live in one network (see
+    /// [`ONE_NETWORK`]). The key exists so that `networks: [...]` gets that
+    /// explanation instead of "unknown field".
+    #[serde(default, skip_serializing)]
+    pub networks: Option<serde_json::Value>,
     /// The API base URL, ending in `/v1` (default `https://api.hetzner.cloud/v1`;
     /// tests point it at the fake server).
     pub endpoint: String,
@@ -65,6 +106,7 @@ impl Default for HcloudConfig {
     fn default() -> Self {
         Self {
             network: String::new(),
+            networks: None,
             endpoint: DEFAULT_ENDPOINT.to_string(),
             token_file: None,
             requests_per_hour: 3600,
@@ -116,6 +158,11 @@ impl HcloudConfig {
 
     /// Checks the values a file may get wrong.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.networks.is_some() {
+            return Err(ConfigError::Invalid(format!(
+                "`networks` is not a setting: {ONE_NETWORK}"
+            )));
+        }
         if self.network.trim().is_empty() {
             return Err(ConfigError::MissingNetwork);
         }
@@ -222,6 +269,20 @@ mod tests {
         assert!(c.validate().is_ok());
         assert_eq!(HcloudConfig::for_network(" 42 ").network_id(), Some(42));
         assert!(serde_json::from_str::<HcloudConfig>(r#"{"netwrk": "x"}"#).is_err());
+    }
+
+    #[test]
+    fn a_second_network_is_refused_with_the_reason() {
+        let e = serde_json::from_str::<HcloudConfig>(r#"{"network": ["a", "b"]}"#).unwrap_err();
+        assert!(e.to_string().contains("exactly one network"), "{e}");
+        let c: HcloudConfig =
+            serde_json::from_str(r#"{"networks": ["a", "b"], "network": "a"}"#).unwrap();
+        let e = c.validate().unwrap_err();
+        assert!(e.to_string().contains("exactly one network"), "{e}");
+        let c: HcloudConfig = serde_json::from_str(r#"{"network": ["k8s"]}"#).unwrap();
+        assert_eq!(c.network, "k8s");
+        let c: HcloudConfig = serde_json::from_str(r#"{"network": 42}"#).unwrap();
+        assert_eq!(c.network_id(), Some(42));
     }
 
     #[test]

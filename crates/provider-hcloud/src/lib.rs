@@ -17,6 +17,11 @@
 //! - puts every request through a client-side token bucket that the server's
 //!   `RateLimit-*` headers can only tighten (see [`client`]).
 //!
+//! One network, one route target: a route's gateway must be a server on the
+//! network, so the cluster's routes live in that one network, `targets()`
+//! stays empty and the configuration refuses a second network
+//! ([`config::ONE_NETWORK`]).
+//!
 //! Ownership: this crate translates; the controller decides what should
 //! exist. The [`fake`] module (feature `testing`) is a stateful stand-in for the
 //! API used by tests here and in the controller's end-to-end suite.

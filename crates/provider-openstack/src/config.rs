@@ -232,10 +232,16 @@ pub struct OpenStackConfig {
     /// Skip TLS certificate verification (never in production).
     #[serde(default)]
     pub insecure: bool,
-    /// The router whose routes this controller manages.
+    /// The router whose routes this controller manages: the same as a
+    /// one-element `router_ids` (both may be given; the lists are joined).
     #[serde(default)]
     pub router_id: Option<String>,
-    /// Instead of `router_id`: the router's name (must be unique).
+    /// Several routers (e.g. one per availability zone or external network):
+    /// every Node's route goes to each, and each router is written on its
+    /// own, with its own revision and `If-Match`.
+    #[serde(default)]
+    pub router_ids: Vec<String>,
+    /// Instead of `router_id`/`router_ids`: one router's name (must be unique).
     #[serde(default)]
     pub router_name: Option<String>,
     /// Subnets the Nodes' InternalIPs are in. A route whose next hop lies in
@@ -303,6 +309,7 @@ impl OpenStackConfig {
             cacert: None,
             insecure: false,
             router_id: Some(router_id.into()),
+            router_ids: Vec::new(),
             router_name: None,
             node_subnets: Vec::new(),
             update_mode: UpdateMode::Auto,
@@ -346,15 +353,37 @@ impl OpenStackConfig {
         }
     }
 
+    /// The configured router ids (`router_id` first, then `router_ids`,
+    /// each once); empty when the router is configured by name.
+    pub fn configured_routers(&self) -> Vec<String> {
+        let mut ids: Vec<String> = Vec::new();
+        for id in self.router_id.iter().chain(&self.router_ids) {
+            if !ids.contains(id) {
+                ids.push(id.clone());
+            }
+        }
+        ids
+    }
+
     /// Checks that the keys needed by `auth_type` are present.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |m: &str| Err(ConfigError::Invalid(m.to_string()));
-        match (&self.router_id, &self.router_name) {
-            (None, None) => return bad("set router_id or router_name"),
-            (Some(_), Some(_)) => return bad("set only one of router_id and router_name"),
-            (Some(id), None) if id.trim().is_empty() => return bad("router_id is empty"),
-            (None, Some(n)) if n.trim().is_empty() => return bad("router_name is empty"),
+        let by_id = self.router_id.is_some() || !self.router_ids.is_empty();
+        match (by_id, &self.router_name) {
+            (false, None) => return bad("set router_id or router_name (or router_ids)"),
+            (true, Some(_)) => {
+                return bad("set only one of router_id/router_ids and router_name");
+            }
+            (false, Some(n)) if n.trim().is_empty() => return bad("router_name is empty"),
             _ => {}
+        }
+        if self
+            .router_id
+            .iter()
+            .chain(&self.router_ids)
+            .any(|id| id.trim().is_empty())
+        {
+            return bad("router_id is empty");
         }
         // Written so that NaN is rejected too.
         if !self.rate_limit.requests_per_second.is_finite()
@@ -483,6 +512,31 @@ router_id: 5a1c
         )
         .unwrap();
         assert_eq!(c.auth_type, AuthType::Noauth);
+    }
+
+    #[test]
+    fn router_id_is_a_one_element_router_ids_and_lists_join() {
+        let c = OpenStackConfig::from_yaml("auth_type: noauth\nendpoint: http://x\nrouter_id: a\n")
+            .unwrap();
+        assert_eq!(c.configured_routers(), vec!["a".to_string()]);
+        let c = OpenStackConfig::from_yaml(
+            "auth_type: noauth\nendpoint: http://x\nrouter_id: a\nrouter_ids: [b, a, c]\n",
+        )
+        .unwrap();
+        assert_eq!(c.configured_routers(), vec!["a", "b", "c"]);
+        let c =
+            OpenStackConfig::from_yaml("auth_type: noauth\nendpoint: http://x\nrouter_ids: [b]\n")
+                .unwrap();
+        assert_eq!(c.configured_routers(), vec!["b"]);
+        for bad in [
+            "auth_type: noauth\nendpoint: http://x\nrouter_ids: [b]\nrouter_name: n\n",
+            "auth_type: noauth\nendpoint: http://x\nrouter_ids: [b, \" \"]\n",
+        ] {
+            assert!(
+                OpenStackConfig::from_yaml(bad).is_err(),
+                "{bad} was accepted"
+            );
+        }
     }
 
     #[test]

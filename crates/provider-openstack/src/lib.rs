@@ -1,4 +1,7 @@
-//! The OpenStack provider: the `routes` of one Neutron router.
+//! The OpenStack provider: the `routes` of one or more Neutron routers
+//! (`router_ids`). Each router is one route target ([`CloudRoutes::targets`]):
+//! every Node's route goes on each, a batch is split into one write per
+//! router, and each router keeps its own revision for `If-Match`.
 //!
 //! A route is `destination` (a Node's pod CIDR) + `nexthop` (that Node's
 //! InternalIP of the same family). This crate owns the translation between
@@ -45,7 +48,7 @@ use reqwest::Method;
 use route_cloud::{
     Batch, BatchResult, Capabilities, CloudError, CloudRoutes, ErrorKind, RequestStats,
 };
-use route_core::{Destination, IpFamily, NodeAddress, Route, TargetNeeds};
+use route_core::{Destination, IpFamily, NodeAddress, Route, TargetNeeds, Text};
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
 
@@ -116,19 +119,20 @@ pub struct OpenStackRoutes {
     http: Http,
     index: Arc<NodeAddressIndex>,
     learned: Mutex<HashMap<IpAddr, Learned>>,
-    router_id: OnceCell<String>,
+    router_ids: OnceCell<Vec<String>>,
     path: OnceCell<Path>,
-    last_seen: Mutex<Option<RouterState>>,
-    /// Whole-list writes of this process go one at a time; a 412 then only
-    /// comes from another writer.
-    write_lock: tokio::sync::Mutex<()>,
+    /// Each router as last seen: its own revision for `If-Match`.
+    last_seen: Mutex<HashMap<String, RouterState>>,
+    /// Whole-list writes of this process to one router go one at a time; a
+    /// 412 then only comes from another writer.
+    write_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl std::fmt::Debug for OpenStackRoutes {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OpenStackRoutes")
             .field("config", &self.config)
-            .field("router_id", &self.router_id.get())
+            .field("router_ids", &self.router_ids.get())
             .field("path", &self.path.get())
             .finish_non_exhaustive()
     }
@@ -178,10 +182,10 @@ impl OpenStackRoutes {
             config,
             index,
             learned: Mutex::new(HashMap::new()),
-            router_id: OnceCell::new(),
+            router_ids: OnceCell::new(),
             path: OnceCell::new(),
-            last_seen: Mutex::new(None),
-            write_lock: tokio::sync::Mutex::new(()),
+            last_seen: Mutex::new(HashMap::new()),
+            write_locks: Mutex::new(HashMap::new()),
         })
     }
 
@@ -199,12 +203,23 @@ impl OpenStackRoutes {
         self.index.clone()
     }
 
-    /// The router's id, looked up by name on first use when configured so.
+    /// The first router's id (the only one unless `router_ids` names
+    /// several), looked up by name on first use when configured so.
     pub async fn router_id(&self) -> Result<String, CloudError> {
-        self.router_id
+        let ids = self.router_ids().await?;
+        ids.first()
+            .cloned()
+            .ok_or_else(|| CloudError::new(ErrorKind::Permanent, "no Neutron router is configured"))
+    }
+
+    /// Every router this controller manages: `router_id` and `router_ids`
+    /// as configured, or the one router named `router_name`.
+    pub async fn router_ids(&self) -> Result<Vec<String>, CloudError> {
+        self.router_ids
             .get_or_try_init(|| async {
-                if let Some(id) = &self.config.router_id {
-                    return Ok(id.clone());
+                let configured = self.config.configured_routers();
+                if !configured.is_empty() {
+                    return Ok(configured);
                 }
                 let name = self.config.router_name.clone().unwrap_or_default();
                 let mut path = format!("/routers?name={}&fields=id", query_escape(&name));
@@ -223,7 +238,7 @@ impl OpenStackRoutes {
                     .filter_map(|r| r["id"].as_str())
                     .collect();
                 match ids.as_slice() {
-                    [id] => Ok((*id).to_string()),
+                    [id] => Ok(vec![(*id).to_string()]),
                     [] => Err(CloudError::new(
                         ErrorKind::Permanent,
                         format!("no Neutron router is named {name:?}"),
@@ -280,25 +295,77 @@ impl OpenStackRoutes {
             .copied()
     }
 
-    fn remember(&self, state: &RouterState) {
-        *self.last_seen.lock().unwrap_or_else(|e| e.into_inner()) = Some(state.clone());
-    }
-
-    fn remembered(&self) -> Option<RouterState> {
+    fn remember(&self, id: &str, state: &RouterState) {
         self.last_seen
             .lock()
             .unwrap_or_else(|e| e.into_inner())
+            .insert(id.to_string(), state.clone());
+    }
+
+    fn remembered(&self, id: &str) -> Option<RouterState> {
+        self.last_seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(id)
+            .cloned()
+    }
+
+    fn forget(&self, id: &str) {
+        self.last_seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id);
+    }
+
+    fn write_lock(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
+        self.write_locks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(id.to_string())
+            .or_default()
             .clone()
     }
 
-    async fn get_router(&self, op: &'static str) -> Result<RouterState, CloudError> {
-        let id = self.router_id().await?;
+    /// The router a route goes to or comes from: its `target`, or the only
+    /// router when it names none.
+    async fn router_of(&self, route: &Route) -> Result<String, CloudError> {
+        let ids = self.router_ids().await?;
+        if !route.target.is_empty() {
+            return if ids.iter().any(|i| *i == route.target) {
+                Ok(route.target.to_string())
+            } else {
+                Err(CloudError::new(
+                    ErrorKind::InvalidRequest,
+                    format!(
+                        "route {} names router {}, which this controller does not manage ({})",
+                        route.destination,
+                        route.target,
+                        ids.join(", ")
+                    ),
+                ))
+            };
+        }
+        match ids.as_slice() {
+            [one] => Ok(one.clone()),
+            many => Err(CloudError::new(
+                ErrorKind::InvalidRequest,
+                format!(
+                    "route {} names no router and {} are configured ({})",
+                    route.destination,
+                    many.len(),
+                    many.join(", ")
+                ),
+            )),
+        }
+    }
+
+    async fn get_router(&self, op: &'static str, id: &str) -> Result<RouterState, CloudError> {
         let a = self
             .http
             .call(op, Method::GET, &format!("/routers/{id}"), None, None)
             .await?;
         let state = RouterState::from_answer(&a.body)?;
-        self.remember(&state);
+        self.remember(id, &state);
         Ok(state)
     }
 
@@ -433,14 +500,14 @@ impl OpenStackRoutes {
     /// Writes the changes and returns the router as the server answered.
     async fn write(
         &self,
+        id: &str,
         remove: &[RawRoute],
         add: &[RawRoute],
     ) -> Result<(RouterState, Option<CloudError>), CloudError> {
-        let id = self.router_id().await?;
         match self.write_path().await? {
-            Path::Atomic => self.write_atomic(&id, remove, add).await,
+            Path::Atomic => self.write_atomic(id, remove, add).await,
             Path::WholeList => self
-                .write_whole_list(&id, remove, add)
+                .write_whole_list(id, remove, add)
                 .await
                 .map(|s| (s, None)),
         }
@@ -484,10 +551,10 @@ impl OpenStackRoutes {
             match r {
                 Ok(a) => state = Some(RouterState::from_answer(&a.body)?),
                 Err(e) => {
-                    let e = self.explain_quota(e, add.len());
+                    let e = self.explain_quota(id, e, add.len());
                     match state {
                         Some(s) => {
-                            self.remember(&s);
+                            self.remember(id, &s);
                             return Ok((s, Some(e)));
                         }
                         None => return Err(e),
@@ -496,7 +563,7 @@ impl OpenStackRoutes {
             }
         }
         let state = state.unwrap_or_default();
-        self.remember(&state);
+        self.remember(id, &state);
         Ok((state, None))
     }
 
@@ -508,12 +575,13 @@ impl OpenStackRoutes {
         remove: &[RawRoute],
         add: &[RawRoute],
     ) -> Result<RouterState, CloudError> {
-        let _serial = self.write_lock.lock().await;
+        let lock = self.write_lock(id);
+        let _serial = lock.lock().await;
         // The revision from the last answer usually still holds, which saves
-        // a read; a 412 says it did not.
-        let mut current = match self.remembered() {
+        // a read; a 412 says it did not. Each router has its own.
+        let mut current = match self.remembered(id) {
             Some(s) if s.revision.is_some() => s,
-            _ => self.get_router(ops::GET_ROUTER).await?,
+            _ => self.get_router(ops::GET_ROUTER, id).await?,
         };
         let mut attempt = 0;
         loop {
@@ -547,7 +615,7 @@ impl OpenStackRoutes {
             match r {
                 Ok(a) => {
                     let state = RouterState::from_answer(&a.body)?;
-                    self.remember(&state);
+                    self.remember(id, &state);
                     return Ok(state);
                 }
                 // 412: the revision moved; 409: a concurrent change collided
@@ -564,26 +632,25 @@ impl OpenStackRoutes {
                     );
                     // A short, growing pause spreads competing writers apart.
                     tokio::time::sleep(Duration::from_millis(20 * u64::from(attempt))).await;
-                    current = self.get_router(ops::GET_ROUTER).await?;
+                    current = self.get_router(ops::GET_ROUTER, id).await?;
                 }
                 Err(e) => {
                     if e.kind == ErrorKind::Conflict {
                         // Whatever we remembered is stale.
-                        *self.last_seen.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                        self.forget(id);
                     }
                     let added = routes.len().saturating_sub(current.routes.len());
-                    return Err(self.explain_quota(e, added));
+                    return Err(self.explain_quota(id, e, added));
                 }
             }
         }
     }
 
-    fn explain_quota(&self, e: CloudError, adding: usize) -> CloudError {
+    fn explain_quota(&self, id: &str, e: CloudError, adding: usize) -> CloudError {
         if e.kind != ErrorKind::QuotaExceeded {
             return e;
         }
-        let id = self.router_id.get().map(String::as_str).unwrap_or("?");
-        let have = self.remembered().map(|s| s.routes.len());
+        let have = self.remembered(id).map(|s| s.routes.len());
         CloudError {
             message: format!(
                 "the route quota of Neutron router {id} is reached: it holds {} routes and {adding} more were asked for; \
@@ -595,24 +662,48 @@ impl OpenStackRoutes {
         }
     }
 
-    /// Applies deletions then creations; the shared core of every write.
+    /// Applies deletions then creations, split per router: each router gets
+    /// its own write (its own revision and `If-Match`). The shared core of
+    /// every write. With one router a failed write fails the batch; with
+    /// several, it fails that router's routes only.
     async fn apply(&self, batch: &Batch) -> Result<BatchResult, CloudError> {
-        let mut results: BatchResult = Vec::with_capacity(batch.delete.len() + batch.create.len());
-        let mut remove = Vec::new();
-        for r in &batch.delete {
-            match Self::raw_for_delete(r) {
-                Ok(raw) => {
-                    remove.push(raw);
-                    results.push(Ok(None));
+        let n = batch.delete.len() + batch.create.len();
+        let mut results: BatchResult = (0..n).map(|_| Ok(None)).collect();
+        // Per router, in order of first appearance: removals and additions,
+        // each with its slot in `results`.
+        let mut groups: Vec<RouterWrite> = Vec::new();
+        fn group<'a>(groups: &'a mut Vec<RouterWrite>, id: &str) -> &'a mut RouterWrite {
+            let at = match groups.iter().position(|g| g.router == id) {
+                Some(at) => at,
+                None => {
+                    groups.push(RouterWrite {
+                        router: id.to_string(),
+                        remove: Vec::new(),
+                        add: Vec::new(),
+                    });
+                    groups.len() - 1
                 }
-                Err(e) => results.push(Err(e)),
+            };
+            &mut groups[at]
+        }
+        for (slot, r) in batch.delete.iter().enumerate() {
+            let raw = match self.router_of(r).await {
+                Ok(id) => Self::raw_for_delete(r).map(|raw| (id, raw)),
+                Err(e) => Err(e),
+            };
+            match raw {
+                Ok((id, raw)) => group(&mut groups, &id).remove.push((slot, raw)),
+                Err(e) => results[slot] = Err(e),
             }
         }
-        let mut add = Vec::new();
-        let mut add_slot = Vec::new();
-        for (_hint, r) in &batch.create {
-            match self.raw_for_create(r) {
-                Ok(raw) => {
+        for (j, (_hint, r)) in batch.create.iter().enumerate() {
+            let slot = batch.delete.len() + j;
+            let raw = match self.router_of(r).await {
+                Ok(id) => self.raw_for_create(r).map(|raw| (id, raw)),
+                Err(e) => Err(e),
+            };
+            match raw {
+                Ok((id, raw)) => {
                     if let Ok(hop) = raw.nexthop.parse::<IpAddr>() {
                         self.learned
                             .lock()
@@ -625,41 +716,60 @@ impl OpenStackRoutes {
                                 },
                             );
                     }
-                    add_slot.push(results.len());
-                    add.push(raw.clone());
-                    results.push(Ok(None));
+                    group(&mut groups, &id).add.push((slot, raw));
                 }
-                Err(e) => results.push(Err(e)),
+                Err(e) => results[slot] = Err(e),
             }
         }
-        if remove.is_empty() && add.is_empty() {
-            return Ok(results);
-        }
-        let (state, add_error) = self.write(&remove, &add).await?;
-        let present: HashSet<&RawRoute> = state.routes.iter().collect();
-        for (slot, raw) in add_slot.iter().zip(&add) {
-            results[*slot] = match &add_error {
-                Some(e) => Err(e.clone()),
-                None if present.contains(raw) => self.to_route(raw).map(Some).ok_or_else(|| {
-                    CloudError::new(
+        let several = groups.len() > 1;
+        for g in groups {
+            let remove: Vec<RawRoute> = g.remove.iter().map(|(_, r)| r.clone()).collect();
+            let add: Vec<RawRoute> = g.add.iter().map(|(_, r)| r.clone()).collect();
+            let (state, add_error) = match self.write(&g.router, &remove, &add).await {
+                Ok(v) => v,
+                Err(e) if several => {
+                    for (slot, _) in g.remove.iter().chain(&g.add) {
+                        results[*slot] = Err(e.clone());
+                    }
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let present: HashSet<&RawRoute> = state.routes.iter().collect();
+            for (slot, raw) in &g.add {
+                results[*slot] = match &add_error {
+                    Some(e) => Err(e.clone()),
+                    None if present.contains(raw) => self
+                        .to_route(raw)
+                        .map(|r| Some(r.in_target(g.router.as_str())))
+                        .ok_or_else(|| {
+                            CloudError::new(
+                                ErrorKind::Transient,
+                                format!(
+                                    "created route {} via {} cannot be attributed",
+                                    raw.destination, raw.nexthop
+                                ),
+                            )
+                        }),
+                    None => Err(CloudError::new(
                         ErrorKind::Transient,
                         format!(
-                            "created route {} via {} cannot be attributed",
-                            raw.destination, raw.nexthop
+                            "route {} via {} is missing from router {}'s answer",
+                            raw.destination, raw.nexthop, g.router
                         ),
-                    )
-                }),
-                None => Err(CloudError::new(
-                    ErrorKind::Transient,
-                    format!(
-                        "route {} via {} is missing from the router's answer",
-                        raw.destination, raw.nexthop
-                    ),
-                )),
-            };
+                    )),
+                };
+            }
         }
         Ok(results)
     }
+}
+
+/// The changes of one batch to one router, each with its result slot.
+struct RouterWrite {
+    router: String,
+    remove: Vec<(usize, RawRoute)>,
+    add: Vec<(usize, RawRoute)>,
 }
 
 fn query_escape(s: &str) -> String {
@@ -719,17 +829,34 @@ impl CloudRoutes for OpenStackRoutes {
             || fresh.target_node != route.target_node)
             .then(|| Route {
                 name: route.name.clone(),
+                target: route.target.clone(),
                 ..fresh
             })
     }
 
+    fn targets(&self) -> Vec<Text> {
+        match self.router_ids.get() {
+            Some(ids) => ids.iter().map(|i| i.as_str().into()).collect(),
+            None => self
+                .config
+                .configured_routers()
+                .into_iter()
+                .map(Into::into)
+                .collect(),
+        }
+    }
+
     async fn list_routes(&self, cluster: &str) -> Result<Vec<Route>, CloudError> {
-        let state = self.get_router(ops::LIST).await?;
-        // Forget created targets whose routes are all gone.
+        let ids = self.router_ids().await?;
+        let mut states = Vec::with_capacity(ids.len());
+        for id in &ids {
+            states.push((id, self.get_router(ops::LIST, id).await?));
+        }
+        // Forget created targets whose routes are all gone, on every router.
         {
-            let hops: HashSet<IpAddr> = state
-                .routes
+            let hops: HashSet<IpAddr> = states
                 .iter()
+                .flat_map(|(_, s)| &s.routes)
                 .filter_map(|r| r.nexthop.trim().parse().ok())
                 .collect();
             self.learned
@@ -737,24 +864,33 @@ impl CloudRoutes for OpenStackRoutes {
                 .unwrap_or_else(|e| e.into_inner())
                 .retain(|ip, _| hops.contains(ip));
         }
-        let mut out: Vec<Route> = state
-            .routes
-            .iter()
-            .filter_map(|r| self.to_route(r))
-            .collect();
-        for m in &state.malformed {
-            let text = m.to_string();
-            out.push(Route {
-                name: text.clone().into(),
-                ..Route::new("", Destination::Unparsable(text))
-            });
+        let mut out: Vec<Route> = Vec::new();
+        for (id, state) in &states {
+            out.extend(
+                state
+                    .routes
+                    .iter()
+                    .filter_map(|r| self.to_route(r))
+                    .map(|r| r.in_target(id.as_str())),
+            );
+            for m in &state.malformed {
+                let text = m.to_string();
+                out.push(
+                    Route {
+                        name: text.clone().into(),
+                        ..Route::new("", Destination::Unparsable(text))
+                    }
+                    .in_target(id.as_str()),
+                );
+            }
+            tracing::debug!(
+                cluster,
+                router = id.as_str(),
+                on_router = state.routes.len() + state.malformed.len(),
+                "listed Neutron router routes"
+            );
         }
-        tracing::debug!(
-            cluster,
-            listed = out.len(),
-            on_router = state.routes.len() + state.malformed.len(),
-            "listed Neutron router routes"
-        );
+        tracing::debug!(cluster, listed = out.len(), "listed Neutron routes");
         Ok(out)
     }
 

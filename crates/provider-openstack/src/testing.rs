@@ -172,6 +172,27 @@ impl Admin {
         Ok(v[key].clone())
     }
 
+    /// Adds routes to a router as another tool would (`add_extraroutes`).
+    pub async fn add_routes(&self, router_id: &str, routes: &[(&str, &str)]) -> Result<(), String> {
+        let routes: Vec<Value> = routes
+            .iter()
+            .map(|(d, n)| json!({"destination": d, "nexthop": n}))
+            .collect();
+        let path = format!("/routers/{router_id}/add_extraroutes");
+        let (status, v) = self
+            .request(
+                reqwest::Method::PUT,
+                &path,
+                Some(json!({"router": {"routes": routes}})),
+                None,
+            )
+            .await?;
+        if status != 200 {
+            return Err(format!("PUT {path}: {status} {v}"));
+        }
+        Ok(())
+    }
+
     /// Creates a network, a subnet of `subnet_cidr` and a router attached to it,
     /// all in a fresh project.
     pub async fn create_router(&self, name: &str, subnet_cidr: &str) -> Result<TestRouter, String> {

@@ -2,12 +2,15 @@
 //!
 //! moto answers every request and reports every route as `active`, so tests
 //! that need EC2's throttling answer or blackhole routes put this proxy
-//! between the client and moto. It owns nothing but its log and its three
+//! between the client and moto. It owns nothing but its log and its
 //! switches: [`Proxy::throttle_every`] answers every n-th request with
 //! `RequestLimitExceeded` (HTTP 503, EC2's XML error body) instead of
 //! forwarding it, [`Proxy::fail_next`] answers the next requests with any
 //! EC2 error code, and [`Proxy::blackhole`] rewrites `DescribeRouteTables`
-//! answers so routes to the named instances show `<state>blackhole</state>`.
+//! answers so routes to the named instances show `<state>blackhole</state>`,
+//! [`Proxy::as_table_route`] gives routes to named destinations `Origin`
+//! `CreateRouteTable`, and [`Proxy::page_route_tables`] pages
+//! `DescribeRouteTables` answers with `NextToken` (moto does neither).
 //! Everything else is forwarded unchanged, one upstream connection per
 //! request.
 
@@ -52,6 +55,10 @@ impl Logged {
 struct ProxyState {
     log: Mutex<Vec<Logged>>,
     blackholed: Mutex<HashSet<String>>,
+    /// Destinations listed with `Origin` `CreateRouteTable`.
+    stacked: Mutex<HashSet<String>>,
+    /// Tables per `DescribeRouteTables` page (0: moto's single page).
+    page_size: AtomicU64,
     throttle_every: AtomicU64,
     seen: AtomicU64,
     /// Errors still to answer, from [`Proxy::fail_next`].
@@ -138,6 +145,14 @@ impl Proxy {
         lock(&self.state.log).clone()
     }
 
+    /// From now on, routes to `destination` are listed with `Origin`
+    /// `CreateRouteTable`, as EC2 lists routes a CloudFormation or Terraform
+    /// table definition made (moto gives that origin only to the local
+    /// route).
+    pub fn as_table_route(&self, destination: &str) {
+        lock(&self.state.stacked).insert(destination.to_string());
+    }
+
     /// From now on, routes to `instance` are listed as blackholes.
     pub fn blackhole(&self, instance: &str) {
         lock(&self.state.blackholed).insert(instance.to_string());
@@ -157,6 +172,13 @@ impl Proxy {
             status,
             code: code.to_string(),
         });
+    }
+
+    /// From now on, answers a `DescribeRouteTables` that sends `MaxResults`
+    /// with at most `n` tables and a `NextToken` for the rest, as EC2 pages
+    /// (moto answers every table at once); 0 stops paging.
+    pub fn page_route_tables(&self, n: u64) {
+        self.state.page_size.store(n, Ordering::SeqCst);
     }
 
     /// Throttles every `n`-th request from now on, counting from this call;
@@ -192,6 +214,17 @@ async fn handle(
         .unwrap_or_default();
     let text = String::from_utf8_lossy(&body).to_string();
     let action = form_value(&text, "Action").to_string();
+    let page_size = st.page_size.load(Ordering::SeqCst);
+    // The page asked for: `NextToken=page-<i>`, else the first.
+    let page = (action == "DescribeRouteTables"
+        && page_size > 0
+        && !form_value(&text, "MaxResults").is_empty())
+    .then(|| {
+        form_value(&text, "NextToken")
+            .strip_prefix("page-")
+            .and_then(|i| i.parse::<usize>().ok())
+            .unwrap_or(0)
+    });
     let injected = {
         let mut failing = lock(&st.failing);
         let answer = failing.as_mut().map(|f| {
@@ -257,6 +290,7 @@ async fn handle(
     parts.headers.remove("content-length");
     parts.headers.remove("transfer-encoding");
     let blackholed = lock(&st.blackholed).clone();
+    let stacked = lock(&st.stacked).clone();
     let bytes = if action == "DescribeRouteTables" && !blackholed.is_empty() {
         Bytes::from(mark_blackholes(
             &String::from_utf8_lossy(&bytes),
@@ -264,6 +298,22 @@ async fn handle(
         ))
     } else {
         bytes
+    };
+    let bytes = if action == "DescribeRouteTables" && !stacked.is_empty() {
+        Bytes::from(mark_table_routes(
+            &String::from_utf8_lossy(&bytes),
+            &stacked,
+        ))
+    } else {
+        bytes
+    };
+    let bytes = match page {
+        Some(i) => Bytes::from(page_of(
+            &String::from_utf8_lossy(&bytes),
+            i,
+            usize::try_from(page_size).unwrap_or(usize::MAX),
+        )),
+        None => bytes,
     };
     Ok(Response::from_parts(parts, Full::new(bytes)))
 }
@@ -303,9 +353,112 @@ fn mark_blackholes(xml: &str, dead: &HashSet<String>) -> String {
     out
 }
 
+/// Keeps page `page` (of `size` tables) of a `DescribeRouteTables` answer
+/// and adds `<nextToken>page-<page+1></nextToken>` when more follow.
+fn page_of(xml: &str, page: usize, size: usize) -> String {
+    let (Some(open), Some(close)) = (xml.find("<routeTableSet>"), xml.rfind("</routeTableSet>"))
+    else {
+        return xml.to_string();
+    };
+    let inner_start = open + "<routeTableSet>".len();
+    let inner = &xml[inner_start..close];
+    // The top-level items: depth-counted, since tables hold items too.
+    let mut tables: Vec<&str> = Vec::new();
+    let (mut depth, mut start, mut at) = (0usize, 0usize, 0usize);
+    while at < inner.len() {
+        if inner[at..].starts_with("<item>") {
+            if depth == 0 {
+                start = at;
+            }
+            depth += 1;
+            at += "<item>".len();
+        } else if inner[at..].starts_with("</item>") {
+            depth = depth.saturating_sub(1);
+            at += "</item>".len();
+            if depth == 0 {
+                tables.push(&inner[start..at]);
+            }
+        } else {
+            at += inner[at..].chars().next().map_or(1, char::len_utf8);
+        }
+    }
+    let from = page.saturating_mul(size).min(tables.len());
+    let to = from.saturating_add(size).min(tables.len());
+    let mut out = String::with_capacity(xml.len());
+    out.push_str(&xml[..inner_start]);
+    for t in &tables[from..to] {
+        out.push_str(t);
+    }
+    out.push_str("</routeTableSet>");
+    if to < tables.len() {
+        out.push_str(&format!("<nextToken>page-{}</nextToken>", page + 1));
+    }
+    out.push_str(&xml[close + "</routeTableSet>".len()..]);
+    out
+}
+
+/// Sets `<origin>CreateRouteTable</origin>` on every route item to one of
+/// `destinations` (adding the element where the item has none).
+fn mark_table_routes(xml: &str, destinations: &HashSet<String>) -> String {
+    let mut out = xml.to_string();
+    for d in destinations {
+        let needle = format!("<destinationCidrBlock>{d}</destinationCidrBlock>");
+        let mut from = 0;
+        while let Some(pos) = out[from..].find(&needle).map(|p| p + from) {
+            let start = out[..pos].rfind("<item>").unwrap_or(0);
+            let Some(end) = out[pos..].find("</item>").map(|e| e + pos) else {
+                break;
+            };
+            let old = &out[start..end];
+            let item = if old.contains("<origin>") {
+                old.replace(
+                    "<origin>CreateRoute</origin>",
+                    "<origin>CreateRouteTable</origin>",
+                )
+            } else {
+                format!("{old}<origin>CreateRouteTable</origin>")
+            };
+            out.replace_range(start..end, &item);
+            from = (start + item.len()).max(pos + needle.len());
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pages_split_top_level_tables_only() {
+        let xml = "<R><routeTableSet><item><id>a</id><routeSet><item>r1</item></routeSet></item>\
+                   <item><id>b</id></item><item><id>c</id></item></routeTableSet></R>";
+        let p0 = page_of(xml, 0, 2);
+        assert_eq!(
+            p0,
+            "<R><routeTableSet><item><id>a</id><routeSet><item>r1</item></routeSet></item><item><id>b</id></item></routeTableSet><nextToken>page-1</nextToken></R>"
+        );
+        let p1 = page_of(xml, 1, 2);
+        assert_eq!(
+            p1,
+            "<R><routeTableSet><item><id>c</id></item></routeTableSet></R>"
+        );
+    }
+
+    #[test]
+    fn marks_only_the_named_destinations_as_table_routes() {
+        let xml = "<item><destinationCidrBlock>10.0.1.0/24</destinationCidrBlock><origin>CreateRoute</origin></item>\
+                   <item><destinationCidrBlock>10.0.2.0/24</destinationCidrBlock></item>\
+                   <item><destinationCidrBlock>10.0.3.0/24</destinationCidrBlock><origin>CreateRoute</origin></item>";
+        let marked: HashSet<String> = ["10.0.1.0/24".to_string(), "10.0.2.0/24".to_string()].into();
+        let out = mark_table_routes(xml, &marked);
+        assert_eq!(
+            out.matches("<origin>CreateRouteTable</origin>").count(),
+            2,
+            "{out}"
+        );
+        assert!(out.contains("10.0.3.0/24</destinationCidrBlock><origin>CreateRoute</origin>"));
+    }
 
     #[test]
     fn marks_only_routes_to_dead_instances() {
