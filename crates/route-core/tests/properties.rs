@@ -341,3 +341,70 @@ proptest! {
         prop_assert_eq!(listed, (0..p.creations.len()).collect::<Vec<_>>());
     }
 }
+
+const TABLES: [&str; 3] = ["rtb-a", "rtb-b", "rtb-c"];
+
+/// A world whose routes are spread over three route tables of the cluster
+/// and one foreign table.
+fn world_with_tables() -> impl Strategy<Value = World> {
+    (world(), prop::collection::vec(0u8..4, 12)).prop_map(|(mut w, tables)| {
+        for (r, t) in w.routes.iter_mut().zip(tables.iter().cycle()) {
+            r.target = match TABLES.get(usize::from(*t)) {
+                Some(t) => (*t).into(),
+                None => "rtb-foreign".into(),
+            };
+        }
+        w.config.targets = TABLES.iter().map(|t| (*t).into()).collect();
+        w
+    })
+}
+
+proptest! {
+    #![proptest_config(cases())]
+
+    /// With several route tables, applying a plan and planning again is a
+    /// no-op too, and no route of a table that is not the cluster's is deleted.
+    #[test]
+    fn with_tables_applying_the_plan_then_planning_again_is_a_noop(w in world_with_tables()) {
+        let p = plan(&w.nodes, &w.routes, &w.config);
+        for d in &p.deletions {
+            prop_assert!(TABLES.contains(&d.route.target.as_str()), "deleted {:?}", d.route);
+        }
+        for c in &p.creations {
+            prop_assert!(TABLES.contains(&c.route.target.as_str()), "created {:?}", c.route);
+            for &d in &c.after {
+                prop_assert_eq!(&p.deletions[d].route.target, &c.route.target);
+            }
+        }
+        let after = apply(&p, &w.routes);
+        let again = plan(&w.nodes, &after, &w.config);
+        prop_assert!(again.is_noop(), "first {:#?}\nsecond {:#?}", p, again);
+    }
+
+    /// Each table's part of the joined plan is the plan of that table alone.
+    #[test]
+    fn with_tables_each_table_is_planned_as_if_it_were_alone(w in world_with_tables()) {
+        let p = plan(&w.nodes, &w.routes, &w.config);
+        for t in TABLES {
+            let alone_routes: Vec<Route> = w
+                .routes
+                .iter()
+                .filter(|r| r.target.as_str() == t)
+                .cloned()
+                .collect();
+            let alone = plan(
+                &w.nodes,
+                &alone_routes,
+                &PlanConfig { targets: vec![t.into()], ..w.config.clone() },
+            );
+            let joined_dels: Vec<&Route> =
+                p.deletions.iter().map(|d| &d.route).filter(|r| r.target.as_str() == t).collect();
+            let alone_dels: Vec<&Route> = alone.deletions.iter().map(|d| &d.route).collect();
+            prop_assert_eq!(joined_dels, alone_dels);
+            let joined_cres: Vec<&Route> =
+                p.creations.iter().map(|c| &c.route).filter(|r| r.target.as_str() == t).collect();
+            let alone_cres: Vec<&Route> = alone.creations.iter().map(|c| &c.route).collect();
+            prop_assert_eq!(joined_cres, alone_cres);
+        }
+    }
+}
