@@ -22,13 +22,9 @@ use test_cluster::{TestCluster, TestNode};
 
 const ENTRYPOINT: &str = "/usr/local/bin/cloud-route-controller";
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
 /// `[workspace.package] repository` of the root Cargo.toml.
 fn workspace_repository() -> String {
-    let text = std::fs::read_to_string(repo().join("Cargo.toml")).expect("Cargo.toml");
+    let text = std::fs::read_to_string(common::repo().join("Cargo.toml")).expect("Cargo.toml");
     let t: toml::Table = text.parse().expect("Cargo.toml is TOML");
     t["workspace"]["package"]["repository"]
         .as_str()
@@ -140,7 +136,7 @@ async fn the_image_is_non_root_shell_free_labelled_and_its_binary_runs_from_the_
     let binary = common::binary();
 
     // 1. Build it as `make image` does, from the binary the tests use.
-    let out = run(Command::new(repo().join("scripts/image.sh"))
+    let out = run(Command::new(common::repo().join("scripts/image.sh"))
         .arg("--binary")
         .arg(&binary)
         .args(["--tag", &tag])
@@ -294,7 +290,8 @@ async fn the_image_is_non_root_shell_free_labelled_and_its_binary_runs_from_the_
 fn the_containerfile_builds_the_same_image_as_the_offline_path() {
     // The Containerfile cannot be built here (no base image can be pulled),
     // so what it promises is checked against what scripts/image.sh makes.
-    let text = std::fs::read_to_string(repo().join("Containerfile")).expect("Containerfile");
+    let text =
+        std::fs::read_to_string(common::repo().join("Containerfile")).expect("Containerfile");
     let lines: Vec<&str> = text
         .lines()
         .map(str::trim)

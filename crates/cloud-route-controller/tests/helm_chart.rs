@@ -27,12 +27,8 @@ const RBAC_KINDS: &[&str] = &[
     "RoleBinding",
 ];
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
 fn chart() -> PathBuf {
-    repo().join("deploy/helm/cloud-route-controller")
+    common::repo().join("deploy/helm/cloud-route-controller")
 }
 
 fn example(provider: &str) -> PathBuf {
@@ -41,21 +37,7 @@ fn example(provider: &str) -> PathBuf {
 
 /// The helm binary from the per-machine tools cache (built on first use).
 fn helm() -> PathBuf {
-    let out = Command::new(repo().join("scripts/build-gotool.sh"))
-        .arg("helm")
-        .output()
-        .expect("run scripts/build-gotool.sh helm");
-    assert!(
-        out.status.success(),
-        "scripts/build-gotool.sh helm failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let path = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .last()
-        .expect("the script prints the binary's path")
-        .to_string();
-    PathBuf::from(path)
+    common::gotool("helm")
 }
 
 /// Runs a command; its stdout, or a panic with both streams.
@@ -123,7 +105,7 @@ fn kustomize_docs(dir: &Path) -> Vec<Value> {
         .arg("--kubeconfig")
         .arg(&empty)
         .arg("kustomize")
-        .arg(repo().join("deploy")));
+        .arg(common::repo().join("deploy")));
     yaml_docs(&out)
 }
 

@@ -18,31 +18,13 @@ use common::{Controller, TempDir, free_port, http_get_async};
 use serde_json::Value;
 use test_cluster::{TestCluster, TestNode, wait_until};
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
 fn monitoring(file: &str) -> PathBuf {
-    repo().join("deploy/monitoring").join(file)
+    common::repo().join("deploy/monitoring").join(file)
 }
 
 /// The promtool binary from the per-machine tools cache (built on first use).
 fn promtool() -> PathBuf {
-    let out = Command::new(repo().join("scripts/build-gotool.sh"))
-        .arg("promtool")
-        .output()
-        .expect("run scripts/build-gotool.sh promtool");
-    assert!(
-        out.status.success(),
-        "scripts/build-gotool.sh promtool failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let path = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .last()
-        .expect("the script prints the binary's path")
-        .to_string();
-    PathBuf::from(path)
+    common::gotool("promtool")
 }
 
 fn yaml(path: &Path) -> Value {
@@ -434,7 +416,7 @@ async fn the_prometheusrule_and_podmonitor_apply_against_the_operators_crds() {
             .arg("--kubeconfig")
             .arg(&kubeconfig)
             .args(args)
-            .current_dir(repo())
+            .current_dir(common::repo())
             .output()
             .expect("run kubectl");
         (

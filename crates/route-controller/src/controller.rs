@@ -270,10 +270,13 @@ impl Controller {
                 "executing plan"
             );
         }
+        // Table sizes matter only under a route limit; counting them on
+        // every pass of a cloud without one would be wasted work.
         let max = self.executor.cloud().capabilities().max_routes;
-        let sizes = crate::execute::table_sizes(&snap.routes);
+        let sizes = max.map(|_| crate::execute::table_sizes(&snap.routes));
         let room = |target: &str| {
-            max.map(|max| max.saturating_sub(sizes.get(target).copied().unwrap_or(0)))
+            let used = sizes.as_ref().and_then(|s| s.get(target)).copied();
+            max.map(|max| max.saturating_sub(used.unwrap_or(0)))
         };
         let now = Instant::now();
         let book = &self.book;

@@ -481,12 +481,4 @@ mod tests {
             "{text}"
         );
     }
-
-    #[test]
-    fn a_handle_without_metrics_does_nothing() {
-        let m = MetricsHandle::default();
-        m.leader(true);
-        m.node_event(false);
-        m.backlog(3, 1);
-    }
 }

@@ -5,6 +5,31 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+/// The repository's root.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// A Go tool (`helm`, `promtool`) from the per-machine tools cache, built by
+/// `scripts/build-gotool.sh` on first use.
+pub fn gotool(name: &str) -> PathBuf {
+    let out = Command::new(repo().join("scripts/build-gotool.sh"))
+        .arg(name)
+        .output()
+        .unwrap_or_else(|e| panic!("run scripts/build-gotool.sh {name}: {e}"));
+    assert!(
+        out.status.success(),
+        "scripts/build-gotool.sh {name} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let path = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .expect("the script prints the binary's path")
+        .to_string();
+    PathBuf::from(path)
+}
+
 /// The binary under test, built by cargo for this test target.
 pub fn binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_cloud-route-controller"))
