@@ -1,0 +1,523 @@
+//! The HTTP layer: ARM tokens, the client-side read and write budgets,
+//! request counters, `Retry-After`, and the classification of every answer
+//! into a [`CloudError`].
+//!
+//! Every request, token requests and operation polls included, leaves
+//! through [`Http::call`] or [`Http::token`], so [`RequestStats`] sees all of
+//! them. The bearer token and the client secret are sent as sensitive
+//! headers or form fields and appear in no error or log line; error texts
+//! carry only ARM's `code` and `message` or Entra's `error` and
+//! `error_description`.
+
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use reqwest::header::{HeaderMap, HeaderValue};
+use reqwest::{Method, StatusCode, Url};
+use route_cloud::ratelimit::TokenBucket;
+use route_cloud::{CloudError, ErrorKind, Fence, RequestStats};
+use serde_json::Value;
+use tokio::time::Instant;
+
+use crate::config::{AzureConfig, Credential, Secret};
+use crate::ops;
+
+/// A token is renewed this long before it expires.
+const TOKEN_MARGIN: Duration = Duration::from_secs(300);
+
+/// One answer of ARM.
+#[derive(Debug)]
+pub(crate) struct Answer {
+    pub(crate) status: StatusCode,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: Value,
+}
+
+impl Answer {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+/// The HTTP client of one provider.
+pub(crate) struct Http {
+    client: reqwest::Client,
+    base: String,
+    api_version: String,
+    credential: Credential,
+    scope: String,
+    authority: String,
+    imds: String,
+    token: tokio::sync::Mutex<Option<(Secret, Instant)>>,
+    reads: TokenBucket,
+    writes: TokenBucket,
+    pub(crate) stats: RequestStats,
+    /// Checked after the budget wait of every changing request.
+    pub(crate) fence: Fence,
+    /// Set by a `429`: no request is sent before it (the upstream client's
+    /// throttle gate, `retryrepectthrottled`, fails fast instead; waiting
+    /// here keeps a retry that comes early from being refused again).
+    throttled_until: Mutex<Option<Instant>>,
+}
+
+impl std::fmt::Debug for Http {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Http")
+            .field("base", &self.base)
+            .field("authority", &self.authority)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Http {
+    pub(crate) fn new(config: &AzureConfig) -> Result<Self, CloudError> {
+        let credential = config
+            .credential()
+            .map_err(|e| CloudError::new(ErrorKind::Permanent, e.to_string()))?;
+        let client = reqwest::Client::builder()
+            .timeout(config.request_timeout())
+            .connect_timeout(config.request_timeout().min(Duration::from_secs(10)))
+            .user_agent(concat!(
+                "cloud-route-controller/",
+                env!("CARGO_PKG_VERSION")
+            ))
+            .build()
+            .map_err(|e| CloudError::new(ErrorKind::Permanent, format!("HTTP client: {e}")))?;
+        Ok(Self {
+            client,
+            base: config.arm_endpoint(),
+            api_version: config.api_version.clone(),
+            credential,
+            scope: config.arm_scope(),
+            authority: config.authority_host(),
+            imds: config.imds_endpoint.trim_end_matches('/').to_string(),
+            token: tokio::sync::Mutex::new(None),
+            reads: TokenBucket::new(
+                config.cloud_provider_rate_limit_qps,
+                config.cloud_provider_rate_limit_bucket,
+            ),
+            writes: TokenBucket::new(
+                config.cloud_provider_rate_limit_qps_write,
+                config.cloud_provider_rate_limit_bucket_write,
+            ),
+            stats: RequestStats::default(),
+            fence: Fence::default(),
+            throttled_until: Mutex::new(None),
+        })
+    }
+
+    /// A valid ARM token, fetched when the cached one is close to expiry.
+    async fn token(&self) -> Result<Secret, CloudError> {
+        let mut cached = self.token.lock().await;
+        if let Some((t, expires)) = &*cached
+            && Instant::now() + TOKEN_MARGIN < *expires
+        {
+            return Ok(t.clone());
+        }
+        let result = self.fetch_token().await;
+        self.stats.record(
+            ops::TOKEN,
+            result.as_ref().map_or_else(|e| e.kind.as_str(), |_| "ok"),
+        );
+        let (token, lifetime) = result?;
+        *cached = Some((token.clone(), Instant::now() + lifetime));
+        Ok(token)
+    }
+
+    async fn fetch_token(&self) -> Result<(Secret, Duration), CloudError> {
+        let request = match &self.credential {
+            Credential::ClientSecret {
+                tenant,
+                client_id,
+                secret,
+            } => self
+                .client
+                .post(format!("{}/{tenant}/oauth2/v2.0/token", self.authority))
+                .form(&[
+                    ("grant_type", "client_credentials"),
+                    ("client_id", client_id.as_str()),
+                    ("client_secret", secret.expose()),
+                    ("scope", self.scope.as_str()),
+                ]),
+            Credential::WorkloadIdentity {
+                tenant,
+                client_id,
+                token_file,
+            } => {
+                // Read on every exchange: the kubelet rotates the file.
+                let assertion = std::fs::read_to_string(token_file).map_err(|e| {
+                    CloudError::new(
+                        ErrorKind::Permanent,
+                        format!(
+                            "cannot read the federated token file {}: {e}",
+                            token_file.display()
+                        ),
+                    )
+                })?;
+                self.client
+                    .post(format!("{}/{tenant}/oauth2/v2.0/token", self.authority))
+                    .form(&[
+                        ("grant_type", "client_credentials"),
+                        ("client_id", client_id.as_str()),
+                        (
+                            "client_assertion_type",
+                            "urn:ietf:params:oauth:client-assertion-type:jwt-bearer",
+                        ),
+                        ("client_assertion", assertion.trim()),
+                        ("scope", self.scope.as_str()),
+                    ])
+            }
+            Credential::ManagedIdentity { client_id } => {
+                let resource = self.scope.trim_end_matches(".default").to_string();
+                let mut query = vec![("api-version", "2018-02-01"), ("resource", &resource)];
+                if let Some(id) = client_id {
+                    query.push(("client_id", id));
+                }
+                let mut url = Url::parse(&format!("{}/metadata/identity/oauth2/token", self.imds))
+                    .map_err(|e| {
+                        CloudError::new(ErrorKind::Permanent, format!("bad IMDS endpoint: {e}"))
+                    })?;
+                url.query_pairs_mut().extend_pairs(query);
+                self.client
+                    .get(url)
+                    .header("Metadata", HeaderValue::from_static("true"))
+            }
+        };
+        let resp = request.send().await.map_err(|e| transport_error(&e))?;
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        let body: Value = resp.json().await.unwrap_or(Value::Null);
+        if !status.is_success() {
+            let what = format!(
+                "token request answered {}: {} {}",
+                status.as_u16(),
+                body["error"].as_str().unwrap_or_default(),
+                body["error_description"].as_str().unwrap_or_default()
+            );
+            return Err(match status.as_u16() {
+                429 => CloudError::throttled(what, retry_after(&headers)),
+                s if s >= 500 => CloudError::new(ErrorKind::Transient, what),
+                _ => CloudError::new(ErrorKind::Permanent, what),
+            });
+        }
+        let token = body["access_token"].as_str().unwrap_or_default();
+        if token.is_empty() {
+            return Err(CloudError::new(
+                ErrorKind::Transient,
+                "the token answer has no access_token",
+            ));
+        }
+        // `expires_in` is a number from Entra, a string from IMDS.
+        let lifetime = match &body["expires_in"] {
+            Value::Number(n) => n.as_u64(),
+            Value::String(s) => s.parse().ok(),
+            _ => None,
+        }
+        .unwrap_or(3600);
+        Ok((Secret::new(token), Duration::from_secs(lifetime)))
+    }
+
+    fn wait_for_throttle_gate(&self) -> Option<Duration> {
+        let until = (*self
+            .throttled_until
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()))?;
+        let now = Instant::now();
+        (until > now).then(|| until - now)
+    }
+
+    /// Sends one request to ARM (a path under the endpoint, or a full URL
+    /// ARM handed out, such as `Azure-AsyncOperation`) and counts it under
+    /// `op`. `if_match` guards a write with the table's ETag.
+    pub(crate) async fn call(
+        &self,
+        op: &'static str,
+        method: Method,
+        path_or_url: &str,
+        body: Option<&Value>,
+        if_match: Option<&str>,
+    ) -> Result<Answer, CloudError> {
+        let token = self.token().await?;
+        // After a 429 the whole client holds off until Retry-After; the
+        // fenced budget wait below then re-checks leadership for writes.
+        if let Some(wait) = self.wait_for_throttle_gate() {
+            tokio::time::sleep(wait).await;
+            self.stats.add_rate_limit_wait(wait);
+        }
+        let waited = if method == Method::GET {
+            self.reads.acquire().await
+        } else {
+            self.writes.acquire_fenced(&self.fence).await?
+        };
+        if !waited.is_zero() {
+            self.stats.add_rate_limit_wait(waited);
+        }
+        let result = self.send(method, path_or_url, body, if_match, &token).await;
+        self.stats.record(
+            op,
+            result.as_ref().map_or_else(|e| e.kind.as_str(), |_| "ok"),
+        );
+        match &result {
+            Err(e) => {
+                if e.kind == ErrorKind::Throttled
+                    && let Some(wait) = e.retry_after
+                {
+                    *self
+                        .throttled_until
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner()) = Some(Instant::now() + wait);
+                }
+                if e.kind == ErrorKind::Permanent {
+                    // A rejected token is fetched anew next time.
+                    *self.token.lock().await = None;
+                }
+                tracing::debug!(provider = "azure", op, error = %e, "request failed");
+            }
+            Ok(a) => tracing::trace!(
+                provider = "azure",
+                op,
+                status = a.status.as_u16(),
+                "answered"
+            ),
+        }
+        result
+    }
+
+    async fn send(
+        &self,
+        method: Method,
+        path_or_url: &str,
+        body: Option<&Value>,
+        if_match: Option<&str>,
+        token: &Secret,
+    ) -> Result<Answer, CloudError> {
+        let text = if path_or_url.starts_with("http://") || path_or_url.starts_with("https://") {
+            path_or_url.to_string()
+        } else {
+            format!("{}{path_or_url}", self.base)
+        };
+        let mut url = Url::parse(&text)
+            .map_err(|e| CloudError::new(ErrorKind::Permanent, format!("bad ARM URL: {e}")))?;
+        if !url.query_pairs().any(|(k, _)| k == "api-version") {
+            url.query_pairs_mut()
+                .append_pair("api-version", &self.api_version);
+        }
+        let mut auth =
+            HeaderValue::from_str(&format!("Bearer {}", token.expose())).map_err(|_| {
+                CloudError::new(
+                    ErrorKind::Permanent,
+                    "the ARM token is not a valid header value",
+                )
+            })?;
+        auth.set_sensitive(true);
+        let mut req = self
+            .client
+            .request(method, url)
+            .header(reqwest::header::AUTHORIZATION, auth);
+        if let Some(tag) = if_match {
+            req = req.header(reqwest::header::IF_MATCH, tag);
+        }
+        if let Some(b) = body {
+            req = req.json(b);
+        }
+        let resp = req.send().await.map_err(|e| transport_error(&e))?;
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        let bytes = resp.bytes().await.map_err(|e| transport_error(&e))?;
+        let body: Value = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null)
+        };
+        if status.is_success() {
+            return Ok(Answer {
+                status,
+                headers,
+                body,
+            });
+        }
+        Err(classify(status, &headers, &body))
+    }
+}
+
+/// ARM's `{"error": {"code", "message", "details": [...]}}`: the code, the
+/// message, and the codes of the details (NRP nests the useful one there).
+pub(crate) fn arm_error(body: &Value) -> (String, String, Vec<String>) {
+    let e = &body["error"];
+    let details = e["details"]
+        .as_array()
+        .map(|d| {
+            d.iter()
+                .filter_map(|x| x["code"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    (
+        e["code"].as_str().unwrap_or_default().to_string(),
+        e["message"].as_str().unwrap_or_default().to_string(),
+        details,
+    )
+}
+
+/// A code that says a limit is reached (ARM has no single code for a full
+/// route table: `QuotaExceeded` is its generic one).
+fn is_quota_code(code: &str) -> bool {
+    [
+        "Quota",
+        "LimitExceeded",
+        "LimitReached",
+        "ExceedsLimit",
+        "TooMany",
+    ]
+    .iter()
+    .any(|k| code.contains(k))
+        && code != "TooManyRequests"
+}
+
+/// The class of an error code inside a failed long-running operation.
+pub(crate) fn classify_code(code: &str, message: &str) -> CloudError {
+    let what = format!("{code}: {message}");
+    let kind = if is_quota_code(code) {
+        ErrorKind::QuotaExceeded
+    } else if code.starts_with("RetryableError") || code == "AnotherOperationInProgress" {
+        ErrorKind::Conflict
+    } else if matches!(
+        code,
+        "InternalServerError" | "InternalServerErrorRetryable" | "ServiceUnavailable"
+    ) {
+        ErrorKind::Transient
+    } else if matches!(
+        code,
+        "NotFound" | "ResourceNotFound" | "ResourceGroupNotFound"
+    ) {
+        ErrorKind::NotFound
+    } else {
+        ErrorKind::InvalidRequest
+    };
+    CloudError::new(kind, what)
+}
+
+/// The class of a failed ARM answer.
+pub(crate) fn classify(status: StatusCode, headers: &HeaderMap, body: &Value) -> CloudError {
+    let (code, message, details) = arm_error(body);
+    let what = format!(
+        "ARM answered {}{}{}{}",
+        status.as_u16(),
+        if code.is_empty() { "" } else { " " },
+        code,
+        if message.is_empty() {
+            String::new()
+        } else {
+            format!(": {message}")
+        }
+    );
+    match status.as_u16() {
+        429 => CloudError::throttled(what, retry_after(headers)),
+        412 => CloudError::new(ErrorKind::Conflict, what),
+        409 => CloudError::new(ErrorKind::Conflict, what),
+        404 => CloudError::new(ErrorKind::NotFound, what),
+        400 if is_quota_code(&code) || details.iter().any(|d| is_quota_code(d)) => {
+            CloudError::new(ErrorKind::QuotaExceeded, what)
+        }
+        400 | 422 => CloudError::new(ErrorKind::InvalidRequest, what),
+        401 | 403 => CloudError::new(ErrorKind::Permanent, what),
+        504 => CloudError::new(ErrorKind::Timeout, what),
+        408 | 500..=599 => CloudError {
+            retry_after: retry_after(headers),
+            ..CloudError::new(ErrorKind::Transient, what)
+        },
+        _ => CloudError::new(ErrorKind::InvalidRequest, what),
+    }
+}
+
+/// `Retry-After`: delta-seconds or an HTTP date (RFC 9110 §10.2.3); ARM
+/// sends seconds, the upstream client accepts both.
+pub(crate) fn retry_after(h: &HeaderMap) -> Option<Duration> {
+    let v = h.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?.trim();
+    if let Ok(s) = v.parse::<u64>() {
+        return Some(Duration::from_secs(s));
+    }
+    let at = httpdate::parse_http_date(v).ok()?;
+    Some(
+        at.duration_since(SystemTime::now())
+            .unwrap_or(Duration::ZERO),
+    )
+}
+
+fn transport_error(e: &reqwest::Error) -> CloudError {
+    if e.is_timeout() {
+        CloudError::new(ErrorKind::Timeout, format!("no answer in time: {e}"))
+    } else if e.is_builder() {
+        CloudError::new(ErrorKind::Permanent, format!("bad request: {e}"))
+    } else {
+        CloudError::new(ErrorKind::Transient, format!("network error: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn retry_after_is_seconds_or_an_http_date() {
+        assert_eq!(
+            retry_after(&headers(&[("retry-after", "17")])),
+            Some(Duration::from_secs(17))
+        );
+        let later = httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(30));
+        let d = retry_after(&headers(&[("retry-after", &later)])).unwrap();
+        assert!(
+            d <= Duration::from_secs(30) && d >= Duration::from_secs(28),
+            "{d:?}"
+        );
+        assert_eq!(
+            retry_after(&headers(&[(
+                "retry-after",
+                "Sun, 06 Nov 1994 08:49:37 GMT"
+            )])),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(retry_after(&headers(&[("retry-after", "soon")])), None);
+    }
+
+    #[test]
+    fn answers_are_classified_by_status_and_code() {
+        let err = |code: &str| json!({"error": {"code": code, "message": "m"}});
+        let k = |s: u16, b: Value| {
+            classify(StatusCode::from_u16(s).unwrap(), &HeaderMap::new(), &b).kind
+        };
+        assert_eq!(k(412, err("PreconditionFailed")), ErrorKind::Conflict);
+        assert_eq!(
+            k(429, err("SubscriptionRequestsThrottled")),
+            ErrorKind::Throttled
+        );
+        assert_eq!(k(400, err("QuotaExceeded")), ErrorKind::QuotaExceeded);
+        assert_eq!(
+            k(400, err("InvalidRequestFormat")),
+            ErrorKind::InvalidRequest
+        );
+        assert_eq!(
+            k(
+                400,
+                json!({"error": {"code": "InvalidResourceReference", "details": [{"code": "RouteTableRoutesLimitExceeded"}]}})
+            ),
+            ErrorKind::QuotaExceeded
+        );
+        assert_eq!(k(404, err("ResourceNotFound")), ErrorKind::NotFound);
+        assert_eq!(k(403, err("AuthorizationFailed")), ErrorKind::Permanent);
+        assert_eq!(k(503, Value::Null), ErrorKind::Transient);
+        assert_eq!(
+            classify_code("RetryableErrorDueToAnotherOperation", "").kind,
+            ErrorKind::Conflict
+        );
+    }
+}

@@ -1,0 +1,1099 @@
+//! A stateful fake of the parts of Azure a route controller uses (feature
+//! `testing`): the ARM Network `routeTables` resource, its async-operation
+//! status, ARM's throttling, and the Microsoft Entra token endpoints. Tests
+//! start it on `127.0.0.1:0` with [`FakeAzure::start`] and point
+//! `resourceManagerEndpoint`, `activeDirectoryAuthorityHost` and
+//! `imdsEndpoint` at [`FakeAzure::base_url`]. Test hooks edit the state
+//! directly and are not counted as requests.
+//!
+//! Where each behaviour comes from:
+//!
+//! | behaviour | source |
+//! |---|---|
+//! | `GET`/`PUT .../providers/Microsoft.Network/routeTables/{name}?api-version=`, the resource's JSON (`etag`, `location`, `tags`, `properties.routes[].properties.{addressPrefix, nextHopType, nextHopIpAddress, provisioningState}`, `disableBgpRoutePropagation`, `subnets`), `200` on update and `201` on create, `404 ResourceNotFound` | Azure REST API reference, Virtual Network, "Route Tables - Get" and "Route Tables - Create Or Update"; the recorded cassette `pkg/azclient/routetableclient/testdata/AZURECLOUD.yaml` of kubernetes-sigs/cloud-provider-azure |
+//! | `nextHopType` values and "`nextHopIpAddress` only with `VirtualAppliance`" | "Route Tables - Create Or Update" (`RouteNextHopType`), "Virtual network traffic routing" (user-defined routes) |
+//! | `If-Match` with the table's ETag, `412 PreconditionFailed` on a stale one | ARM's conditional requests; the upstream client sends the ETag (`pkg/azclient/policy/etag`, route-table client generated with `etag=true`); a second writer getting 412 is CAPZ #682 |
+//! | a write is a long-running operation: `Azure-AsyncOperation` and `Retry-After` on the `PUT` answer; the status resource answers `{"status": "InProgress" \| "Succeeded" \| "Failed" \| "Canceled", "error": {code, message}}`; `provisioningState: Updating` until it ends | "Track asynchronous Azure operations" (Azure Resource Manager docs) |
+//! | a `PUT` while the table's operation runs: `429` with code `RetryableError` and detail `RetryableErrorDueToAnotherOperation`, `Retry-After` | kubernetes/kubernetes#88151 (the logged NRP error), and the NRP behaviour the upstream 30 s batching (PR #88209) works around |
+//! | ARM's token buckets per subscription (reads 250 / 25 per s, writes 200 / 10 per s), `429` with `Retry-After` (seconds; an HTTP date when `retry_after_as_date`), `x-ms-ratelimit-remaining-subscription-reads/-writes` on every answer | "Understand how Azure Resource Manager throttles requests" (request-limits-and-throttling); upstream `policy/retryrepectthrottled` reads `Retry-After` as seconds or a date. The error code `SubscriptionRequestsThrottled` is the one ARM answers in practice, not taken from that page |
+//! | 1,000 routes per route table | "Azure subscription and service limits": user-defined routes per route table. The page names no error code: the fake answers `400 QuotaExceeded`, ARM's generic one |
+//! | two routes with one `addressPrefix` refused | cloud-provider-azure #657 ("Routes cannot have the same AddressPrefix"); the code `InvalidRouteAddressPrefix` is the fake's own |
+//! | `POST /{tenant}/oauth2/v2.0/token` with `grant_type=client_credentials` and `client_secret`, or `client_assertion_type=urn:ietf:params:oauth:client-assertion-type:jwt-bearer` + `client_assertion` (workload identity), `scope=<arm>/.default`; answer `{token_type, expires_in, access_token}`; `400/401 invalid_client` | Microsoft identity platform, "OAuth 2.0 client credentials flow" (shared secret and federated credential) |
+//! | `GET /metadata/identity/oauth2/token?api-version=2018-02-01&resource=` with `Metadata: true`; `expires_in` as a string | "How to use managed identities for Azure resources on an Azure VM to acquire an access token" (IMDS) |
+//! | `400 MissingApiVersionParameter` without `api-version`, `401 InvalidAuthenticationToken` without a valid bearer token | ARM's common error answers |
+
+use std::collections::{BTreeMap, HashSet};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use route_core::Cidr;
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+/// Settings of the fake.
+#[derive(Debug, Clone)]
+pub struct FakeConfig {
+    /// The subscription the tables live in.
+    pub subscription: String,
+    /// The resource group of the tables.
+    pub resource_group: String,
+    /// The tables' region (in operation URLs).
+    pub location: String,
+    /// The tenant whose token endpoint is served.
+    pub tenant: String,
+    /// The application id accepted.
+    pub client_id: String,
+    /// The client secret accepted.
+    pub client_secret: String,
+    /// The federated (service-account) token accepted as client assertion.
+    pub federated_token: String,
+    /// How long issued tokens live (`expires_in`).
+    pub token_lifetime: Duration,
+    /// Routes per table.
+    pub max_routes: usize,
+    /// How long a write's operation stays `InProgress`.
+    pub operation_duration: Duration,
+    /// The `Retry-After` (seconds) of a write's answer and of an
+    /// `InProgress` status. ARM sends one; `None` sends none.
+    pub operation_retry_after: Option<u64>,
+    /// The read bucket's size and refill per second.
+    pub reads: (u32, f64),
+    /// The write bucket's size and refill per second.
+    pub writes: (u32, f64),
+    /// `Retry-After` of a throttling answer as an HTTP date, not seconds.
+    pub retry_after_as_date: bool,
+    /// How long every answer takes.
+    pub latency: Duration,
+}
+
+impl Default for FakeConfig {
+    fn default() -> Self {
+        Self {
+            subscription: "00000000-0000-0000-0000-00000000cafe".into(),
+            resource_group: "k8s-rg".into(),
+            location: "westeurope".into(),
+            tenant: "00000000-0000-0000-0000-0000000000aa".into(),
+            client_id: "00000000-0000-0000-0000-0000000000bb".into(),
+            client_secret: "fake-client-secret".into(),
+            federated_token: "fake.federated.token".into(),
+            token_lifetime: Duration::from_secs(3599),
+            max_routes: 1000,
+            operation_duration: Duration::from_millis(30),
+            operation_retry_after: Some(0),
+            reads: (250, 25.0),
+            writes: (200, 10.0),
+            retry_after_as_date: false,
+            latency: Duration::ZERO,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct TableState {
+    name: String,
+    location: String,
+    tags: Value,
+    etag: u64,
+    disable_bgp: bool,
+    routes: Vec<Value>,
+    subnets: Vec<String>,
+    /// The operation running on the table, and the routes to restore if it
+    /// fails.
+    running: Option<(String, Vec<Value>)>,
+}
+
+#[derive(Debug, Clone)]
+struct OperationState {
+    table: String,
+    finishes: Instant,
+    fail_with: Option<String>,
+    outcome: Option<Option<String>>,
+}
+
+#[derive(Debug)]
+struct Injected {
+    endpoint: String,
+    remaining: u32,
+    status: u16,
+    code: String,
+}
+
+/// A change another writer makes to a table.
+#[derive(Debug, Clone)]
+enum Edit {
+    Put(Value),
+    Remove(String),
+}
+
+#[derive(Debug)]
+struct Bucket {
+    size: f64,
+    per_second: f64,
+    tokens: f64,
+    refilled: Instant,
+}
+
+impl Bucket {
+    fn new((size, per_second): (u32, f64)) -> Self {
+        Self {
+            size: f64::from(size),
+            per_second,
+            tokens: f64::from(size),
+            refilled: Instant::now(),
+        }
+    }
+
+    fn refill(&mut self, now: Instant) {
+        let dt = now.saturating_duration_since(self.refilled).as_secs_f64();
+        self.tokens = (self.tokens + dt * self.per_second).min(self.size);
+        self.refilled = now;
+    }
+
+    /// Seconds until one token is back.
+    fn wait(&self) -> u64 {
+        ((1.0 - self.tokens).max(0.0) / self.per_second.max(f64::MIN_POSITIVE)).ceil() as u64
+    }
+}
+
+#[derive(Debug)]
+struct FakeState {
+    config: FakeConfig,
+    base: String,
+    tables: BTreeMap<String, TableState>,
+    operations: BTreeMap<String, OperationState>,
+    next_id: u64,
+    reads: Bucket,
+    writes: Bucket,
+    issued: HashSet<String>,
+    answers: BTreeMap<(String, u16), u64>,
+    injected: Vec<Injected>,
+    failing_operations: Vec<String>,
+    before_next_put: Vec<(String, Edit)>,
+}
+
+impl FakeState {
+    fn tick(&mut self, now: Instant) {
+        for (id, op) in &mut self.operations {
+            if op.outcome.is_some() || op.finishes > now {
+                continue;
+            }
+            op.outcome = Some(op.fail_with.take());
+            if let Some(t) = self.tables.get_mut(&op.table)
+                && let Some((running, before)) = t.running.take()
+            {
+                if running != *id {
+                    t.running = Some((running, before));
+                    continue;
+                }
+                let failed = op.outcome.as_ref().is_some_and(Option::is_some);
+                let state = if failed { "Failed" } else { "Succeeded" };
+                if failed {
+                    t.routes = before;
+                    t.etag += 1;
+                }
+                for r in &mut t.routes {
+                    r["properties"]["provisioningState"] = json!(state);
+                }
+            }
+        }
+    }
+
+    fn next(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    fn table_id(&self, name: &str) -> String {
+        format!(
+            "/subscriptions/{}/resourceGroups/{}/providers/Microsoft.Network/routeTables/{name}",
+            self.config.subscription, self.config.resource_group
+        )
+    }
+
+    fn table_json(&self, t: &TableState) -> Value {
+        let id = self.table_id(&t.name);
+        let etag = etag(t.etag);
+        let state = if t.running.is_some() {
+            "Updating"
+        } else {
+            "Succeeded"
+        };
+        let routes: Vec<Value> = t
+            .routes
+            .iter()
+            .map(|r| {
+                let name = r["name"].as_str().unwrap_or_default();
+                json!({
+                    "name": name,
+                    "id": format!("{id}/routes/{name}"),
+                    "etag": etag,
+                    "type": "Microsoft.Network/routeTables/routes",
+                    "properties": r["properties"],
+                })
+            })
+            .collect();
+        let mut body = json!({
+            "name": t.name,
+            "id": id,
+            "etag": etag,
+            "type": "Microsoft.Network/routeTables",
+            "location": t.location,
+            "properties": {
+                "provisioningState": state,
+                "resourceGuid": format!("00000000-0000-0000-0000-{:012x}", t.name.len()),
+                "disableBgpRoutePropagation": t.disable_bgp,
+                "routes": routes,
+                "subnets": t.subnets.iter().map(|s| json!({"id": s})).collect::<Vec<_>>(),
+            }
+        });
+        if !t.tags.is_null() {
+            body["tags"] = t.tags.clone();
+        }
+        body
+    }
+
+    fn apply_edit(&mut self, table: &str, edit: Edit) {
+        if let Some(t) = self.tables.get_mut(&table.to_ascii_lowercase()) {
+            match edit {
+                Edit::Put(route) => {
+                    let name = route["name"].as_str().unwrap_or_default().to_string();
+                    t.routes.retain(|r| {
+                        !r["name"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .eq_ignore_ascii_case(&name)
+                    });
+                    t.routes.push(route);
+                }
+                Edit::Remove(name) => t.routes.retain(|r| {
+                    !r["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .eq_ignore_ascii_case(&name)
+                }),
+            }
+            t.etag += 1;
+        }
+    }
+}
+
+fn etag(n: u64) -> String {
+    format!("W/\"00000000-0000-0000-0000-{n:012x}\"")
+}
+
+type Shared = Arc<Mutex<FakeState>>;
+
+/// A running fake. Dropping it stops the server.
+#[derive(Debug)]
+pub struct FakeAzure {
+    state: Shared,
+    addr: SocketAddr,
+    task: JoinHandle<()>,
+}
+
+impl Drop for FakeAzure {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn err(status: StatusCode, code: &str, message: impl Into<String>) -> (StatusCode, Value) {
+    (
+        status,
+        json!({"error": {"code": code, "message": message.into()}}),
+    )
+}
+
+fn route_json(name: &str, prefix: &str, hop_type: &str, hop: Option<&str>) -> Value {
+    let mut properties = json!({
+        "provisioningState": "Succeeded",
+        "addressPrefix": prefix,
+        "nextHopType": hop_type,
+        "hasBgpOverride": false,
+    });
+    if let Some(h) = hop {
+        properties["nextHopIpAddress"] = json!(h);
+    }
+    json!({"name": name, "properties": properties})
+}
+
+impl FakeAzure {
+    /// Starts the fake on `127.0.0.1` on a free port.
+    pub async fn start(config: FakeConfig) -> std::io::Result<Self> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let state: Shared = Arc::new(Mutex::new(FakeState {
+            reads: Bucket::new(config.reads),
+            writes: Bucket::new(config.writes),
+            config,
+            base: format!("http://{addr}"),
+            tables: BTreeMap::new(),
+            operations: BTreeMap::new(),
+            next_id: 0,
+            issued: HashSet::new(),
+            answers: BTreeMap::new(),
+            injected: Vec::new(),
+            failing_operations: Vec::new(),
+            before_next_put: Vec::new(),
+        }));
+        let app = Router::new()
+            .fallback(handle)
+            .with_state(Arc::clone(&state));
+        let task = tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, app).await {
+                tracing::warn!(error = %e, "fake Azure server stopped");
+            }
+        });
+        Ok(Self { state, addr, task })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, FakeState> {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.tick(Instant::now());
+        s
+    }
+
+    /// `http://127.0.0.1:PORT`: ARM, the authority host and IMDS at once.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The settings the fake runs with.
+    pub fn config(&self) -> FakeConfig {
+        self.lock().config.clone()
+    }
+
+    /// An `azure.json` for the provider pointing at this fake with a client
+    /// secret, for `table`.
+    pub fn cloud_config(&self, table: &str) -> String {
+        let c = self.config();
+        format!(
+            "{{\"cloud\": \"AzurePublicCloud\", \"tenantId\": \"{}\", \"subscriptionId\": \"{}\", \"resourceGroup\": \"{}\", \"location\": \"{}\", \"routeTableName\": \"{table}\", \"aadClientId\": \"{}\", \"aadClientSecret\": \"{}\", \"resourceManagerEndpoint\": \"{b}\", \"activeDirectoryAuthorityHost\": \"{b}\", \"imdsEndpoint\": \"{b}\", \"operationPollIntervalMs\": 20, \"operationPollMaxMs\": 50}}",
+            c.tenant,
+            c.subscription,
+            c.resource_group,
+            c.location,
+            c.client_id,
+            c.client_secret,
+            b = self.base_url(),
+        )
+    }
+
+    /// Creates an empty table associated with the Nodes' subnet.
+    pub fn add_table(&self, name: &str) {
+        let mut s = self.lock();
+        let subnet = format!(
+            "/subscriptions/{}/resourceGroups/{}/providers/Microsoft.Network/virtualNetworks/k8s-vnet/subnets/nodes",
+            s.config.subscription, s.config.resource_group
+        );
+        let location = s.config.location.clone();
+        let n = s.next();
+        s.tables.insert(
+            name.to_ascii_lowercase(),
+            TableState {
+                name: name.into(),
+                location,
+                tags: Value::Null,
+                etag: n,
+                disable_bgp: false,
+                routes: Vec::new(),
+                subnets: vec![subnet],
+                running: None,
+            },
+        );
+    }
+
+    /// The routes of `table`: `(name, addressPrefix, nextHopType, nextHopIpAddress)`.
+    pub fn routes(&self, table: &str) -> Vec<(String, String, String, String)> {
+        let s = self.lock();
+        s.tables
+            .get(&table.to_ascii_lowercase())
+            .map_or_else(Vec::new, |t| {
+                t.routes
+                    .iter()
+                    .map(|r| {
+                        let p = &r["properties"];
+                        let f = |k: &str| p[k].as_str().unwrap_or_default().to_string();
+                        (
+                            r["name"].as_str().unwrap_or_default().to_string(),
+                            f("addressPrefix"),
+                            f("nextHopType"),
+                            f("nextHopIpAddress"),
+                        )
+                    })
+                    .collect()
+            })
+    }
+
+    /// The table's current ETag.
+    pub fn etag(&self, table: &str) -> Option<String> {
+        self.lock()
+            .tables
+            .get(&table.to_ascii_lowercase())
+            .map(|t| etag(t.etag))
+    }
+
+    /// Adds or replaces a route now, as another writer's whole-table update
+    /// would (the ETag changes). `hop` only with `VirtualAppliance`.
+    pub fn put_route(
+        &self,
+        table: &str,
+        name: &str,
+        prefix: &str,
+        hop_type: &str,
+        hop: Option<&str>,
+    ) {
+        let route = route_json(name, prefix, hop_type, hop);
+        self.lock().apply_edit(table, Edit::Put(route));
+    }
+
+    /// Removes a route now, as another writer would (the ETag changes).
+    pub fn remove_route(&self, table: &str, name: &str) {
+        self.lock().apply_edit(table, Edit::Remove(name.into()));
+    }
+
+    /// A second writer adds a route just before the next `PUT` of the table
+    /// arrives, so that `PUT`'s `If-Match` is stale.
+    pub fn put_route_before_next_put(
+        &self,
+        table: &str,
+        name: &str,
+        prefix: &str,
+        hop_type: &str,
+        hop: Option<&str>,
+    ) {
+        let route = route_json(name, prefix, hop_type, hop);
+        self.lock()
+            .before_next_put
+            .push((table.into(), Edit::Put(route)));
+    }
+
+    /// Answers the next `n` requests to `endpoint` (`token`, `imds_token`,
+    /// `get_table`, `put_table`, `get_operation`) with `status` and `code`,
+    /// without acting on them. A `429` carries `Retry-After: 1`.
+    pub fn fail_next(&self, endpoint: &str, n: u32, status: u16, code: &str) {
+        self.lock().injected.push(Injected {
+            endpoint: endpoint.into(),
+            remaining: n,
+            status,
+            code: code.into(),
+        });
+    }
+
+    /// The next write's operation ends `Failed` with `code`, and the table
+    /// goes back to what it was.
+    pub fn fail_next_operation(&self, code: &str) {
+        self.lock().failing_operations.push(code.into());
+    }
+
+    /// Sets how long a write's operation runs.
+    pub fn set_operation_duration(&self, d: Duration) {
+        self.lock().config.operation_duration = d;
+    }
+
+    /// Sets how long every answer takes.
+    pub fn set_latency(&self, d: Duration) {
+        self.lock().config.latency = d;
+    }
+
+    /// Spends `n` writes of the subscription's bucket, as other clients would.
+    pub fn consume_writes(&self, n: u32) {
+        let mut s = self.lock();
+        let now = Instant::now();
+        s.writes.refill(now);
+        s.writes.tokens = (s.writes.tokens - f64::from(n)).max(0.0);
+    }
+
+    /// Answers by endpoint and HTTP status.
+    pub fn answers(&self) -> BTreeMap<(String, u16), u64> {
+        self.lock().answers.clone()
+    }
+
+    /// Requests to one endpoint, any status.
+    pub fn count(&self, endpoint: &str) -> u64 {
+        self.answers()
+            .iter()
+            .filter(|((e, _), _)| e == endpoint)
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// Answers of one endpoint with one status.
+    pub fn count_status(&self, endpoint: &str, status: u16) -> u64 {
+        self.answers()
+            .get(&(endpoint.to_string(), status))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// All requests.
+    pub fn total(&self) -> u64 {
+        self.answers().values().sum()
+    }
+
+    /// Answers with one status, any endpoint.
+    pub fn with_status(&self, status: u16) -> u64 {
+        self.answers()
+            .iter()
+            .filter(|((_, s), _)| *s == status)
+            .map(|(_, n)| n)
+            .sum()
+    }
+}
+
+/// The endpoint a request is for, and the table or operation it names.
+fn endpoint_of(method: &Method, path: &str, s: &FakeState) -> (&'static str, Option<String>) {
+    let parts: Vec<&str> = path.trim_end_matches('/').split('/').collect();
+    let eq = |a: &str, b: &str| a.eq_ignore_ascii_case(b);
+    match (method, parts.as_slice()) {
+        (&Method::POST, ["", tenant, "oauth2", "v2.0", "token"]) if *tenant == s.config.tenant => {
+            ("token", None)
+        }
+        (&Method::POST, ["", _, "oauth2", "v2.0", "token"]) => ("token_unknown_tenant", None),
+        (&Method::GET, ["", "metadata", "identity", "oauth2", "token"]) => ("imds_token", None),
+        (m, ["", subs, sub, rgs, rg, providers, ns, kind, name])
+            if eq(subs, "subscriptions")
+                && eq(rgs, "resourceGroups")
+                && eq(providers, "providers")
+                && eq(ns, "Microsoft.Network")
+                && eq(kind, "routeTables") =>
+        {
+            let here = eq(sub, &s.config.subscription) && eq(rg, &s.config.resource_group);
+            let name = here.then(|| name.to_ascii_lowercase());
+            match *m {
+                Method::GET => ("get_table", name),
+                Method::PUT => ("put_table", name),
+                _ => ("unknown", None),
+            }
+        }
+        (&Method::GET, ["", subs, _, providers, ns, locations, _, operations, id])
+            if eq(subs, "subscriptions")
+                && eq(providers, "providers")
+                && eq(ns, "Microsoft.Network")
+                && eq(locations, "locations")
+                && eq(operations, "operations") =>
+        {
+            ("get_operation", Some((*id).to_string()))
+        }
+        _ => ("unknown", None),
+    }
+}
+
+fn query_param(uri: &Uri, key: &str) -> Option<String> {
+    uri.query()?
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .find(|(k, _)| *k == key)
+        .map(|(_, v)| v.replace("%2F", "/").replace("%3A", ":"))
+}
+
+fn form(body: &[u8]) -> BTreeMap<String, String> {
+    let text = String::from_utf8_lossy(body);
+    text.split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (decode(k), decode(v)))
+        .collect()
+}
+
+/// `application/x-www-form-urlencoded` decoding.
+fn decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
+                match u8::from_str_radix(hex, 16) {
+                    Ok(b) => {
+                        out.push(b);
+                        i += 2;
+                    }
+                    Err(_) => out.push(b'%'),
+                }
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+struct Reply {
+    status: StatusCode,
+    body: Value,
+    headers: Vec<(&'static str, String)>,
+}
+
+impl From<(StatusCode, Value)> for Reply {
+    fn from((status, body): (StatusCode, Value)) -> Self {
+        Reply {
+            status,
+            body,
+            headers: Vec::new(),
+        }
+    }
+}
+
+async fn handle(
+    State(state): State<Shared>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let latency = state
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .config
+        .latency;
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
+    }
+    let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
+    let now = Instant::now();
+    s.tick(now);
+    s.reads.refill(now);
+    s.writes.refill(now);
+    let (endpoint, target) = endpoint_of(&method, uri.path(), &s);
+    let reply = answer(
+        &mut s, endpoint, target, &method, &uri, &headers, &body, now,
+    );
+    *s.answers
+        .entry((endpoint.to_string(), reply.status.as_u16()))
+        .or_default() += 1;
+    let arm = !matches!(endpoint, "token" | "token_unknown_tenant" | "imds_token");
+    let mut response = (reply.status, axum::Json(reply.body)).into_response();
+    let mut extra = reply.headers;
+    if arm {
+        extra.push((
+            "x-ms-ratelimit-remaining-subscription-reads",
+            (s.reads.tokens.floor() as u64).to_string(),
+        ));
+        extra.push((
+            "x-ms-ratelimit-remaining-subscription-writes",
+            (s.writes.tokens.floor() as u64).to_string(),
+        ));
+    }
+    for (name, v) in extra {
+        if let Ok(v) = HeaderValue::from_str(&v) {
+            response.headers_mut().insert(name, v);
+        }
+    }
+    response
+}
+
+fn retry_after_value(s: &FakeState, secs: u64) -> String {
+    if s.config.retry_after_as_date {
+        httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(secs.max(1)))
+    } else {
+        secs.to_string()
+    }
+}
+
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one request's parts, taken apart by the handler"
+)]
+fn answer(
+    s: &mut FakeState,
+    endpoint: &'static str,
+    target: Option<String>,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: &[u8],
+    now: Instant,
+) -> Reply {
+    if let Some(i) = s
+        .injected
+        .iter_mut()
+        .find(|i| i.endpoint == endpoint && i.remaining > 0)
+    {
+        i.remaining -= 1;
+        let status = StatusCode::from_u16(i.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let code = i.code.clone();
+        s.injected.retain(|i| i.remaining > 0);
+        let mut r: Reply = if endpoint == "token" {
+            (
+                status,
+                json!({"error": code, "error_description": "injected failure"}),
+            )
+                .into()
+        } else {
+            err(status, &code, "injected failure").into()
+        };
+        if status == StatusCode::TOO_MANY_REQUESTS {
+            r.headers.push(("retry-after", retry_after_value(s, 1)));
+        }
+        return r;
+    }
+    match endpoint {
+        "token" => return token(s, body),
+        "token_unknown_tenant" => {
+            return (
+                StatusCode::BAD_REQUEST,
+                json!({"error": "invalid_request", "error_description": "unknown tenant"}),
+            )
+                .into();
+        }
+        "imds_token" => {
+            if headers.get("metadata").and_then(|v| v.to_str().ok()) != Some("true") {
+                return (
+                    StatusCode::BAD_REQUEST,
+                    json!({"error": "invalid_request", "error_description": "Required metadata header not specified"}),
+                )
+                    .into();
+            }
+            if query_param(uri, "resource").is_none() {
+                return (
+                    StatusCode::BAD_REQUEST,
+                    json!({"error": "invalid_request", "error_description": "Required query variable 'resource' is missing"}),
+                )
+                    .into();
+            }
+            return issue(s, true);
+        }
+        "unknown" => return err(StatusCode::NOT_FOUND, "NotFound", "no such endpoint").into(),
+        _ => {}
+    }
+    // ARM from here.
+    if query_param(uri, "api-version").is_none() {
+        return err(
+            StatusCode::BAD_REQUEST,
+            "MissingApiVersionParameter",
+            "The api-version query parameter (?api-version=) is required for all requests.",
+        )
+        .into();
+    }
+    let bearer = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    if !s.issued.contains(bearer) {
+        return err(
+            StatusCode::UNAUTHORIZED,
+            "InvalidAuthenticationToken",
+            "The access token is invalid.",
+        )
+        .into();
+    }
+    let bucket = if *method == Method::GET {
+        &mut s.reads
+    } else {
+        &mut s.writes
+    };
+    if bucket.tokens < 1.0 {
+        let wait = bucket.wait().max(1);
+        let mut r: Reply = err(
+            StatusCode::TOO_MANY_REQUESTS,
+            "SubscriptionRequestsThrottled",
+            "Number of requests for subscription exceeded the limit.",
+        )
+        .into();
+        r.headers.push(("retry-after", retry_after_value(s, wait)));
+        return r;
+    }
+    bucket.tokens -= 1.0;
+    match endpoint {
+        "get_table" => match target.as_ref().and_then(|t| s.tables.get(t)) {
+            Some(t) => (StatusCode::OK, s.table_json(t)).into(),
+            None => not_found(),
+        },
+        "put_table" => put_table(s, target, headers, body, now),
+        "get_operation" => {
+            let Some(op) = target.as_ref().and_then(|id| s.operations.get(id)) else {
+                return err(StatusCode::NOT_FOUND, "NotFound", "no such operation").into();
+            };
+            match &op.outcome {
+                None => {
+                    let mut r: Reply = (StatusCode::OK, json!({"status": "InProgress"})).into();
+                    if let Some(secs) = s.config.operation_retry_after {
+                        r.headers.push(("retry-after", secs.to_string()));
+                    }
+                    r
+                }
+                Some(None) => (StatusCode::OK, json!({"status": "Succeeded"})).into(),
+                Some(Some(code)) => (
+                    StatusCode::OK,
+                    json!({"status": "Failed", "error": {"code": code, "message": "the operation failed"}}),
+                )
+                    .into(),
+            }
+        }
+        _ => err(StatusCode::NOT_FOUND, "NotFound", "no such endpoint").into(),
+    }
+}
+
+fn not_found() -> Reply {
+    err(
+        StatusCode::NOT_FOUND,
+        "ResourceNotFound",
+        "The Resource 'Microsoft.Network/routeTables' under the resource group was not found.",
+    )
+    .into()
+}
+
+fn token(s: &mut FakeState, body: &[u8]) -> Reply {
+    let f = form(body);
+    let get = |k: &str| f.get(k).map(String::as_str).unwrap_or_default();
+    if get("grant_type") != "client_credentials" || !get("scope").ends_with("/.default") {
+        return (
+            StatusCode::BAD_REQUEST,
+            json!({"error": "invalid_request", "error_description": "grant_type and scope are required"}),
+        )
+            .into();
+    }
+    let secret_ok = get("client_secret") == s.config.client_secret;
+    let assertion_ok = get("client_assertion_type")
+        == "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
+        && get("client_assertion") == s.config.federated_token;
+    if get("client_id") != s.config.client_id || !(secret_ok || assertion_ok) {
+        return (
+            StatusCode::UNAUTHORIZED,
+            json!({"error": "invalid_client", "error_description": "AADSTS7000215: Invalid client secret or assertion provided."}),
+        )
+            .into();
+    }
+    issue(s, false)
+}
+
+fn issue(s: &mut FakeState, imds: bool) -> Reply {
+    let n = s.next();
+    let token = format!("fake-arm-token-{n}");
+    s.issued.insert(token.clone());
+    let lifetime = s.config.token_lifetime.as_secs();
+    // IMDS writes numbers as strings.
+    let expires: Value = if imds {
+        json!(lifetime.to_string())
+    } else {
+        json!(lifetime)
+    };
+    (
+        StatusCode::OK,
+        json!({"token_type": "Bearer", "expires_in": expires, "access_token": token}),
+    )
+        .into()
+}
+
+const HOP_TYPES: [&str; 5] = [
+    "VirtualNetworkGateway",
+    "VnetLocal",
+    "Internet",
+    "VirtualAppliance",
+    "None",
+];
+
+fn bad_request(code: &str, message: impl Into<String>) -> Reply {
+    err(StatusCode::BAD_REQUEST, code, message).into()
+}
+
+fn put_table(
+    s: &mut FakeState,
+    target: Option<String>,
+    headers: &HeaderMap,
+    body: &[u8],
+    now: Instant,
+) -> Reply {
+    let Some(key) = target else {
+        return not_found();
+    };
+    // A second writer lands first.
+    let pending: Vec<(String, Edit)> = std::mem::take(&mut s.before_next_put);
+    for (table, edit) in pending {
+        s.apply_edit(&table, edit);
+    }
+    if let Some(t) = s.tables.get(&key)
+        && let Some((running, _)) = &t.running
+    {
+        let left = s.operations.get(running).map_or(1, |o| {
+            o.finishes.saturating_duration_since(now).as_secs() + 1
+        });
+        let mut r: Reply = (
+            StatusCode::TOO_MANY_REQUESTS,
+            json!({"error": {"code": "RetryableError", "message": "A retryable error occurred.",
+                "details": [{"code": "RetryableErrorDueToAnotherOperation",
+                  "message": format!("Operation PutRouteTableOperation is updating resource {}. The call can be retried in {left} seconds.", s.table_id(&t.name))}]}}),
+        )
+            .into();
+        r.headers.push(("retry-after", left.to_string()));
+        return r;
+    }
+    let if_match = headers.get("if-match").and_then(|v| v.to_str().ok());
+    let exists = s.tables.contains_key(&key);
+    if let Some(want) = if_match {
+        let current = s.tables.get(&key).map(|t| etag(t.etag));
+        let ok = match &current {
+            Some(c) => want == "*" || want == c,
+            None => false,
+        };
+        if !ok {
+            return err(
+                StatusCode::PRECONDITION_FAILED,
+                "PreconditionFailed",
+                "The condition specified using HTTP conditional header(s) is not met.",
+            )
+            .into();
+        }
+    }
+    let doc: Value = match serde_json::from_slice(body) {
+        Ok(v) => v,
+        Err(e) => {
+            return bad_request(
+                "InvalidRequestFormat",
+                format!("cannot parse the request: {e}"),
+            );
+        }
+    };
+    let empty = Vec::new();
+    let routes = doc["properties"]["routes"].as_array().unwrap_or(&empty);
+    let mut names = HashSet::new();
+    let mut prefixes: HashSet<String> = HashSet::new();
+    let mut stored = Vec::with_capacity(routes.len());
+    for r in routes {
+        let Some(name) = r["name"].as_str().filter(|n| !n.is_empty()) else {
+            return bad_request("InvalidRequestFormat", "a route has no name");
+        };
+        if !names.insert(name.to_ascii_lowercase()) {
+            return bad_request(
+                "DuplicateResourceName",
+                format!("route name {name} appears twice"),
+            );
+        }
+        let p = &r["properties"];
+        let prefix = p["addressPrefix"].as_str().unwrap_or_default();
+        let canonical = match Cidr::parse(prefix) {
+            Ok(c) => c.to_string(),
+            Err(_) => {
+                return bad_request(
+                    "InvalidRouteAddressPrefix",
+                    format!("route {name} has an invalid addressPrefix {prefix:?}"),
+                );
+            }
+        };
+        if !prefixes.insert(canonical) {
+            return bad_request(
+                "InvalidRouteAddressPrefix",
+                format!("Routes cannot have the same AddressPrefix ({prefix}, route {name})"),
+            );
+        }
+        let hop_type = p["nextHopType"].as_str().unwrap_or_default();
+        let Some(hop_type) = HOP_TYPES.iter().find(|h| h.eq_ignore_ascii_case(hop_type)) else {
+            return bad_request(
+                "InvalidRequestFormat",
+                format!("route {name} has an invalid nextHopType {hop_type:?}"),
+            );
+        };
+        let hop = p["nextHopIpAddress"].as_str().filter(|h| !h.is_empty());
+        match (*hop_type == "VirtualAppliance", hop) {
+            (true, Some(h)) if h.parse::<IpAddr>().is_ok() => {}
+            (true, _) => {
+                return bad_request(
+                    "InvalidNextHopIpAddress",
+                    format!("route {name}: VirtualAppliance needs a valid nextHopIpAddress"),
+                );
+            }
+            (false, Some(_)) => {
+                return bad_request(
+                    "NextHopIpAddressNotAllowed",
+                    format!("route {name}: nextHopIpAddress is only allowed with VirtualAppliance"),
+                );
+            }
+            (false, None) => {}
+        }
+        let mut route = route_json(name, prefix, hop_type, hop);
+        route["properties"]["provisioningState"] = json!("Updating");
+        stored.push(route);
+    }
+    if stored.len() > s.config.max_routes {
+        return bad_request(
+            "QuotaExceeded",
+            format!(
+                "a route table can hold at most {} routes; the request has {}",
+                s.config.max_routes,
+                stored.len()
+            ),
+        );
+    }
+    let location = doc["location"]
+        .as_str()
+        .map(str::to_string)
+        .unwrap_or_else(|| s.config.location.clone());
+    let n = s.next();
+    let op_id = format!("00000000-0000-0000-0000-{n:012x}");
+    let fail_with = (!s.failing_operations.is_empty()).then(|| s.failing_operations.remove(0));
+    let duration = s.config.operation_duration;
+    let etag_n = s.next();
+    let subnet_default = s
+        .tables
+        .get(&key)
+        .map(|t| t.subnets.clone())
+        .unwrap_or_default();
+    let before = s
+        .tables
+        .get(&key)
+        .map(|t| t.routes.clone())
+        .unwrap_or_default();
+    let name = s
+        .tables
+        .get(&key)
+        .map_or_else(|| key.clone(), |t| t.name.clone());
+    s.tables.insert(
+        key.clone(),
+        TableState {
+            name,
+            location,
+            tags: doc["tags"].clone(),
+            etag: etag_n,
+            disable_bgp: doc["properties"]["disableBgpRoutePropagation"]
+                .as_bool()
+                .unwrap_or(false),
+            routes: stored,
+            subnets: subnet_default,
+            running: Some((op_id.clone(), before)),
+        },
+    );
+    s.operations.insert(
+        op_id.clone(),
+        OperationState {
+            table: key.clone(),
+            finishes: now + duration,
+            fail_with,
+            outcome: None,
+        },
+    );
+    let body = s
+        .tables
+        .get(&key)
+        .map(|t| s.table_json(t))
+        .unwrap_or(Value::Null);
+    let mut r: Reply = (
+        if exists {
+            StatusCode::OK
+        } else {
+            StatusCode::CREATED
+        },
+        body,
+    )
+        .into();
+    r.headers.push((
+        "azure-asyncoperation",
+        format!(
+            "{}/subscriptions/{}/providers/Microsoft.Network/locations/{}/operations/{op_id}?api-version=2024-05-01",
+            s.base, s.config.subscription, s.config.location
+        ),
+    ));
+    if let Some(secs) = s.config.operation_retry_after {
+        r.headers.push(("retry-after", secs.to_string()));
+    }
+    r
+}
