@@ -438,10 +438,14 @@ pub(crate) fn retry_after(h: &HeaderMap) -> Option<Duration> {
         return Some(Duration::from_secs(s));
     }
     let at = httpdate::parse_http_date(v).ok()?;
-    Some(
-        at.duration_since(SystemTime::now())
-            .unwrap_or(Duration::ZERO),
-    )
+    // A date has whole seconds: round up, or the retry lands just before
+    // the moment the server meant.
+    let left = at
+        .duration_since(SystemTime::now())
+        .unwrap_or(Duration::ZERO);
+    Some(Duration::from_secs(
+        left.as_secs() + u64::from(left.subsec_nanos() > 0),
+    ))
 }
 
 fn transport_error(e: &reqwest::Error) -> CloudError {
@@ -476,7 +480,7 @@ mod tests {
         let later = httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(30));
         let d = retry_after(&headers(&[("retry-after", &later)])).unwrap();
         assert!(
-            d <= Duration::from_secs(30) && d >= Duration::from_secs(28),
+            d <= Duration::from_secs(30) && d >= Duration::from_secs(29),
             "{d:?}"
         );
         assert_eq!(

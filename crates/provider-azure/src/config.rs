@@ -136,6 +136,10 @@ pub struct AzureConfig {
     /// format). Routes of either format are recognised as this cluster's.
     #[serde(rename = "ipv6DualStackEnabled")]
     pub ipv6_dual_stack_enabled: bool,
+    /// The Nodes' subnets (this project's key, not upstream's). A route
+    /// named for a Node that does not exist (any more) is this cluster's only
+    /// when its next hop is inside one of them; empty: any next hop.
+    pub node_subnets: Vec<route_core::Cidr>,
     /// Routes the table accepts (ARM: 1,000).
     pub max_routes: usize,
     /// How often a whole-table write is retried after a `412` (another
@@ -188,6 +192,7 @@ impl Default for AzureConfig {
             active_directory_authority_host: String::new(),
             imds_endpoint: DEFAULT_IMDS_ENDPOINT.into(),
             ipv6_dual_stack_enabled: false,
+            node_subnets: Vec::new(),
             max_routes: DEFAULT_MAX_ROUTES,
             max_conflict_retries: 5,
             request_timeout_seconds: 30,

@@ -61,7 +61,7 @@ pub struct FakeConfig {
     /// How long a write's operation stays `InProgress`.
     pub operation_duration: Duration,
     /// The `Retry-After` (seconds) of a write's answer and of an
-    /// `InProgress` status. ARM sends one; `None` sends none.
+    /// `InProgress` status (default 10). ARM sends one; `None` sends none.
     pub operation_retry_after: Option<u64>,
     /// The read bucket's size and refill per second.
     pub reads: (u32, f64),
@@ -86,7 +86,7 @@ impl Default for FakeConfig {
             token_lifetime: Duration::from_secs(3599),
             max_routes: 1000,
             operation_duration: Duration::from_millis(30),
-            operation_retry_after: Some(0),
+            operation_retry_after: Some(10),
             reads: (250, 25.0),
             writes: (200, 10.0),
             retry_after_as_date: false,
@@ -693,7 +693,8 @@ async fn handle(
 
 fn retry_after_value(s: &FakeState, secs: u64) -> String {
     if s.config.retry_after_as_date {
-        httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(secs.max(1)))
+        // A date has whole seconds: one more, so it is never earlier than meant.
+        httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(secs.max(1) + 1))
     } else {
         secs.to_string()
     }

@@ -23,9 +23,14 @@
 //! its name is one of the two formats this controller writes (the node name,
 //! or `<node>____<prefix without : . />` for exactly its own prefix, the
 //! node part a valid Node name), its next hop type is `VirtualAppliance` and
-//! its next hop is an IP address of the prefix's family. Any other route is
-//! not listed, so it is never deleted, and every whole-table write sends it
-//! back unchanged.
+//! its next hop is an IP address of the prefix's family. A route whose name
+//! is a Node that does not exist (a Node that is gone, or a hand-made route
+//! named like one: upstream's single-stack format is the bare node name, so
+//! the name alone cannot tell) is this cluster's only once the controller
+//! has shown a snapshot of the Nodes and, with `nodeSubnets` set, only when
+//! its next hop is inside one of them. Any other route is not listed, so it
+//! is never deleted, and every whole-table write sends it back unchanged.
+//! The controller itself deletes only routes inside the cluster CIDRs.
 
 pub mod config;
 #[cfg(feature = "testing")]
@@ -36,7 +41,7 @@ mod client;
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -228,6 +233,9 @@ pub struct AzureRoutes {
     /// The Nodes' addresses, by name, from the controller's snapshot (and
     /// from creations, for Nodes not in a snapshot yet).
     nodes: Mutex<HashMap<String, Vec<NodeAddress>>>,
+    /// Set by the first snapshot of Nodes: before it, a route to a Node not
+    /// known is not called this cluster's.
+    populated: AtomicBool,
     last_seen: Mutex<Option<TableState>>,
     /// Writes of this process go one at a time; a 412 then only comes from
     /// another writer.
@@ -260,6 +268,7 @@ impl AzureRoutes {
             table_path: config.table_path(),
             config: Arc::new(config),
             nodes: Mutex::new(HashMap::new()),
+            populated: AtomicBool::new(false),
             last_seen: Mutex::new(None),
             write_lock: tokio::sync::Mutex::new(()),
             conflict_retries: AtomicU64::new(0),
@@ -341,9 +350,22 @@ impl AzureRoutes {
             let nodes = self.nodes.lock().unwrap_or_else(|e| e.into_inner());
             match nodes.get(&node) {
                 Some(addrs) if internal_ips(addrs).any(|ip| ip == hop) => addrs.clone(),
-                // The Node is gone or has another address now: only the stale
-                // hop, so an address comparison asks for a new route.
-                _ => vec![NodeAddress::internal_ip(hop.to_string())],
+                // The Node has another address now: only the stale hop, so
+                // an address comparison asks for a new route.
+                Some(_) => vec![NodeAddress::internal_ip(hop.to_string())],
+                // No such Node: a route of a Node that is gone, or a
+                // hand-made route whose name looks like a Node's. Only a
+                // complete snapshot and a next hop in the Nodes' subnets
+                // make it this cluster's.
+                None => {
+                    if !self.populated.load(Ordering::Relaxed)
+                        || !(self.config.node_subnets.is_empty()
+                            || self.config.node_subnets.iter().any(|s| s.contains(hop)))
+                    {
+                        return None;
+                    }
+                    vec![NodeAddress::internal_ip(hop.to_string())]
+                }
             }
         };
         let mut route = Route::new(node, cidr)
@@ -519,8 +541,11 @@ impl AzureRoutes {
         }
     }
 
+    /// `Retry-After` when the answer has one above zero, else the poll
+    /// interval (a `0` would make a busy loop), at most the poll maximum.
     fn poll_wait(&self, a: &Answer) -> Duration {
         client::retry_after(&a.headers)
+            .filter(|d| !d.is_zero())
             .unwrap_or(Duration::from_millis(
                 self.config.operation_poll_interval_ms,
             ))
@@ -716,6 +741,7 @@ impl CloudRoutes for AzureRoutes {
             .map(|n| (n.name.clone(), n.addresses.clone()))
             .collect();
         *self.nodes.lock().unwrap_or_else(|e| e.into_inner()) = map;
+        self.populated.store(true, Ordering::Relaxed);
     }
 
     fn refresh_route(&self, route: &Route) -> Option<Route> {
@@ -816,6 +842,12 @@ mod tests {
     #[test]
     fn only_routes_of_this_clusters_shape_are_listed() {
         let p = provider(false);
+        // Before any snapshot a route to an unknown Node is not called ours.
+        assert!(
+            p.to_route(&raw("n1", "10.244.1.0/24", "VirtualAppliance", "10.0.0.5"))
+                .is_none()
+        );
+        p.observe_nodes(&[]);
         let r = p
             .to_route(&raw("n1", "10.244.1.0/24", "VirtualAppliance", "10.0.0.5"))
             .unwrap();
