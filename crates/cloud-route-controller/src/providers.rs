@@ -18,13 +18,20 @@ pub const PROVIDERS: &[&str] = &[
     "openstack",
     #[cfg(feature = "hcloud")]
     "hcloud",
+    #[cfg(feature = "azure")]
+    "azure",
 ];
 
 /// Builds the provider named by `--cloud-provider`.
 /// Providers that wait inside a call (token buckets, throttling pauses)
 /// check `fence` again after each wait.
 #[cfg_attr(
-    not(any(feature = "aws", feature = "hcloud", feature = "openstack")),
+    not(any(
+        feature = "aws",
+        feature = "hcloud",
+        feature = "openstack",
+        feature = "azure"
+    )),
     allow(unused_variables, reason = "only the real providers use the fence")
 )]
 pub async fn build(
@@ -89,6 +96,19 @@ pub async fn build(
             let cloud = provider_openstack::OpenStackRoutes::new(cfg)
                 .map_err(|e| anyhow::anyhow!("{e}"))
                 .context("configuring the openstack provider")?
+                .with_fence(fence.clone());
+            Ok(Arc::new(cloud))
+        }
+        #[cfg(feature = "azure")]
+        "azure" => {
+            let path = config.context(
+                "--cloud-provider azure needs --cloud-config (the cloud provider's azure.json: subscriptionId, resourceGroup, routeTableName and a credential)",
+            )?;
+            let cfg = provider_azure::AzureConfig::from_file(path)
+                .with_context(|| format!("--cloud-config {}", path.display()))?;
+            let cloud = provider_azure::AzureRoutes::new(cfg)
+                .map_err(|e| anyhow::anyhow!("{e}"))
+                .context("configuring the azure provider")?
                 .with_fence(fence.clone());
             Ok(Arc::new(cloud))
         }

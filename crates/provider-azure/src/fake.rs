@@ -432,6 +432,15 @@ impl FakeAzure {
             })
     }
 
+    /// A write's operation is still running on `table` (a `PUT` now would be
+    /// answered `429 RetryableErrorDueToAnotherOperation`).
+    pub fn operation_running(&self, table: &str) -> bool {
+        self.lock()
+            .tables
+            .get(&table.to_ascii_lowercase())
+            .is_some_and(|t| t.running.is_some())
+    }
+
     /// The table's current ETag.
     pub fn etag(&self, table: &str) -> Option<String> {
         self.lock()

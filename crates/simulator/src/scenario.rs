@@ -31,6 +31,10 @@ pub const SHIPPED: &[(&str, &str)] = &[
         "throttle-storm-50",
         include_str!("../scenarios/throttle-storm-50.toml"),
     ),
+    (
+        "azure-kubenet-400",
+        include_str!("../scenarios/azure-kubenet-400.toml"),
+    ),
 ];
 
 /// Why a scenario cannot be used.

@@ -1,0 +1,233 @@
+//! End to end on Azure: the binary with `--cloud-provider azure` against the
+//! real API server and the stateful fake of ARM's `routeTables` resource
+//! (whole-table `PUT` with `If-Match`, long-running operations of a second
+//! each, ARM's throttling, a client-secret token from the fake's Entra
+//! endpoint). A burst of 100 Nodes is a handful of `PUT`s; a second writer
+//! that changes the table between the controller's read and its write gets
+//! its route kept (the `412` is answered with a fresh read, not a lost
+//! update); 10 deleted Nodes lose their routes in one or two `PUT`s; routes
+//! that are not this cluster's survive every write and `cleanup`.
+
+mod common;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::{Controller, TempDir, binary, free_port, http_get};
+use provider_azure::fake::{FakeAzure, FakeConfig};
+use test_cluster::{TestCluster, TestNode, wait_until};
+
+const TABLE: &str = "k8s-routes";
+const NODES: u32 = 100;
+const DELETED: u32 = 10;
+
+fn ip(i: u32) -> String {
+    format!("10.0.0.{}", 10 + i)
+}
+
+/// Our routes in the table: `(name, prefix, next hop)`, sorted.
+fn ours(fake: &FakeAzure) -> Vec<(String, String, String)> {
+    let mut v: Vec<(String, String, String)> = fake
+        .routes(TABLE)
+        .into_iter()
+        .filter(|r| r.0.starts_with("az-"))
+        .map(|(n, p, _, h)| (n, p, h))
+        .collect();
+    v.sort();
+    v
+}
+
+fn expect(live: std::ops::Range<u32>) -> Vec<(String, String, String)> {
+    let mut v: Vec<(String, String, String)> = live
+        .map(|i| (format!("az-{i}"), format!("10.244.{i}.0/24"), ip(i)))
+        .collect();
+    v.sort();
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_100_nodes_is_a_handful_of_puts_and_a_concurrent_writer_keeps_its_route() {
+    let t0 = std::time::Instant::now();
+    let c = TestCluster::acquire().await.expect("API server");
+    let fake = FakeAzure::start(FakeConfig {
+        // NRP operations take seconds; changes that arrive meanwhile wait
+        // for the next write.
+        operation_duration: Duration::from_secs(1),
+        ..FakeConfig::default()
+    })
+    .await
+    .expect("the fake starts");
+    fake.add_table(TABLE);
+    // Other tools' routes: a default route to a firewall in the hub network,
+    // and a route with a Node-like name inside the cluster CIDR whose next
+    // hop is outside the Nodes' subnet.
+    fake.put_route(
+        TABLE,
+        "Default_Route",
+        "0.0.0.0/0",
+        "VirtualAppliance",
+        Some("10.1.0.4"),
+    );
+    fake.put_route(
+        TABLE,
+        "hub-nva",
+        "10.244.250.0/24",
+        "VirtualAppliance",
+        Some("10.1.0.5"),
+    );
+
+    let dir = TempDir::new("azure");
+    let cfg = dir.path().join("azure.json");
+    let mut doc: serde_json::Value =
+        serde_json::from_str(&fake.cloud_config(TABLE)).expect("the fake's azure.json");
+    doc["nodeSubnets"] = serde_json::json!(["10.0.0.0/24"]);
+    std::fs::write(&cfg, doc.to_string()).expect("write the cloud config");
+    let port = free_port();
+    let metrics = format!("127.0.0.1:{port}");
+    let mut ctl = Controller::start(
+        c.kubeconfig_path(),
+        dir.path(),
+        "controller",
+        &[
+            "--cluster-cidr",
+            "10.244.0.0/16",
+            "--cloud-provider",
+            "azure",
+            "--cloud-config",
+            cfg.to_str().expect("utf-8 path"),
+            "--leader-elect=false",
+            "--metrics-bind-address",
+            &metrics,
+        ],
+    );
+    wait_until(
+        Duration::from_secs(60),
+        "the first list of the table",
+        || async { (fake.count("get_table") > 0).then_some(()) },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
+
+    // Another writer changes the table between the controller's read and
+    // its first write.
+    fake.put_route_before_next_put(
+        TABLE,
+        "peering",
+        "10.50.0.0/16",
+        "VirtualNetworkGateway",
+        None,
+    );
+    let burst = std::time::Instant::now();
+    for i in 0..NODES {
+        c.create_node(
+            &TestNode::new(format!("az-{i}"))
+                .pod_cidrs([format!("10.244.{i}.0/24")])
+                .internal_ip(ip(i)),
+        )
+        .await
+        .expect("create the test Node");
+    }
+    let created_in = burst.elapsed();
+    wait_until(
+        Duration::from_secs(180),
+        "100 Node routes in the table",
+        || async { (ours(&fake) == expect(0..NODES)).then_some(()) },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{:?}\n{}", fake.answers(), ctl.log_text()));
+    let routed_in = burst.elapsed();
+    let burst_puts = fake.count("put_table");
+    let conflicts = fake.count_status("put_table", 412);
+    eprintln!(
+        "azure: {NODES} Nodes created in {created_in:?}, routed after {routed_in:?} with {burst_puts} PUTs ({conflicts} answered 412); requests {:?}",
+        fake.answers()
+    );
+    assert!(
+        burst_puts <= 6,
+        "a burst of {NODES} Nodes took {burst_puts} whole-table PUTs: {:?}",
+        fake.answers()
+    );
+    assert_eq!(
+        conflicts, 1,
+        "the second writer's change makes exactly one PUT stale"
+    );
+    let names: Vec<String> = fake.routes(TABLE).into_iter().map(|r| r.0).collect();
+    for foreign in ["Default_Route", "hub-nva", "peering"] {
+        assert!(
+            names.iter().any(|n| n == foreign),
+            "{foreign} was lost: {names:?}"
+        );
+    }
+
+    let before = fake.count("put_table");
+    for i in NODES - DELETED..NODES {
+        c.delete_node(&format!("az-{i}"))
+            .await
+            .expect("delete Node");
+    }
+    wait_until(
+        Duration::from_secs(120),
+        "the 10 deleted Nodes' routes gone",
+        || async { (ours(&fake) == expect(0..NODES - DELETED)).then_some(()) },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
+    let delete_puts = fake.count("put_table") - before;
+    eprintln!("azure: {DELETED} deletions took {delete_puts} PUTs");
+    assert!(
+        (1..=3).contains(&delete_puts),
+        "{DELETED} deletions took {delete_puts} PUTs"
+    );
+    assert_eq!(fake.with_status(429), 0, "the controller was throttled");
+
+    let (code, body) = http_get(&format!("http://{metrics}"), "/metrics").expect("metrics");
+    assert_eq!(code, 200);
+    assert!(
+        body.contains("route_controller_cloud_requests_total{provider=\"azure\""),
+        "{body}"
+    );
+    assert!(ctl.is_running(), "{}", ctl.log_text());
+    let log = ctl.log_text();
+    assert!(
+        !log.contains(&fake.config().client_secret),
+        "the client secret is in the log"
+    );
+    assert_eq!(ctl.stop(), Some(0), "{log}");
+
+    // The table takes one operation at a time: cleanup's write would be
+    // refused while the controller's last one runs.
+    wait_until(
+        Duration::from_secs(30),
+        "the last operation to end",
+        || async { (!fake.operation_running(TABLE)).then_some(()) },
+    )
+    .await
+    .expect("the operation ends");
+    let out = tokio::process::Command::new(binary())
+        .arg("cleanup")
+        .args(["--cluster-cidr", "10.244.0.0/16"])
+        .args(["--cloud-provider", "azure", "--cloud-config"])
+        .arg(&cfg)
+        .arg("--yes")
+        .stdin(Stdio::null())
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(120), out)
+        .await
+        .expect("cleanup finished within 120 s")
+        .expect("run cleanup");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let owned = NODES - DELETED;
+    assert!(
+        stdout.contains(&format!("Deleted {owned} of {owned} routes.")),
+        "{stdout}"
+    );
+    let mut left: Vec<String> = fake.routes(TABLE).into_iter().map(|r| r.0).collect();
+    left.sort();
+    assert_eq!(left, ["Default_Route", "hub-nva", "peering"]);
+    eprintln!("azure e2e done after {:?}", t0.elapsed());
+}
