@@ -176,10 +176,14 @@ struct FakeState {
     injected: Vec<Injected>,
     failing_operations: Vec<String>,
     before_next_put: Vec<(String, Edit)>,
+    hold_operations: bool,
 }
 
 impl FakeState {
     fn tick(&mut self, now: Instant) {
+        if self.hold_operations {
+            return;
+        }
         for (id, op) in &mut self.operations {
             if op.outcome.is_some() || op.finishes > now {
                 continue;
@@ -342,6 +346,7 @@ impl FakeAzure {
             injected: Vec::new(),
             failing_operations: Vec::new(),
             before_next_put: Vec::new(),
+            hold_operations: false,
         }));
         let app = Router::new()
             .fallback(handle)
@@ -500,6 +505,13 @@ impl FakeAzure {
     /// goes back to what it was.
     pub fn fail_next_operation(&self, code: &str) {
         self.lock().failing_operations.push(code.into());
+    }
+
+    /// While held, no operation ends (each stays `InProgress`, the table
+    /// `Updating`), however long it runs; released, those whose time is up
+    /// end at the next request. Lets a test decide when a write finishes.
+    pub fn hold_operations(&self, hold: bool) {
+        self.lock().hold_operations = hold;
     }
 
     /// Sets how long a write's operation runs.
