@@ -243,3 +243,116 @@ async fn a_burst_of_100_nodes_is_a_handful_of_puts_and_a_concurrent_writer_keeps
     assert_eq!(left, ["Default_Route", "hub-nva", "peering"]);
     eprintln!("azure e2e done after {:?}", t0.elapsed());
 }
+
+/// Workload identity (the projected token as client assertion), trace
+/// logging, and failures whose messages reach logs and Events: neither the
+/// federated token nor an ARM access token appears in the log, the Events
+/// or `/metrics`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workload_identity_secrets_never_appear_in_trace_logs_events_or_metrics() {
+    let c = TestCluster::acquire().await.expect("API server");
+    let fake = FakeAzure::start(FakeConfig::default())
+        .await
+        .expect("the fake starts");
+    fake.add_table(TABLE);
+    let dir = TempDir::new("azure-wi");
+    let token_file = dir.path().join("azure-identity-token");
+    let federated = fake.config().federated_token;
+    std::fs::write(&token_file, &federated).expect("write the token file");
+    let mut doc: serde_json::Value =
+        serde_json::from_str(&fake.cloud_config(TABLE)).expect("the fake's azure.json");
+    let obj = doc.as_object_mut().expect("an object");
+    obj.remove("aadClientSecret");
+    obj.insert(
+        "useFederatedWorkloadIdentityExtension".into(),
+        serde_json::json!(true),
+    );
+    obj.insert(
+        "aadFederatedTokenFile".into(),
+        serde_json::json!(token_file.to_str().expect("utf-8 path")),
+    );
+    let cfg = dir.path().join("azure.json");
+    std::fs::write(&cfg, doc.to_string()).expect("write the cloud config");
+    // Failures carry ARM's messages into logs and Events.
+    fake.fail_next("put_table", 2, 500, "InternalServerError");
+    let port = free_port();
+    let metrics = format!("127.0.0.1:{port}");
+    let log = dir.path().join("controller.log");
+    let child = std::process::Command::new(binary())
+        .arg("--kubeconfig")
+        .arg(c.kubeconfig_path())
+        .args([
+            "--cluster-cidr",
+            "10.244.0.0/16",
+            "--cloud-provider",
+            "azure",
+            "--cloud-config",
+            cfg.to_str().expect("utf-8 path"),
+            "--leader-elect=false",
+            "--metrics-bind-address",
+            &metrics,
+        ])
+        .env("RUST_LOG", "trace")
+        .env_remove("AZURE_CLIENT_SECRET")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log file"))
+        .spawn()
+        .expect("start cloud-route-controller");
+    let ctl = Controller {
+        child,
+        log,
+        metrics: None,
+    };
+    for i in 0..3u32 {
+        c.create_node(
+            &TestNode::new(format!("wi-{i}"))
+                .pod_cidrs([format!("10.244.{}.0/24", 100 + i)])
+                .internal_ip(ip(100 + i)),
+        )
+        .await
+        .expect("create the test Node");
+    }
+    wait_until(
+        Duration::from_secs(120),
+        "3 routes after the 500s",
+        || async { (fake.routes(TABLE).len() == 3).then_some(()) },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{:?}\n{}", fake.answers(), ctl.log_text()));
+    assert_eq!(
+        fake.count_status("put_table", 500),
+        2,
+        "{:?}",
+        fake.answers()
+    );
+    assert!(fake.count_status("token", 200) >= 1, "{:?}", fake.answers());
+    let (code, body) = http_get(&format!("http://{metrics}"), "/metrics").expect("metrics");
+    assert_eq!(code, 200);
+    let mut events = String::new();
+    for i in 0..3u32 {
+        let ev = c.node_events(&format!("wi-{i}")).await.expect("events");
+        events.push_str(&serde_json::to_string(&ev).expect("events as JSON"));
+    }
+    let text = ctl.log_text();
+    assert!(
+        text.len() > 10_000,
+        "the trace log is too short to mean anything"
+    );
+    for (what, haystack) in [("log", &text), ("Events", &events), ("metrics", &body)] {
+        assert!(
+            !haystack.contains(&federated),
+            "the federated token is in the {what}"
+        );
+        assert!(
+            !haystack.contains("fake-arm-token-"),
+            "an ARM access token is in the {what}"
+        );
+    }
+    eprintln!(
+        "azure workload identity: {} KB of trace log, {} KB of Events, {} KB of metrics searched",
+        text.len() / 1024,
+        events.len() / 1024,
+        body.len() / 1024
+    );
+    assert_eq!(ctl.stop(), Some(0), "{text}");
+}
