@@ -18,7 +18,7 @@ use test_cluster::TestCluster;
 
 const NAMESPACE: &str = "kube-system";
 const RELEASE: &str = "cloud-route-controller";
-const PROVIDERS: &[&str] = &["memory", "aws", "openstack", "hcloud"];
+const PROVIDERS: &[&str] = &["memory", "aws", "openstack", "hcloud", "azure"];
 const RBAC_KINDS: &[&str] = &[
     "ServiceAccount",
     "ClusterRole",
@@ -180,6 +180,14 @@ fn provider_accepts(provider: &str, text: &str) {
             let c: provider_hcloud::HcloudConfig =
                 serde_yaml_ng::from_str(text).unwrap_or_else(|e| panic!("{text}: {e}"));
             c.validate().unwrap_or_else(|e| panic!("{text}: {e}"));
+        }
+        "azure" => {
+            // The secret comes from AZURE_CLIENT_SECRET (the Secret) at run
+            // time; here it is put into the text the way the environment would.
+            let with_secret = format!("{text}aadClientSecret: from-the-secret\n");
+            provider_azure::AzureConfig::from_yaml(&with_secret)
+                .and_then(|c| c.validate())
+                .unwrap_or_else(|e| panic!("{with_secret}: {e}"));
         }
         other => panic!("no check for provider {other}"),
     }
