@@ -5,6 +5,9 @@
 # so the build happens once per machine.
 #   scripts/build-gotool.sh helm      # helm.sh/helm/v3/cmd/helm
 #   scripts/build-gotool.sh promtool  # github.com/prometheus/prometheus/cmd/promtool
+#   scripts/build-gotool.sh azure-wire-check  # the project's own tools/azure-wire-check
+#     (a local module on the official Azure SDK for Go; its cache key also
+#     covers go.mod and the sources, since they are not pinned elsewhere)
 # Prints the path of the binary on its last line of stdout.
 set -euo pipefail
 
@@ -13,16 +16,22 @@ name=${1:-}
 case "$name" in
   helm) module=helm.sh/helm/v3 ;;
   promtool) module=github.com/prometheus/prometheus ;;
-  *) echo "usage: $0 helm|promtool (got '${name}')" >&2; exit 2 ;;
+  azure-wire-check) module="" ;;
+  *) echo "usage: $0 helm|promtool|azure-wire-check (got '${name}')" >&2; exit 2 ;;
 esac
 mod="$root/tools/$name"
 modver() { awk -v m="$1" '$1==m && $2 ~ /^v/ {print $2; exit}' "$mod/go.mod"; }
-version=$(modver "$module")
-if [[ -z "$version" ]]; then
-  echo "cannot read the version of $module from $mod/go.mod" >&2
-  exit 1
+if [[ -n "$module" ]]; then
+  version=$(modver "$module")
+  if [[ -z "$version" ]]; then
+    echo "cannot read the version of $module from $mod/go.mod" >&2
+    exit 1
+  fi
+  sum_hash=$(sha256sum "$mod/go.sum" | cut -c1-12)
+else
+  version=local
+  sum_hash=$(cd "$mod" && cat go.mod go.sum ./*.go | sha256sum | cut -c1-12)
 fi
-sum_hash=$(sha256sum "$mod/go.sum" | cut -c1-12)
 cache_root=${CRC_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/cloud-route-controller}
 out="$cache_root/tools/$name-$version-$sum_hash"
 
@@ -54,13 +63,18 @@ case "$name" in
     ldflags="-s -w -X github.com/prometheus/common/version.Version=$version \
  -X github.com/prometheus/common/version.Branch=release"
     ;;
+  azure-wire-check)
+    pkg=.
+    ldflags="-s -w"
+    ;;
 esac
 
 tmp="$out.partial.$$"
 mkdir -p "$tmp"
 trap 'rm -rf "$tmp"' EXIT
 start=$SECONDS
-log "building $pkg $version (once per machine; a few minutes on 2 cores)"
+label=$pkg; [[ $pkg == . ]] && label="tools/$name"
+log "building $label $version (once per machine; a few minutes on 2 cores)"
 # A heartbeat so a long compile is never silent.
 ( while sleep 60; do log "  still building ($((SECONDS - start))s elapsed)"; done ) &
 hb=$!

@@ -4,7 +4,8 @@
 # local control plane for all integration tests, and runs lint, unit,
 # property, integration and end-to-end tests. The deploy tests' tools
 # (podman from apt when missing; helm and promtool from their Go modules,
-# once per machine) are prepared alongside the Rust build. Servers and
+# once per machine) and the Azure wire check (tools/azure-wire-check, on
+# the official Azure SDK for Go) are prepared alongside the Rust build. Servers and
 # builds it starts are stopped on exit, whatever happens.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -33,7 +34,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-step "tools for the deploy tests: podman, helm and promtool (the Go tools built once per machine, in the background)"
+step "tools for the tests: podman, helm, promtool and azure-wire-check (the Go tools built once per machine, in the background)"
 # podman builds and unpacks the container image (tests/container_image.rs).
 if ! command -v podman >/dev/null; then
   if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
@@ -49,9 +50,11 @@ if ! command -v podman >/dev/null; then
   fi
 fi
 # helm and promtool compile while cargo builds (cargo alone leaves a core idle
-# much of the time); their progress lines are prefixed [helm ...] / [promtool ...].
+# much of the time); their progress lines are prefixed [helm ...] / [promtool ...]
+# / [azure-wire-check ...].
 set -m
-( scripts/build-gotool.sh helm >/dev/null && scripts/build-gotool.sh promtool >/dev/null ) &
+( scripts/build-gotool.sh helm >/dev/null && scripts/build-gotool.sh promtool >/dev/null \
+  && scripts/build-gotool.sh azure-wire-check >/dev/null ) &
 tools_pid=$!
 set +m
 
@@ -62,10 +65,10 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 step "build"
 cargo build --workspace --all-targets --locked
 
-step "waiting for helm and promtool"
+step "waiting for helm, promtool and azure-wire-check"
 if ! wait "$tools_pid"; then
   tools_pid=""
-  echo "FAILED: building helm or promtool (see the [helm]/[promtool] lines above)" >&2
+  echo "FAILED: building helm, promtool or azure-wire-check (see the [helm]/[promtool]/[azure-wire-check] lines above)" >&2
   exit 1
 fi
 tools_pid=""

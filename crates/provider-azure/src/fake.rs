@@ -21,6 +21,18 @@
 //! | `POST /{tenant}/oauth2/v2.0/token` with `grant_type=client_credentials` and `client_secret`, or `client_assertion_type=urn:ietf:params:oauth:client-assertion-type:jwt-bearer` + `client_assertion` (workload identity), `scope=<arm>/.default`; answer `{token_type, expires_in, access_token}`; `400/401 invalid_client` | Microsoft identity platform, "OAuth 2.0 client credentials flow" (shared secret and federated credential) |
 //! | `GET /metadata/identity/oauth2/token?api-version=2018-02-01&resource=` with `Metadata: true`; `expires_in` as a string | "How to use managed identities for Azure resources on an Azure VM to acquire an access token" (IMDS) |
 //! | `400 MissingApiVersionParameter` without `api-version`, `401 InvalidAuthenticationToken` without a valid bearer token | ARM's common error answers |
+//!
+//! The wire format is checked by the official Azure SDK for Go, not only by
+//! this crate's client: `tests/official_sdk_wire.rs` runs
+//! `tools/azure-wire-check` (armnetwork v6 `RouteTablesClient` on azcore's
+//! ARM pipeline) against the fake: a throttled `GET` retried after
+//! `Retry-After`, a `PUT` with `If-Match` polled to the end through
+//! `Azure-AsyncOperation`, `412 PreconditionFailed` and `404
+//! ResourceNotFound` as `azcore.ResponseError` codes, and a `PUT` during a
+//! running operation retried by the SDK. Run it with
+//! `cargo test -p provider-azure --test official_sdk_wire`. The per-route
+//! `routeTables/{table}/routes/{route}` resource is not served: the
+//! provider writes whole tables only.
 
 use std::collections::{BTreeMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
