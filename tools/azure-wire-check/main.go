@@ -20,6 +20,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -249,14 +250,20 @@ func main() {
 		if tries[0].code != "SubscriptionRequestsThrottled" {
 			fail("throttled-get-retried", "the 429 has error code %q, want SubscriptionRequestsThrottled", tries[0].code)
 		}
-		ra, perr := time.ParseDuration(tries[0].retryAfter + "s")
-		if perr != nil || ra <= 0 {
-			fail("throttled-get-retried", "the 429 has no Retry-After in seconds (%q)", tries[0].retryAfter)
+		// Retry-After is seconds or an HTTP date (RFC 9110); the SDK reads both.
+		var ra time.Duration
+		if secs, perr := strconv.Atoi(tries[0].retryAfter); perr == nil {
+			ra = time.Duration(secs) * time.Second
+		} else if date, derr := http.ParseTime(tries[0].retryAfter); derr == nil {
+			ra = date.Sub(tries[0].at)
+		}
+		if ra <= 0 {
+			fail("throttled-get-retried", "the 429 has no usable Retry-After (%q)", tries[0].retryAfter)
 		}
 		if waited := tries[1].at.Sub(tries[0].at); waited < ra {
 			fail("throttled-get-retried", "retried after %v, before Retry-After %v", waited, ra)
 		}
-		ok("throttled-get-retried", "GET 429 %s with Retry-After %s, retried by the SDK's retry policy after it, then GET 200", tries[0].code, tries[0].retryAfter)
+		ok("throttled-get-retried", "GET 429 %s with Retry-After %q, retried by the SDK's retry policy %v later, then GET 200", tries[0].code, tries[0].retryAfter, tries[1].at.Sub(tries[0].at).Round(time.Millisecond))
 	} else if len(tries) != 1 || tries[0].status != http.StatusOK {
 		fail("get", "want one try GET 200, got %v", statuses(tries))
 	}

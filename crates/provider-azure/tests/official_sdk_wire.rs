@@ -38,8 +38,10 @@ fn wire_check() -> PathBuf {
     PathBuf::from(path)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_official_go_sdk_reads_writes_and_polls_the_fake() {
+/// Runs every check of `tools/azure-wire-check` against a fake started with
+/// `config` (its table throttled once), asserts each passed and what the
+/// fake saw, and returns the program's output.
+async fn run_all_checks(config: FakeConfig) -> String {
     let tool = tokio::task::spawn_blocking(wire_check)
         .await
         .expect("the build task");
@@ -48,7 +50,7 @@ async fn the_official_go_sdk_reads_writes_and_polls_the_fake() {
         // and the back-to-back second write meets the running operation.
         operation_duration: Duration::from_millis(2000),
         operation_retry_after: Some(1),
-        ..FakeConfig::default()
+        ..config
     })
     .await
     .expect("the fake starts");
@@ -144,4 +146,32 @@ async fn the_official_go_sdk_reads_writes_and_polls_the_fake() {
     // The table is left as found, with a new ETag.
     assert!(f.routes(TABLE).is_empty(), "{:?}", f.routes(TABLE));
     assert_ne!(f.etag(TABLE).as_deref(), Some(etag_before.as_str()));
+    stdout.into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_go_sdk_reads_writes_and_polls_the_fake() {
+    let out = run_all_checks(FakeConfig::default()).await;
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("ok throttled-get-retried: "))
+        .expect("the throttling check ran");
+    assert!(line.contains("Retry-After \"1\""), "{line}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_go_sdk_waits_out_a_retry_after_http_date() {
+    let out = run_all_checks(FakeConfig {
+        retry_after_as_date: true,
+        ..FakeConfig::default()
+    })
+    .await;
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("ok throttled-get-retried: "))
+        .expect("the throttling check ran");
+    assert!(
+        line.contains(" GMT\""),
+        "Retry-After was not a date: {line}"
+    );
 }
