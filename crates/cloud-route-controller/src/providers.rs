@@ -18,13 +18,20 @@ pub const PROVIDERS: &[&str] = &[
     "openstack",
     #[cfg(feature = "hcloud")]
     "hcloud",
+    #[cfg(feature = "gce")]
+    "gce",
 ];
 
 /// Builds the provider named by `--cloud-provider`.
 /// Providers that wait inside a call (token buckets, throttling pauses)
 /// check `fence` again after each wait.
 #[cfg_attr(
-    not(any(feature = "aws", feature = "hcloud", feature = "openstack")),
+    not(any(
+        feature = "aws",
+        feature = "hcloud",
+        feature = "openstack",
+        feature = "gce"
+    )),
     allow(unused_variables, reason = "only the real providers use the fence")
 )]
 pub async fn build(
@@ -89,6 +96,17 @@ pub async fn build(
             let cloud = provider_openstack::OpenStackRoutes::new(cfg)
                 .map_err(|e| anyhow::anyhow!("{e}"))
                 .context("configuring the openstack provider")?
+                .with_fence(fence.clone());
+            Ok(Arc::new(cloud))
+        }
+        #[cfg(feature = "gce")]
+        "gce" => {
+            let cfg: provider_gce::GceConfig = read_config(config)?.context(
+                "--cloud-provider gce needs --cloud-config (at least `project` and `network`)",
+            )?;
+            let cloud = provider_gce::GceRoutes::connect(cfg)
+                .await
+                .context("configuring the gce provider")?
                 .with_fence(fence.clone());
             Ok(Arc::new(cloud))
         }

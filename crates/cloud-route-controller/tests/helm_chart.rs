@@ -18,7 +18,7 @@ use test_cluster::TestCluster;
 
 const NAMESPACE: &str = "kube-system";
 const RELEASE: &str = "cloud-route-controller";
-const PROVIDERS: &[&str] = &["memory", "aws", "openstack", "hcloud"];
+const PROVIDERS: &[&str] = &["memory", "aws", "openstack", "hcloud", "gce"];
 const RBAC_KINDS: &[&str] = &[
     "ServiceAccount",
     "ClusterRole",
@@ -178,6 +178,11 @@ fn provider_accepts(provider: &str, text: &str) {
         }
         "hcloud" => {
             let c: provider_hcloud::HcloudConfig =
+                serde_yaml_ng::from_str(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            c.validate().unwrap_or_else(|e| panic!("{text}: {e}"));
+        }
+        "gce" => {
+            let c: provider_gce::GceConfig =
                 serde_yaml_ng::from_str(text).unwrap_or_else(|e| panic!("{text}: {e}"));
             c.validate().unwrap_or_else(|e| panic!("{text}: {e}"));
         }

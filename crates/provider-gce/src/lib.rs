@@ -14,9 +14,10 @@
 //! - lists with `routes.list` filtered on the server as upstream
 //!   (`gce_routes.go`) does: name `<cluster[:26]>-.*`, the network's URL and
 //!   description `k8s-node-route`, one request per page of up to 500, and
-//!   checks the three again on every answer, so routes of other clusters,
-//!   networks or tools in the same project are never listed, hence never
-//!   deleted;
+//!   checks the three again on every answer, the name strictly (see
+//!   [`owned_name`]: upstream's `<cluster>-.*` also matches cluster
+//!   `<cluster>-prod`), so routes of other clusters, networks or tools in the
+//!   same project are never listed, hence never deleted;
 //! - creates with one `routes.insert` (priority 1000, description
 //!   `k8s-node-route`, `nextHopInstance` from the Node's providerID
 //!   `gce://<project>/<zone>/<instance>`, no `instances.get`), deletes with
@@ -218,6 +219,35 @@ impl InstanceRef {
             self.project, self.zone, self.name
         )
     }
+}
+
+/// Whether `name` is one `cluster` gives its route to `dest_range`: the
+/// prefix and a dash, then either this provider's spelling of the
+/// destination ([`route_name`]) or a UID (upstream's `<prefix>-<node UID>`,
+/// so routes upstream created are adopted). Upstream's `<prefix>-.*` alone
+/// would also claim cluster `k8s-prod`'s routes for cluster `k8s`.
+pub fn owned_name(cluster: &str, name: &str, dest_range: &str) -> bool {
+    let Some(suffix) = name
+        .strip_prefix(cluster_prefix(cluster))
+        .and_then(|s| s.strip_prefix('-'))
+    else {
+        return false;
+    };
+    if is_uid(suffix) {
+        return true;
+    }
+    Cidr::parse(dest_range).is_ok_and(|d| route_name(cluster, &d) == name)
+}
+
+/// A Kubernetes UID: 8-4-4-4-12 lowercase hex digits.
+fn is_uid(s: &str) -> bool {
+    let groups: Vec<&str> = s.split('-').collect();
+    groups.len() == 5
+        && groups.iter().zip([8, 4, 4, 4, 12]).all(|(g, n)| {
+            g.len() == n
+                && g.bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        })
 }
 
 /// The `projects/...` path of a resource URL (`network`, `selfLink`), so a
@@ -490,8 +520,10 @@ impl GceRoutes {
     /// Whether a listed route is this cluster's: the name prefix, the
     /// network and the description, checked again on this side.
     fn owned(&self, cluster: &str, r: &google_cloud_compute_v1::model::Route) -> bool {
-        let prefix = format!("{}-", cluster_prefix(cluster));
-        r.name.as_deref().is_some_and(|n| n.starts_with(&prefix))
+        r.name
+            .as_deref()
+            .zip(r.dest_range.as_deref())
+            .is_some_and(|(n, d)| owned_name(cluster, n, d))
             && r.network
                 .as_deref()
                 .is_some_and(|n| resource_path(n) == resource_path(&self.network_url))
@@ -790,14 +822,13 @@ impl CloudRoutes for GceRoutes {
 
     /// One `routes.delete` by name plus the wait for its operation.
     async fn delete_route(&self, cluster: &str, route: &Route) -> Result<(), CloudError> {
-        let prefix = format!("{}-", cluster_prefix(cluster));
-        if !route.name.starts_with(&prefix) {
+        if !owned_name(cluster, &route.name, &route.destination.to_string()) {
             // Never delete a route whose name this cluster does not own.
             return Err(CloudError::new(
                 ErrorKind::InvalidRequest,
                 format!(
-                    "gce: route {:?} is not named {prefix}...; not this cluster's",
-                    route.name
+                    "gce: route {:?} for {} is not named as cluster {cluster:?}'s routes are; not deleted",
+                    route.name, route.destination
                 ),
             ));
         }
@@ -840,6 +871,30 @@ mod tests {
         );
         assert_ne!(v6, route_name(long, &c("fd00:10:244:1:2:3:5:0/120")));
         assert_eq!(cluster_prefix("short"), "short");
+    }
+
+    #[test]
+    fn a_cluster_owns_its_spelled_names_and_upstream_uid_names_only() {
+        assert!(owned_name("k8s", "k8s-10-244-1-0-24", "10.244.1.0/24"));
+        assert!(owned_name(
+            "k8s",
+            "k8s-3f2504e0-4f89-11d3-9a0c-0305e82c3301",
+            "10.244.1.0/24"
+        ));
+        // Cluster k8s-prod's routes match upstream's `k8s-.*` too.
+        assert!(!owned_name(
+            "k8s",
+            "k8s-prod-10-244-1-0-24",
+            "10.244.1.0/24"
+        ));
+        assert!(!owned_name(
+            "k8s",
+            "k8s-prod-3f2504e0-4f89-11d3-9a0c-0305e82c3301",
+            "10.244.1.0/24"
+        ));
+        assert!(!owned_name("k8s", "k8s-10-244-1-0-24", "10.244.2.0/24"));
+        assert!(!owned_name("k8s", "k8s10-244-1-0-24", "10.244.1.0/24"));
+        assert!(!owned_name("k8s", "k8s-terraform-pinned", "10.244.1.0/24"));
     }
 
     #[test]

@@ -31,6 +31,10 @@ pub const SHIPPED: &[(&str, &str)] = &[
         "throttle-storm-50",
         include_str!("../scenarios/throttle-storm-50.toml"),
     ),
+    (
+        "gce-routes-300",
+        include_str!("../scenarios/gce-routes-300.toml"),
+    ),
 ];
 
 /// Why a scenario cannot be used.
