@@ -64,7 +64,7 @@ pub struct ClusterArgs {
     #[arg(long, value_name = "CIDR[,CIDR]")]
     pub cluster_cidr: Option<String>,
 
-    /// The cloud provider: memory (simulated), aws, openstack, hcloud or azure.
+    /// The cloud provider: memory (simulated), aws, openstack, hcloud, azure or gce.
     #[arg(long, default_value = "memory")]
     pub cloud_provider: String,
 

@@ -20,6 +20,8 @@ pub const PROVIDERS: &[&str] = &[
     "hcloud",
     #[cfg(feature = "azure")]
     "azure",
+    #[cfg(feature = "gce")]
+    "gce",
 ];
 
 /// Builds the provider named by `--cloud-provider`.
@@ -30,7 +32,8 @@ pub const PROVIDERS: &[&str] = &[
         feature = "aws",
         feature = "hcloud",
         feature = "openstack",
-        feature = "azure"
+        feature = "azure",
+        feature = "gce"
     )),
     allow(unused_variables, reason = "only the real providers use the fence")
 )]
@@ -109,6 +112,17 @@ pub async fn build(
             let cloud = provider_azure::AzureRoutes::new(cfg)
                 .map_err(|e| anyhow::anyhow!("{e}"))
                 .context("configuring the azure provider")?
+                .with_fence(fence.clone());
+            Ok(Arc::new(cloud))
+        }
+        #[cfg(feature = "gce")]
+        "gce" => {
+            let cfg: provider_gce::GceConfig = read_config(config)?.context(
+                "--cloud-provider gce needs --cloud-config (at least `project` and `network`)",
+            )?;
+            let cloud = provider_gce::GceRoutes::connect(cfg)
+                .await
+                .context("configuring the gce provider")?
                 .with_fence(fence.clone());
             Ok(Arc::new(cloud))
         }

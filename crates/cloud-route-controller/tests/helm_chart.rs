@@ -18,7 +18,7 @@ use test_cluster::TestCluster;
 
 const NAMESPACE: &str = "kube-system";
 const RELEASE: &str = "cloud-route-controller";
-const PROVIDERS: &[&str] = &["memory", "aws", "openstack", "hcloud", "azure"];
+const PROVIDERS: &[&str] = &["memory", "aws", "openstack", "hcloud", "azure", "gce"];
 const RBAC_KINDS: &[&str] = &[
     "ServiceAccount",
     "ClusterRole",
@@ -188,6 +188,11 @@ fn provider_accepts(provider: &str, text: &str) {
             provider_azure::AzureConfig::from_yaml(&with_secret)
                 .and_then(|c| c.validate())
                 .unwrap_or_else(|e| panic!("{with_secret}: {e}"));
+        }
+        "gce" => {
+            let c: provider_gce::GceConfig =
+                serde_yaml_ng::from_str(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            c.validate().unwrap_or_else(|e| panic!("{text}: {e}"));
         }
         other => panic!("no check for provider {other}"),
     }

@@ -46,7 +46,7 @@ pub enum Output {
 /// Flags of `cloud-route-controller simulate`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct SimulateArgs {
-    /// A scenario file (TOML), or the name of a shipped scenario: idle-1000, autoscaling-5000, flaky-hetzner, throttle-storm-50, azure-kubenet-400.
+    /// A scenario file (TOML), or the name of a shipped scenario: idle-1000, autoscaling-5000, flaky-hetzner, throttle-storm-50, azure-kubenet-400, gce-routes-300.
     #[arg(value_name = "SCENARIO")]
     pub scenario: PathBuf,
 

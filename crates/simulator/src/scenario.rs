@@ -35,6 +35,10 @@ pub const SHIPPED: &[(&str, &str)] = &[
         "azure-kubenet-400",
         include_str!("../scenarios/azure-kubenet-400.toml"),
     ),
+    (
+        "gce-routes-300",
+        include_str!("../scenarios/gce-routes-300.toml"),
+    ),
 ];
 
 /// Why a scenario cannot be used.

@@ -35,7 +35,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 
 {{/* Refuses values that would render a controller that cannot work, with a message saying why. */}}
 {{- define "crc.validate" -}}
-{{- $providers := list "aws" "openstack" "hcloud" "azure" "memory" -}}
+{{- $providers := list "aws" "openstack" "hcloud" "azure" "gce" "memory" -}}
 {{- if not (has .Values.provider $providers) -}}
 {{- fail (printf "provider must be one of %s, got %q" (join ", " $providers) (toString .Values.provider)) -}}
 {{- end -}}

@@ -1,0 +1,336 @@
+//! End to end: the binary with `--cloud-provider gce` against the real API
+//! server and the stateful fake of the Compute Engine REST API (global
+//! `routes`, asynchronous `globalOperations`, the static-routes quota per
+//! network, per-window rate quotas answering 403 `rateLimitExceeded`),
+//! reached through Google's official client with anonymous credentials.
+
+mod common;
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::{Controller, TempDir, binary, free_port, http_get};
+use provider_gce::fake::{FakeConfig, FakeGce, FakeRoute};
+use test_cluster::{TestCluster, TestNode, wait_until};
+
+const NETWORK: &str = "k8s";
+const ZONE: &str = "europe-west1-b";
+const NODES: usize = 60;
+const DELETED: usize = 10;
+
+/// Writes a gce `--cloud-config` pointing at the fake.
+fn write_config(dir: &TempDir, fake: &FakeGce, extra: &str) -> std::path::PathBuf {
+    let config = dir.path().join("gce.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "project: {}\nnetwork: {NETWORK}\nendpoint: {}\nanonymous: true\n\
+             operation_poll_min_ms: 100\n{extra}",
+            fake.project(),
+            fake.endpoint(),
+        ),
+    )
+    .expect("write the test fixture file");
+    config
+}
+
+fn pod_cidr(i: usize) -> String {
+    format!("10.244.{i}.0/24")
+}
+
+fn node(fake: &FakeGce, i: usize) -> TestNode {
+    let name = format!("gce-{i}");
+    TestNode::new(name.clone())
+        .pod_cidrs([pod_cidr(i)])
+        .internal_ip(format!("10.0.0.{}", i + 2))
+        .provider_id(format!("gce://{}/{ZONE}/{name}", fake.project()))
+}
+
+/// The routes cluster `kubernetes` made in the fake's network `k8s`.
+fn ours(fake: &FakeGce) -> Vec<FakeRoute> {
+    fake.routes()
+        .into_iter()
+        .filter(|r| {
+            r.name.starts_with("kubernetes-10-")
+                && r.description == "k8s-node-route"
+                && r.network == fake.network_url(NETWORK)
+        })
+        .collect()
+}
+
+fn destinations(routes: &[FakeRoute]) -> Vec<String> {
+    let mut d: Vec<String> = routes.iter().map(|r| r.dest_range.clone()).collect();
+    d.sort();
+    d
+}
+
+fn expect(range: std::ops::Range<usize>) -> Vec<String> {
+    let mut d: Vec<String> = range.map(pod_cidr).collect();
+    d.sort();
+    d
+}
+
+#[tokio::test]
+async fn sixty_nodes_routed_ten_deleted_foreign_routes_untouched_and_cleanup_leaves_them() {
+    let c = TestCluster::acquire().await.unwrap();
+    let fake = FakeGce::start(FakeConfig {
+        // Route operations take seconds on GCE; long enough here that
+        // every insert is followed by a blocking wait, not an answer
+        // already done.
+        operation_duration: Duration::from_millis(300),
+        ..FakeConfig::default()
+    })
+    .await
+    .unwrap();
+    fake.add_network(NETWORK, false);
+    fake.add_network("other-net", false);
+    for i in 0..NODES {
+        fake.add_instance(ZONE, &format!("gce-{i}"));
+    }
+    let other_instance = fake.instance_url(ZONE, "other-node");
+    fake.add_instance(ZONE, "other-node");
+    // What other writers keep in the same project, inside our cluster CIDR:
+    // another cluster's route (its own prefix), a route with our prefix
+    // but another tool's description, one of our shape in another network,
+    // and the network's default internet route.
+    let foreign = [
+        (
+            "prod-10-244-200-0-24",
+            NETWORK,
+            "10.244.200.0/24",
+            Some(other_instance.as_str()),
+            "k8s-node-route",
+        ),
+        (
+            "kubernetes-terraform-pinned",
+            NETWORK,
+            "10.244.201.0/24",
+            Some(other_instance.as_str()),
+            "managed by terraform",
+        ),
+        (
+            "kubernetes-10-244-202-0-24",
+            "other-net",
+            "10.244.202.0/24",
+            Some(other_instance.as_str()),
+            "k8s-node-route",
+        ),
+        (
+            "default-route-0123456789abcdef",
+            NETWORK,
+            "0.0.0.0/0",
+            None,
+            "Default route to the Internet.",
+        ),
+    ];
+    for (name, net, dest, hop, description) in foreign {
+        fake.insert_route(name, net, dest, hop, description);
+    }
+    let dir = TempDir::new("gce");
+    let config = write_config(&dir, &fake, "");
+    let port = free_port();
+    let metrics = format!("127.0.0.1:{port}");
+    let t0 = Instant::now();
+    let mut ctl = Controller::start(
+        c.kubeconfig_path(),
+        dir.path(),
+        "controller",
+        &[
+            "--cluster-cidr",
+            "10.244.0.0/16",
+            "--cloud-provider",
+            "gce",
+            "--cloud-config",
+            config.to_str().unwrap(),
+            "--leader-elect=false",
+            "--metrics-bind-address",
+            &metrics,
+        ],
+    );
+    for i in 0..NODES {
+        c.create_node(&node(&fake, i)).await.unwrap();
+    }
+    wait_until(
+        Duration::from_secs(120),
+        "a route per Node in the network",
+        || async { (destinations(&ours(&fake)) == expect(0..NODES)).then_some(()) },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
+    let routed = t0.elapsed();
+    // Shaped as upstream's routes: priority 1000, the tag, the instance.
+    for r in ours(&fake) {
+        assert_eq!(r.priority, 1000, "{r:?}");
+        assert_eq!(r.network, fake.network_url(NETWORK), "{r:?}");
+        let i: usize = r.dest_range.split('.').nth(2).unwrap().parse().unwrap();
+        assert_eq!(
+            r.next_hop_instance.as_deref(),
+            Some(fake.instance_url(ZONE, &format!("gce-{i}")).as_str()),
+            "{r:?}"
+        );
+        assert_eq!(r.name, format!("kubernetes-10-244-{i}-0-24"));
+    }
+    let after_create = fake.requests();
+    for i in NODES - DELETED..NODES {
+        c.delete_node(&format!("gce-{i}")).await.unwrap();
+    }
+    wait_until(
+        Duration::from_secs(120),
+        "the deleted Nodes' routes gone",
+        || async { (destinations(&ours(&fake)) == expect(0..NODES - DELETED)).then_some(()) },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
+    // A route disappears when its operation ends; the controller's wait
+    // for that operation is answered a moment later.
+    let ops = (NODES + DELETED) as u64;
+    let reads = |fake: &FakeGce| fake.count("wait_operation") + fake.count("get_operation");
+    wait_until(Duration::from_secs(10), "every operation read", || async {
+        (reads(&fake) >= ops).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}: {:?}", fake.requests()));
+    let requests = fake.requests();
+    eprintln!(
+        "gce: {NODES} Nodes routed after {routed:?}, {DELETED} deleted after {:?}; requests after the creations: {after_create:?}; in all: {requests:?}",
+        t0.elapsed()
+    );
+    let count =
+        |m: &std::collections::BTreeMap<String, u64>, k: &str| m.get(k).copied().unwrap_or(0);
+    assert_eq!(
+        count(&after_create, "insert"),
+        NODES as u64,
+        "{after_create:?}"
+    );
+    assert_eq!(count(&requests, "delete"), DELETED as u64, "{requests:?}");
+    // One network read at start, and a list at start-up only: incremental
+    // mode plans Node events against its cached table.
+    assert_eq!(count(&requests, "get_network"), 1, "{requests:?}");
+    assert!(count(&requests, "list") <= 2, "{requests:?}");
+    // Each operation is followed by one wait while it runs (300 ms) and
+    // never re-read sooner than 100 ms: at most 2 reads per operation here.
+    assert!(reads(&fake) <= 2 * ops, "{requests:?}");
+    assert_eq!(fake.throttled(), 0, "{requests:?}");
+    for (name, ..) in foreign {
+        assert!(
+            fake.routes().iter().any(|r| r.name == name),
+            "the foreign route {name} was touched"
+        );
+    }
+    let (code, body) = http_get(&format!("http://{metrics}"), "/metrics").unwrap();
+    assert_eq!(code, 200);
+    assert!(
+        body.contains("route_controller_cloud_requests_total{provider=\"gce\""),
+        "{body}"
+    );
+    assert!(ctl.is_running(), "{}", ctl.log_text());
+    let log = ctl.log_text();
+    assert_eq!(ctl.stop(), Some(0), "{log}");
+
+    let out = tokio::process::Command::new(binary())
+        .arg("cleanup")
+        .args(["--cluster-cidr", "10.244.0.0/16"])
+        .args(["--cloud-provider", "gce", "--cloud-config"])
+        .arg(&config)
+        .arg("--yes")
+        .stdin(Stdio::null())
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(120), out)
+        .await
+        .expect("cleanup finished within 120 s")
+        .expect("run cleanup");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let owned = NODES - DELETED;
+    assert!(
+        stdout.contains(&format!("Deleted {owned} of {owned} routes.")),
+        "{stdout}"
+    );
+    let mut left: Vec<String> = fake.routes().into_iter().map(|r| r.name).collect();
+    left.sort();
+    let mut want: Vec<String> = foreign.iter().map(|f| f.0.to_string()).collect();
+    want.sort();
+    assert_eq!(left, want, "only the foreign routes are left");
+}
+
+#[tokio::test]
+async fn a_spent_write_quota_is_waited_out_until_the_window_turns() {
+    let c = TestCluster::acquire().await.unwrap();
+    // A 2-second window standing for GCE's minute: 8 writes per window.
+    let fake = FakeGce::start(FakeConfig {
+        writes_per_window: 8,
+        window: Duration::from_secs(2),
+        ..FakeConfig::default()
+    })
+    .await
+    .unwrap();
+    fake.add_network(NETWORK, false);
+    const N: usize = 24;
+    for i in 0..N {
+        fake.add_instance(ZONE, &format!("gce-{i}"));
+    }
+    let dir = TempDir::new("gce-quota");
+    let config = write_config(&dir, &fake, "quota_window_secs: 2\n");
+    let ctl = Controller::start(
+        c.kubeconfig_path(),
+        dir.path(),
+        "controller",
+        &[
+            "--cluster-cidr",
+            "10.244.0.0/16",
+            "--cloud-provider",
+            "gce",
+            "--cloud-config",
+            config.to_str().unwrap(),
+            "--leader-elect=false",
+            "--metrics-bind-address",
+            "0",
+        ],
+    );
+    let t0 = Instant::now();
+    for i in 0..N {
+        c.create_node(&node(&fake, i)).await.unwrap();
+    }
+    wait_until(
+        Duration::from_secs(120),
+        "every Node routed through a spent write quota",
+        || async { (destinations(&ours(&fake)) == expect(0..N)).then_some(()) },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
+    let took = t0.elapsed();
+    let requests = fake.requests();
+    let throttled = fake.throttled();
+    eprintln!(
+        "gce: {N} routes through a write quota of 8 per 2 s in {took:?}; {throttled} refused; {requests:?}"
+    );
+    // 24 writes at 8 per window need at least two more windows.
+    assert!(throttled > 0, "the quota was never reached: {requests:?}");
+    // A refusal pauses every write until the window turns, so refused
+    // requests stay few: not one per route per retry.
+    assert!(
+        throttled <= N as u64,
+        "{throttled} refusals for {N} routes: {requests:?}"
+    );
+    wait_until(
+        Duration::from_secs(60),
+        "every Node's NetworkUnavailable condition False",
+        || async {
+            for i in 0..N {
+                let cond = c.network_unavailable(&format!("gce-{i}")).await.ok()??;
+                if cond.status != "False" {
+                    return None;
+                }
+            }
+            Some(())
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
+    let log = ctl.log_text();
+    assert_eq!(ctl.stop(), Some(0), "{log}");
+}
