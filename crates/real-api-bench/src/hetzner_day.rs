@@ -205,6 +205,9 @@ pub struct DayResult {
     pub idle_share_of_budget: f64,
     /// Node creation to its route in the network.
     pub node_to_route: Option<Summary>,
+    /// Per Node: seconds from the run's start to its creation and to its
+    /// route in the network.
+    pub node_timeline: Vec<(String, f64, Option<f64>)>,
     pub routes_expected: usize,
     pub routes_at_end: usize,
     /// Expected routes not in the network, and routes there that should not be.
@@ -231,6 +234,7 @@ impl DayResult {
             idle_per_hour: 0.0,
             idle_share_of_budget: 0.0,
             node_to_route: None,
+            node_timeline: Vec::new(),
             routes_expected: 0,
             routes_at_end: 0,
             missing: Vec::new(),
@@ -307,6 +311,7 @@ async fn drive(
     let log = Arc::new(RouteLog::default());
     let sampler = start_sampler(fake.clone(), log.clone());
     let mut ctl = controller::start(&setup, kind, plane.kubeconfig(), run_dir).await?;
+    let ctl_started = Instant::now();
     let fleet = Arc::new(Fleet::default());
     let heartbeats = start_heartbeats(
         api.clone(),
@@ -317,10 +322,10 @@ async fn drive(
     );
     let created: Arc<Mutex<HashMap<usize, Instant>>> = Arc::default();
 
-    let has_route = |fake: &FakeHcloud, i: usize| {
-        fake.routes(NETWORK)
-            .iter()
-            .any(|(d, g)| *d == pod_cidr(i) && *g == server_ip(i))
+    // Waits read the sampler's log, so the times reported are the times the
+    // wait saw.
+    let has_route = |_: &FakeHcloud, i: usize| {
+        lock(&log.appeared).contains_key(&(pod_cidr(i), server_ip(i)))
     };
     let join = |range: std::ops::Range<usize>| {
         let (api, fake, fleet, created) =
@@ -432,9 +437,10 @@ async fn drive(
         .await?;
     let ok = wait_for("scale-down deletions", day.wave_timeout, || {
         let routes = fake.routes(NETWORK);
-        doomed
-            .iter()
-            .all(|&i| !routes.iter().any(|(d, _)| *d == pod_cidr(i)))
+        let vanished = lock(&log.vanished);
+        doomed.iter().all(|&i| {
+            vanished.contains_key(&pod_cidr(i)) && !routes.iter().any(|(d, _)| *d == pod_cidr(i))
+        })
     })
     .await;
     let vanished = {
@@ -487,6 +493,22 @@ async fn drive(
             })
             .collect()
     };
+    let node_timeline = {
+        let created = lock(&created);
+        let appeared = lock(&log.appeared);
+        let t0 = ctl_started;
+        (0..day.nodes())
+            .filter_map(|i| {
+                let c = created.get(&i)?;
+                let a = appeared.get(&(pod_cidr(i), server_ip(i)));
+                Some((
+                    node_name(i),
+                    c.saturating_duration_since(t0).as_secs_f64(),
+                    a.map(|a| a.saturating_duration_since(t0).as_secs_f64()),
+                ))
+            })
+            .collect()
+    };
     let idle_per_hour = idle_requests as f64 * 3600.0 / idle_seconds.max(1e-9);
     Ok(DayResult {
         controller: kind.name(),
@@ -501,6 +523,7 @@ async fn drive(
         idle_per_hour,
         idle_share_of_budget: idle_per_hour / BUDGET_PER_HOUR,
         node_to_route: summarize(&latencies),
+        node_timeline,
         routes_expected: expected.len(),
         routes_at_end: final_routes.len(),
         missing,
