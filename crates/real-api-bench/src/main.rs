@@ -119,6 +119,9 @@ struct Args {
     /// Hetzner day: requests/hour other clients spend from the 3,600.
     #[arg(long, default_value_t = 1200)]
     hcloud_other_clients_per_hour: u32,
+    /// Hetzner day: what is left of the 3,600 when the day starts.
+    #[arg(long, default_value_t = 3600)]
+    hcloud_budget_at_start: u32,
     /// Hetzner day: requests the autoscaler spends per server added or removed.
     #[arg(long, default_value_t = 5)]
     hcloud_autoscaler_requests_per_server: u32,
@@ -275,6 +278,7 @@ async fn hetzner(
         create_concurrency: 10,
         other_clients_per_hour: args.hcloud_other_clients_per_hour,
         autoscaler_requests_per_server: args.hcloud_autoscaler_requests_per_server,
+        budget_at_start: args.hcloud_budget_at_start,
         action_duration: Duration::from_millis(args.hcloud_action_ms),
         quiet: Duration::from_secs(15),
         idle: Duration::from_secs(args.hcloud_idle_s),
