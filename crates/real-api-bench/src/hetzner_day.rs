@@ -168,6 +168,8 @@ fn start_sampler(fake: Arc<FakeHcloud>, log: Arc<RouteLog>) -> JoinHandle<()> {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Requests {
     pub by_endpoint: BTreeMap<String, u64>,
+    /// `endpoint status` → answers.
+    pub by_status: BTreeMap<String, u64>,
     pub total: u64,
     pub refused_by_budget: u64,
 }
@@ -175,6 +177,11 @@ pub struct Requests {
 fn requests(fake: &FakeHcloud) -> Requests {
     Requests {
         by_endpoint: fake.requests(),
+        by_status: fake
+            .answers()
+            .into_iter()
+            .map(|((e, s), n)| (format!("{e} {s}"), n))
+            .collect(),
         total: fake.total(),
         refused_by_budget: fake.throttled(),
     }
