@@ -35,6 +35,9 @@ import (
 	"k8s.io/klog/v2"
 	netutils "k8s.io/utils/net"
 
+	cloudprovider "k8s.io/cloud-provider"
+
+	"github.com/cloud-route-controller/cloud-route-controller/tools/upstream-route-controller/hcloudroutes"
 	"github.com/cloud-route-controller/cloud-route-controller/tools/upstream-route-controller/memcloud"
 
 	// Registers the controller-manager feature gates (the watch-based routes
@@ -61,6 +64,9 @@ type options struct {
 	enableNodeAddresses bool
 	metricsAddr         string
 	statsOut            string
+	cloud               string
+	hcloudEndpoint      string
+	hcloudNetwork       string
 }
 
 func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
@@ -77,6 +83,9 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 	fs.BoolVar(&o.enableNodeAddresses, "enable-node-addresses", false, "report EnableNodeAddresses=true on listed routes")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "127.0.0.1:0", "address serving /metrics; empty disables")
 	fs.StringVar(&o.statsOut, "stats-out", "", "file to write the JSON stats to at exit")
+	fs.StringVar(&o.cloud, "cloud", "memory", "cloud behind the routes: memory (in-process, counted) or hcloud (hcloud-go against --hcloud-endpoint, token from $HCLOUD_TOKEN)")
+	fs.StringVar(&o.hcloudEndpoint, "hcloud-endpoint", "https://api.hetzner.cloud/v1", "hcloud: API base URL (HCLOUD_ENDPOINT)")
+	fs.StringVar(&o.hcloudNetwork, "hcloud-network", "", "hcloud: network id or name (HCLOUD_NETWORK)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -85,6 +94,15 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 	}
 	if o.reconcilePeriod <= 0 {
 		return nil, errors.New("--route-reconciliation-period must be positive")
+	}
+	switch o.cloud {
+	case "memory":
+	case "hcloud":
+		if o.hcloudNetwork == "" {
+			return nil, errors.New("--cloud=hcloud needs --hcloud-network")
+		}
+	default:
+		return nil, fmt.Errorf("--cloud %q: want memory or hcloud", o.cloud)
 	}
 	if o.minResyncPeriod < 0 {
 		return nil, errors.New("--min-resync-period must not be negative")
@@ -166,8 +184,22 @@ func routeSyncs() float64 {
 	return total
 }
 
-func collectStats(o *options, cloud *memcloud.Cloud, started time.Time) Stats {
-	snap := cloud.Snapshot()
+// countedRoutes is a Routes that counts its calls.
+type countedRoutes interface {
+	cloudprovider.Routes
+	InFlight() int64
+}
+
+// hcloudCounted adapts hcloudroutes' counters to the memory cloud's.
+type hcloudCounted struct{ *hcloudroutes.Routes }
+
+func (h hcloudCounted) Snapshot() memcloud.Stats {
+	s := h.Routes.Snapshot()
+	return memcloud.Stats{List: s.List, ListErrors: s.ListErrors, Create: s.Create, CreateErrors: s.CreateErrors,
+		Delete: s.Delete, DeleteErrors: s.DeleteErrors, Routes: s.Routes, RoutesByNode: s.RoutesByNode}
+}
+
+func collectStats(o *options, snap memcloud.Stats, started time.Time) Stats {
 	s := Stats{
 		Mode:         "periodic",
 		List:         snap.List,
@@ -239,9 +271,26 @@ func run(o *options) error {
 		return err
 	}
 
-	cloud := memcloud.New(memcloud.Options{Latency: o.cloudLatency, EnableNodeAddresses: o.enableNodeAddresses})
 	resync := resyncPeriod(o.minResyncPeriod)
 	factory := informers.NewSharedInformerFactory(informerClient, resync)
+	var cloud countedRoutes
+	var snapshot func() memcloud.Stats
+	switch o.cloud {
+	case "hcloud":
+		h, err := hcloudroutes.New(context.Background(), hcloudroutes.Options{
+			Endpoint:    o.hcloudEndpoint,
+			Token:       os.Getenv("HCLOUD_TOKEN"),
+			Network:     o.hcloudNetwork,
+			ClusterCIDR: cidrs[0].String(),
+		}, factory.Core().V1().Nodes().Lister())
+		if err != nil {
+			return fmt.Errorf("hcloud routes: %w", err)
+		}
+		cloud, snapshot = h, hcloudCounted{h}.Snapshot
+	default:
+		m := memcloud.New(memcloud.Options{Latency: o.cloudLatency, EnableNodeAddresses: o.enableNodeAddresses})
+		cloud, snapshot = m, m.Snapshot
+	}
 	rc, err := routecontroller.New(cloud, controllerClient, factory.Core().V1().Nodes(), o.clusterName, cidrs)
 	if err != nil {
 		return fmt.Errorf("creating route controller: %w", err)
@@ -258,7 +307,7 @@ func run(o *options) error {
 	defer stop()
 	klog.InfoS("Starting upstream route controller", "watchBased", o.watchBased,
 		"gate", utilfeature.DefaultFeatureGate.Enabled(watchGate), "resync", resync,
-		"period", o.reconcilePeriod, "cloudLatency", o.cloudLatency, "clusterCIDRs", cidrs)
+		"period", o.reconcilePeriod, "cloud", o.cloud, "cloudLatency", o.cloudLatency, "clusterCIDRs", cidrs)
 
 	done := make(chan struct{})
 	go func() {
@@ -282,7 +331,7 @@ func run(o *options) error {
 		time.Sleep(10 * time.Millisecond)
 	}
 
-	out, err := json.MarshalIndent(collectStats(o, cloud, started), "", "  ")
+	out, err := json.MarshalIndent(collectStats(o, snapshot(), started), "", "  ")
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"testing"
 	"time"
 )
@@ -34,6 +35,25 @@ func TestResyncPeriod(t *testing.T) {
 		got := resyncPeriod(time.Hour)
 		if got < time.Hour || got >= 2*time.Hour {
 			t.Fatalf("resyncPeriod(1h) = %v, outside [1h, 2h)", got)
+		}
+	}
+}
+
+func TestCloudFlag(t *testing.T) {
+	cases := []struct {
+		args []string
+		ok   bool
+	}{
+		{nil, true},
+		{[]string{"--cloud=memory"}, true},
+		{[]string{"--cloud=hcloud", "--hcloud-network=4711"}, true},
+		{[]string{"--cloud=hcloud"}, false}, // no network
+		{[]string{"--cloud=gce"}, false},
+	}
+	for _, c := range cases {
+		_, err := parseFlags(flag.NewFlagSet("t", flag.ContinueOnError), c.args)
+		if (err == nil) != c.ok {
+			t.Errorf("parseFlags(%v) = %v; want ok=%v", c.args, err, c.ok)
 		}
 	}
 }

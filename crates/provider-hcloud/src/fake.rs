@@ -3,14 +3,22 @@
 //!
 //! It serves, under `/v1`: `GET /networks/{id}`, `GET /networks?name=`,
 //! `POST /networks/{id}/actions/add_route` and `.../delete_route`,
-//! `GET /actions/{id}` and `GET /servers` (paged). It keeps what the real API
-//! enforces and a route controller can trip over:
+//! `GET /actions/{id}`, `GET /actions?id=…` (what hcloud-go's action waiter
+//! polls), `GET /servers` (paged, `name=` filter) and `GET /servers/{id}`.
+//! It keeps what the real API enforces and a route controller can trip over:
 //!
 //! - a Bearer token check (`401 unauthorized`);
 //! - a project budget: `RateLimit-Limit`, `RateLimit-Remaining` and
 //!   `RateLimit-Reset` on every answer, a bucket of `rate_limit` requests
 //!   refilled at `refill_per_second`, and `429 rate_limit_exceeded` when empty
-//!   (every request counts, authenticated or not);
+//!   (every request counts, authenticated or not); `RateLimit-Reset` is the
+//!   UNIX time at which the bucket is full again, on the fake's own clock
+//!   (wall time at start plus the tokio clock since, so a paused clock moves
+//!   it too);
+//! - other users of the same project (`other_clients_per_hour`, off by
+//!   default): a simulated client spending that many requests an hour of the
+//!   same budget, evenly, which Hetzner's per-project limit makes every
+//!   controller share with the CSI driver, the autoscaler and Terraform;
 //! - actions that run for `action_duration` and are serialised per network (a
 //!   second one meanwhile is answered `409 conflict`, or `423 locked`); a
 //!   route appears or disappears when its action finishes;
@@ -65,6 +73,11 @@ pub struct FakeConfig {
     pub lock_answer: LockAnswer,
     /// How long every answer takes.
     pub latency: Duration,
+    /// Requests per hour another client of the project spends from the same
+    /// budget, evenly over time (0, the default: none). While the bucket is
+    /// empty the other client is refused too; its requests are counted in
+    /// [`FakeHcloud::other_clients`], not in the answers.
+    pub other_clients_per_hour: u32,
 }
 
 impl Default for FakeConfig {
@@ -77,6 +90,7 @@ impl Default for FakeConfig {
             max_routes: 100,
             lock_answer: LockAnswer::Conflict,
             latency: Duration::ZERO,
+            other_clients_per_hour: 0,
         }
     }
 }
@@ -135,6 +149,12 @@ struct FakeState {
     next_action: u64,
     tokens: f64,
     refilled: Instant,
+    /// The fake's clock: UNIX seconds at `epoch_instant`.
+    epoch_unix: f64,
+    epoch_instant: Instant,
+    /// Requests the simulated other clients made, and how many the budget refused.
+    other_spent: f64,
+    other_refused: f64,
     answers: BTreeMap<(String, u16), u64>,
     injected: Vec<Injected>,
     failing_actions: Vec<String>,
@@ -168,19 +188,55 @@ impl FakeState {
             .any(|a| a.network == network && a.outcome.is_none())
     }
 
-    fn refill(&mut self, now: Instant) {
-        let elapsed = now.saturating_duration_since(self.refilled).as_secs_f64();
-        self.tokens = (self.tokens + elapsed * self.config.refill_per_second)
-            .min(f64::from(self.config.rate_limit));
-        self.refilled = now;
+    fn new(config: FakeConfig, now: Instant, unix: f64) -> Self {
+        Self {
+            tokens: f64::from(config.rate_limit),
+            config,
+            networks: BTreeMap::new(),
+            servers: BTreeMap::new(),
+            actions: BTreeMap::new(),
+            next_action: 1,
+            refilled: now,
+            epoch_unix: unix,
+            epoch_instant: now,
+            other_spent: 0.0,
+            other_refused: 0.0,
+            answers: BTreeMap::new(),
+            injected: Vec::new(),
+            failing_actions: Vec::new(),
+        }
     }
 
-    fn rate_headers(&self) -> [(&'static str, String); 3] {
+    /// Refills the bucket for the time since the last call and lets the
+    /// simulated other clients spend their share of that time: both are
+    /// even rates, so over `elapsed` the bucket gains `refill - other` per
+    /// second until full, and the other clients are refused whatever an
+    /// empty bucket cannot give them.
+    fn refill(&mut self, now: Instant) {
+        let elapsed = now.saturating_duration_since(self.refilled).as_secs_f64();
+        self.refilled = now;
+        let limit = f64::from(self.config.rate_limit);
+        let gain = elapsed * self.config.refill_per_second;
+        let other = elapsed * f64::from(self.config.other_clients_per_hour) / 3600.0;
+        let available = self.tokens + gain;
+        let served = other.min(available);
+        self.other_spent += served;
+        self.other_refused += other - served;
+        self.tokens = (available - served).min(limit);
+    }
+
+    /// UNIX seconds on the fake's clock.
+    fn unix(&self, now: Instant) -> f64 {
+        self.epoch_unix
+            + now
+                .saturating_duration_since(self.epoch_instant)
+                .as_secs_f64()
+    }
+
+    fn rate_headers(&self, now: Instant) -> [(&'static str, String); 3] {
         let limit = f64::from(self.config.rate_limit);
         let missing = (limit - self.tokens).max(0.0);
-        let unix = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+        let unix = self.unix(now).floor() as u64;
         let reset =
             unix + (missing / self.config.refill_per_second.max(f64::MIN_POSITIVE)).ceil() as u64;
         [
@@ -244,19 +300,10 @@ impl FakeHcloud {
     pub async fn start(config: FakeConfig) -> std::io::Result<Self> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        let tokens = f64::from(config.rate_limit);
-        let state: Shared = Arc::new(Mutex::new(FakeState {
-            config,
-            networks: BTreeMap::new(),
-            servers: BTreeMap::new(),
-            actions: BTreeMap::new(),
-            next_action: 1,
-            tokens,
-            refilled: Instant::now(),
-            answers: BTreeMap::new(),
-            injected: Vec::new(),
-            failing_actions: Vec::new(),
-        }));
+        let unix = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        let state: Shared = Arc::new(Mutex::new(FakeState::new(config, Instant::now(), unix)));
         let app = Router::new()
             .fallback(handle)
             .with_state(Arc::clone(&state));
@@ -440,6 +487,26 @@ impl FakeHcloud {
     pub fn throttled(&self) -> u64 {
         self.with_status(429)
     }
+
+    /// Requests of the simulated other clients (`other_clients_per_hour`)
+    /// so far: `(served, refused by the budget)`, whole requests.
+    pub fn other_clients(&self) -> (u64, u64) {
+        let mut s = self.lock();
+        s.refill(Instant::now());
+        (s.other_spent.floor() as u64, s.other_refused.floor() as u64)
+    }
+
+    /// What is left of the budget now (`RateLimit-Remaining`).
+    pub fn budget_remaining(&self) -> u64 {
+        let mut s = self.lock();
+        s.refill(Instant::now());
+        s.tokens.floor() as u64
+    }
+
+    /// Servers in the project.
+    pub fn server_count(&self) -> usize {
+        self.lock().servers.len()
+    }
 }
 
 /// Splits `/v1/...` into the endpoint name and its numeric id, if any.
@@ -453,18 +520,52 @@ fn route_of(method: &Method, path: &str) -> (&'static str, Option<u64>) {
         (&Method::POST, ["", "v1", "networks", n, "actions", "delete_route"]) => {
             ("delete_route", id(n))
         }
+        (&Method::GET, ["", "v1", "actions"]) => ("list_actions", None),
         (&Method::GET, ["", "v1", "actions", a]) => ("get_action", id(a)),
         (&Method::GET, ["", "v1", "servers"]) => ("list_servers", None),
+        (&Method::GET, ["", "v1", "servers", n]) => ("get_server", id(n)),
         _ => ("unknown", None),
     }
 }
 
-fn query_param<'a>(uri: &'a Uri, key: &str) -> Option<&'a str> {
-    uri.query()?
+fn query_param<'a>(uri: &'a Uri, key: &'a str) -> Option<&'a str> {
+    query_params(uri, key).next()
+}
+
+/// Every value of a repeated query parameter (`id=1&id=2`).
+fn query_params<'a>(uri: &'a Uri, key: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+    uri.query()
+        .unwrap_or_default()
         .split('&')
         .filter_map(|kv| kv.split_once('='))
-        .find(|(k, _)| *k == key)
+        .filter(move |(k, _)| *k == key)
         .map(|(_, v)| v)
+}
+
+/// `page` and `per_page` as the API reads them: page from 1, 25 a page by
+/// default, 50 at most.
+fn paging(uri: &Uri) -> (usize, usize) {
+    let page = query_param(uri, "page")
+        .and_then(|p| p.parse::<usize>().ok())
+        .unwrap_or(1)
+        .max(1);
+    let per_page = query_param(uri, "per_page")
+        .and_then(|p| p.parse::<usize>().ok())
+        .unwrap_or(25)
+        .clamp(1, 50);
+    (page, per_page)
+}
+
+/// One page of `items` with its `meta.pagination`.
+fn page_of(key: &str, items: Vec<Value>, uri: &Uri) -> Value {
+    let (page, per_page) = paging(uri);
+    let total = items.len();
+    let list: Vec<Value> = items
+        .into_iter()
+        .skip((page - 1) * per_page)
+        .take(per_page)
+        .collect();
+    json!({key: list, "meta": {"pagination": pagination(page, per_page, total)}})
 }
 
 async fn handle(
@@ -487,12 +588,15 @@ async fn handle(
     s.refill(now);
     s.tick(now);
     let (endpoint, id) = route_of(&method, uri.path());
+    if endpoint == "unknown" {
+        tracing::warn!(%method, %uri, "fake hcloud: request to an endpoint it does not serve");
+    }
     let (status, value) = answer(&mut s, endpoint, id, &uri, &headers, &body, now);
     *s.answers
         .entry((endpoint.to_string(), status.as_u16()))
         .or_default() += 1;
     let mut response = (status, axum::Json(value)).into_response();
-    for (name, v) in s.rate_headers() {
+    for (name, v) in s.rate_headers(now) {
         if let Ok(v) = HeaderValue::from_str(&v) {
             response.headers_mut().insert(name, v);
         }
@@ -559,26 +663,35 @@ fn answer(
             Some(a) => (StatusCode::OK, json!({"action": action_json(a)})),
             None => err(StatusCode::NOT_FOUND, "not_found", "action not found"),
         },
-        "list_servers" => {
-            let page = query_param(uri, "page")
-                .and_then(|p| p.parse::<usize>().ok())
-                .unwrap_or(1)
-                .max(1);
-            let per_page = query_param(uri, "per_page")
-                .and_then(|p| p.parse::<usize>().ok())
-                .unwrap_or(25)
-                .clamp(1, 50);
-            let all: Vec<&ServerState> = s.servers.values().collect();
-            let list: Vec<Value> = all
-                .iter()
-                .skip((page - 1) * per_page)
-                .take(per_page)
-                .map(|sv| server_json(sv))
+        "list_actions" => {
+            // hcloud-go's waiter asks for up to 25 ids at once; without an
+            // id filter the API lists every action of the project.
+            let ids: Vec<u64> = query_params(uri, "id")
+                .filter_map(|v| v.parse().ok())
                 .collect();
-            (
-                StatusCode::OK,
-                json!({"servers": list, "meta": {"pagination": pagination(page, per_page, all.len())}}),
-            )
+            let list: Vec<Value> = s
+                .actions
+                .values()
+                .filter(|a| ids.is_empty() || ids.contains(&a.id))
+                .map(action_json)
+                .collect();
+            (StatusCode::OK, page_of("actions", list, uri))
+        }
+        "get_server" => match id.and_then(|id| s.servers.get(&id)) {
+            Some(sv) => (StatusCode::OK, json!({"server": server_json(sv)})),
+            None => err(StatusCode::NOT_FOUND, "not_found", "server not found"),
+        },
+        "list_servers" => {
+            // hcloud-go's GetByName lists with `name=` and takes the first
+            // answer, so an unfiltered list would name the wrong server.
+            let name = query_param(uri, "name");
+            let list: Vec<Value> = s
+                .servers
+                .values()
+                .filter(|sv| name.is_none_or(|want| sv.name == want))
+                .map(server_json)
+                .collect();
+            (StatusCode::OK, page_of("servers", list, uri))
         }
         _ => err(
             StatusCode::NOT_FOUND,
@@ -791,6 +904,132 @@ fn action_json(a: &ActionState) -> Value {
 mod tests {
     use super::*;
 
+    const T0_UNIX: f64 = 1_800_000_000.0;
+
+    /// A state on an injected clock starting at `T0_UNIX`.
+    fn state(config: FakeConfig) -> (FakeState, Instant) {
+        let t0 = Instant::now();
+        let mut s = FakeState::new(config, t0, T0_UNIX);
+        s.networks.insert(
+            1,
+            NetworkState {
+                id: 1,
+                name: "net".into(),
+                ip_range: Cidr::parse("10.0.0.0/16").expect("cidr"),
+                subnets: Vec::new(),
+                routes: Vec::new(),
+            },
+        );
+        (s, t0)
+    }
+
+    /// One authenticated `GET /networks/1` at `now`, as `handle` serves it.
+    fn get(s: &mut FakeState, now: Instant) -> (u16, BTreeMap<&'static str, u64>) {
+        let token = s.config.token.clone();
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "authorization",
+            HeaderValue::from_str(&format!("Bearer {token}")).expect("header"),
+        );
+        let uri: Uri = "/v1/networks/1".parse().expect("uri");
+        s.refill(now);
+        s.tick(now);
+        let (status, _) = answer(s, "get_network", Some(1), &uri, &headers, &[], now);
+        let h = s
+            .rate_headers(now)
+            .into_iter()
+            .map(|(k, v)| (k, v.parse::<u64>().expect("numeric header")))
+            .collect();
+        (status.as_u16(), h)
+    }
+
+    #[test]
+    fn budget_of_3600_is_spent_then_refused_then_refilled_one_per_second() {
+        let (mut s, t0) = state(FakeConfig::default());
+        for k in 0..3600u64 {
+            let (status, h) = get(&mut s, t0);
+            assert_eq!(status, 200, "request {k}");
+            assert_eq!(h["ratelimit-limit"], 3600);
+            assert_eq!(h["ratelimit-remaining"], 3599 - k);
+        }
+        let (status, h) = get(&mut s, t0);
+        assert_eq!(status, 429);
+        assert_eq!(h["ratelimit-remaining"], 0);
+        // Full again in 3,600 s at one per second, as a UNIX time.
+        assert_eq!(h["ratelimit-reset"], T0_UNIX as u64 + 3600);
+        // Half a second later still nothing; one second later exactly one.
+        assert_eq!(get(&mut s, t0 + Duration::from_millis(500)).0, 429);
+        let t1 = t0 + Duration::from_secs(1);
+        let (status, h) = get(&mut s, t1);
+        assert_eq!((status, h["ratelimit-remaining"]), (200, 0));
+        assert_eq!(get(&mut s, t1).0, 429);
+        // An idle hour fills the bucket and no more.
+        let (status, h) = get(&mut s, t1 + Duration::from_secs(7200));
+        assert_eq!((status, h["ratelimit-remaining"]), (200, 3599));
+        assert_eq!(h["ratelimit-reset"], T0_UNIX as u64 + 7201 + 1);
+    }
+
+    #[test]
+    fn refused_requests_still_cost_nothing_and_are_not_counted_twice() {
+        let (mut s, t0) = state(FakeConfig {
+            rate_limit: 2,
+            ..FakeConfig::default()
+        });
+        assert_eq!(get(&mut s, t0).0, 200);
+        assert_eq!(get(&mut s, t0).0, 200);
+        for _ in 0..10 {
+            assert_eq!(get(&mut s, t0).0, 429);
+        }
+        // The refused ones did not dig a hole: one second gives one request.
+        assert_eq!(get(&mut s, t0 + Duration::from_secs(1)).0, 200);
+    }
+
+    #[test]
+    fn other_clients_spend_their_share_of_the_budget() {
+        let (mut s, t0) = state(FakeConfig {
+            other_clients_per_hour: 1800,
+            ..FakeConfig::default()
+        });
+        // Drain the bucket, then let 100 s pass: the refill gives 100, the
+        // other client takes 50 of them, evenly.
+        for _ in 0..3600 {
+            assert_eq!(get(&mut s, t0).0, 200);
+        }
+        let (status, h) = get(&mut s, t0 + Duration::from_secs(100));
+        assert_eq!((status, h["ratelimit-remaining"]), (200, 49));
+        assert!((s.other_spent - 50.0).abs() < 1e-6, "{}", s.other_spent);
+        assert!(s.other_refused.abs() < 1e-9);
+    }
+
+    #[test]
+    fn other_clients_above_the_refill_rate_empty_the_bucket_and_are_refused() {
+        let (mut s, t0) = state(FakeConfig {
+            rate_limit: 100,
+            other_clients_per_hour: 7200,
+            ..FakeConfig::default()
+        });
+        // Two per second against a refill of one: the 100 are gone after
+        // 100 s, and from then on half the other client's requests fail.
+        s.refill(t0 + Duration::from_secs(100));
+        assert!(s.tokens.abs() < 1e-6, "{}", s.tokens);
+        assert_eq!(get(&mut s, t0 + Duration::from_secs(100)).0, 429);
+        s.refill(t0 + Duration::from_secs(200));
+        assert!((s.other_spent - 300.0).abs() < 1e-6, "{}", s.other_spent);
+        assert!(
+            (s.other_refused - 100.0).abs() < 1e-6,
+            "{}",
+            s.other_refused
+        );
+    }
+
+    #[test]
+    fn rate_limit_reset_follows_the_fakes_clock_not_the_wall_clock() {
+        let (mut s, t0) = state(FakeConfig::default());
+        let (_, h) = get(&mut s, t0 + Duration::from_secs(86_400));
+        // One request spent a day after start: full again one second later.
+        assert_eq!(h["ratelimit-reset"], T0_UNIX as u64 + 86_400 + 1);
+    }
+
     #[test]
     fn timestamps_are_rfc3339_utc() {
         assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00+00:00");
@@ -821,6 +1060,14 @@ mod tests {
         assert_eq!(
             route_of(&Method::GET, "/v1/networks/x"),
             ("get_network", None)
+        );
+        assert_eq!(
+            route_of(&Method::GET, "/v1/actions"),
+            ("list_actions", None)
+        );
+        assert_eq!(
+            route_of(&Method::GET, "/v1/servers/12"),
+            ("get_server", Some(12))
         );
     }
 }

@@ -90,6 +90,19 @@ pub struct Setup {
     pub tables: usize,
     pub qps: u32,
     pub burst: u32,
+    /// A Hetzner Cloud API (the fake) instead of the in-process clouds:
+    /// upstream runs with `--cloud=hcloud` (hcloud-go), ours with
+    /// `--cloud-provider=hcloud`.
+    pub hcloud: Option<HcloudTarget>,
+}
+
+/// Where the Hetzner Cloud API of a run is.
+#[derive(Debug, Clone)]
+pub struct HcloudTarget {
+    /// Base URL ending in `/v1`.
+    pub endpoint: String,
+    pub network: u64,
+    pub token: String,
 }
 
 /// A started controller.
@@ -122,7 +135,17 @@ pub async fn start(
         .with_context(|| format!("create {}", log_path.display()))?;
     let latency_ms = setup.cloud_latency.as_millis();
 
-    let mut cmd = if kind.is_upstream() {
+    let mut cmd = if let Some(h) = &setup.hcloud {
+        hcloud_command(
+            setup,
+            h,
+            kind,
+            kubeconfig,
+            run_dir,
+            &metrics_addr,
+            &stats_out,
+        )?
+    } else if kind.is_upstream() {
         let mut c = Command::new(&setup.upstream_bin);
         c.arg(format!("--kubeconfig={}", kubeconfig.display()))
             .arg(format!("--cluster-cidr={}", setup.cluster_cidr))
@@ -185,6 +208,62 @@ pub async fn start(
     };
     running.wait_ready(Duration::from_secs(60)).await?;
     Ok(running)
+}
+
+/// The command line of `kind` against the Hetzner Cloud API `h`; the token
+/// goes through the environment (upstream) or a file (ours), never argv.
+fn hcloud_command(
+    setup: &Setup,
+    h: &HcloudTarget,
+    kind: Kind,
+    kubeconfig: &Path,
+    run_dir: &Path,
+    metrics_addr: &str,
+    stats_out: &Path,
+) -> anyhow::Result<Command> {
+    let common = |c: &mut Command| {
+        c.arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .arg(format!("--cluster-cidr={}", setup.cluster_cidr))
+            .arg(format!("--kube-api-qps={}", setup.qps))
+            .arg(format!("--kube-api-burst={}", setup.burst));
+    };
+    if kind.is_upstream() {
+        let mut c = Command::new(&setup.upstream_bin);
+        common(&mut c);
+        c.arg("--cloud=hcloud")
+            .arg(format!("--hcloud-endpoint={}", h.endpoint))
+            .arg(format!("--hcloud-network={}", h.network))
+            .arg(format!("--metrics-addr={metrics_addr}"))
+            .arg(format!("--stats-out={}", stats_out.display()))
+            .env("HCLOUD_TOKEN", &h.token);
+        if let Kind::Upstream { watch_gate: true } = kind {
+            c.arg("--watch-based");
+        }
+        return Ok(c);
+    }
+    let token_file = run_dir.join("hcloud-token");
+    std::fs::write(&token_file, &h.token)
+        .with_context(|| format!("write {}", token_file.display()))?;
+    let cloud_config = run_dir.join("hcloud.yaml");
+    std::fs::write(
+        &cloud_config,
+        format!(
+            "network: \"{}\"\nendpoint: {}\ntoken_file: {}\n",
+            h.network,
+            h.endpoint,
+            token_file.display()
+        ),
+    )
+    .with_context(|| format!("write {}", cloud_config.display()))?;
+    let mut c = Command::new(&setup.controller_bin);
+    common(&mut c);
+    c.arg("--cloud-provider=hcloud")
+        .arg(format!("--cloud-config={}", cloud_config.display()))
+        .arg(format!("--reconcile-mode={}", kind.name()))
+        .arg("--leader-elect=false")
+        .arg(format!("--metrics-bind-address={metrics_addr}"))
+        .env_remove("HCLOUD_TOKEN");
+    Ok(c)
 }
 
 /// Upstream's exit stats (`tools/upstream-route-controller/README.md`).

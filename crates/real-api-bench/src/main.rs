@@ -13,6 +13,7 @@
 //! (tools/upstream-route-controller) are used as they are.
 
 mod controller;
+mod hetzner_day;
 mod probe;
 mod report;
 mod scenario;
@@ -101,6 +102,38 @@ struct Args {
     kube_api_qps: u32,
     #[arg(long, default_value_t = 30)]
     kube_api_burst: u32,
+    /// The cloud: `memory` (the in-process clouds, the scenario above) or
+    /// `hcloud` (the Hetzner day against the fake Hetzner Cloud API, with
+    /// upstream on hcloud-go; the `--hcloud-*` options below).
+    #[arg(long, default_value = "memory")]
+    cloud: String,
+    /// Hetzner day: Nodes (and servers) of the first wave.
+    #[arg(long, default_value_t = 60)]
+    hcloud_wave1: usize,
+    /// Hetzner day: Nodes of the second wave (both waves: at most 100 routes).
+    #[arg(long, default_value_t = 40)]
+    hcloud_wave2: usize,
+    /// Hetzner day: servers and Nodes removed in the scale-down.
+    #[arg(long, default_value_t = 30)]
+    hcloud_scale_down: usize,
+    /// Hetzner day: requests/hour other clients spend from the 3,600.
+    #[arg(long, default_value_t = 1200)]
+    hcloud_other_clients_per_hour: u32,
+    /// Hetzner day: what is left of the 3,600 when the day starts.
+    #[arg(long, default_value_t = 3600)]
+    hcloud_budget_at_start: u32,
+    /// Hetzner day: requests the autoscaler spends per server added or removed.
+    #[arg(long, default_value_t = 5)]
+    hcloud_autoscaler_requests_per_server: u32,
+    /// Hetzner day: milliseconds one network action runs.
+    #[arg(long, default_value_t = 500)]
+    hcloud_action_ms: u64,
+    /// Hetzner day: seconds of the idle window.
+    #[arg(long, default_value_t = 120)]
+    hcloud_idle_s: u64,
+    /// Hetzner day: longest wait for one wave, in seconds.
+    #[arg(long, default_value_t = 240)]
+    hcloud_wave_timeout_s: u64,
 }
 
 fn version_line(program: &std::path::Path, arg: &str) -> String {
@@ -170,6 +203,11 @@ async fn main() -> anyhow::Result<()> {
         .with_context(|| format!("create {}", args.out_dir.display()))?;
 
     let bins = tokio::task::spawn_blocking(Binaries::locate).await??;
+    match args.cloud.as_str() {
+        "memory" => {}
+        "hcloud" => return hetzner(&args, &bins, kinds, upstream_bin).await,
+        other => bail!("--cloud {other:?}: want memory or hcloud"),
+    }
     let scenario = Scenario {
         nodes: args.nodes,
         create_concurrency: args.create_concurrency,
@@ -192,6 +230,7 @@ async fn main() -> anyhow::Result<()> {
         tables: args.route_tables,
         qps: args.kube_api_qps,
         burst: args.kube_api_burst,
+        hcloud: None,
     };
     let mut report = Report {
         machine: probe::machine(),
@@ -220,6 +259,63 @@ async fn main() -> anyhow::Result<()> {
         }
         report.runs.push(result);
         write(&args.out_dir, &report)?;
+    }
+    print!("{}", report.markdown());
+    Ok(())
+}
+
+/// `--cloud hcloud`: the Hetzner day for each controller.
+async fn hetzner(
+    args: &Args,
+    bins: &Binaries,
+    kinds: Vec<Kind>,
+    upstream_bin: PathBuf,
+) -> anyhow::Result<()> {
+    let day = hetzner_day::Day {
+        wave1: args.hcloud_wave1,
+        wave2: args.hcloud_wave2,
+        scale_down: args.hcloud_scale_down,
+        create_concurrency: 10,
+        other_clients_per_hour: args.hcloud_other_clients_per_hour,
+        autoscaler_requests_per_server: args.hcloud_autoscaler_requests_per_server,
+        budget_at_start: args.hcloud_budget_at_start,
+        action_duration: Duration::from_millis(args.hcloud_action_ms),
+        quiet: Duration::from_secs(15),
+        idle: Duration::from_secs(args.hcloud_idle_s),
+        settle: Duration::from_secs(args.settle_s),
+        wave_timeout: Duration::from_secs(args.hcloud_wave_timeout_s),
+        heartbeat_period: Duration::from_secs(args.heartbeat_period_s.max(1)),
+    };
+    let setup = Setup {
+        upstream_bin,
+        controller_bin: args.controller_bin.clone(),
+        cluster_cidr: hetzner_day::CLUSTER_CIDR.into(),
+        cloud_latency: Duration::ZERO,
+        tables: 1,
+        qps: args.kube_api_qps,
+        burst: args.kube_api_burst,
+        hcloud: None,
+    };
+    let mut report = hetzner_day::DayReport {
+        machine: probe::machine(),
+        min_requests: day.min_requests(),
+        day: day.clone(),
+        runs: Vec::new(),
+    };
+    for kind in kinds {
+        info!(
+            controller = kind.name(),
+            "Hetzner day starting on a fresh control plane"
+        );
+        let run_dir = args.out_dir.join(format!("hcloud-{}", kind.name()));
+        let result = hetzner_day::run(bins, &setup, &day, kind, &run_dir).await;
+        if let Some(e) = &result.error {
+            error!(controller = kind.name(), error = %e, "run failed");
+        }
+        report.runs.push(result);
+        let json = serde_json::to_string_pretty(&report)?;
+        std::fs::write(args.out_dir.join("hetzner-day.json"), json + "\n")?;
+        std::fs::write(args.out_dir.join("hetzner-day.md"), report.markdown())?;
     }
     print!("{}", report.markdown());
     Ok(())

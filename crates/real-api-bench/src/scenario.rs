@@ -121,7 +121,7 @@ pub fn test_node(i: usize) -> TestNode {
 
 pub const CLUSTER_CIDR: &str = "10.0.0.0/8";
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -207,12 +207,12 @@ async fn start_watch(api: Api<Node>, tracker: Arc<Tracker>) -> anyhow::Result<Jo
 
 /// Live Nodes by index, shared with the heartbeat task.
 #[derive(Default)]
-struct Fleet {
+pub(crate) struct Fleet {
     live: Mutex<Vec<Option<String>>>,
 }
 
 impl Fleet {
-    fn add(&self, i: usize, name: String) {
+    pub(crate) fn add(&self, i: usize, name: String) {
         let mut live = lock(&self.live);
         if live.len() <= i {
             live.resize(i + 1, None);
@@ -220,7 +220,7 @@ impl Fleet {
         live[i] = Some(name);
     }
 
-    fn remove(&self, i: usize) {
+    pub(crate) fn remove(&self, i: usize) {
         if let Some(slot) = lock(&self.live).get_mut(i) {
             *slot = None;
         }
@@ -240,7 +240,7 @@ impl Fleet {
 
 /// Heartbeat counters.
 #[derive(Debug, Default)]
-struct Beats {
+pub(crate) struct Beats {
     ok: AtomicU64,
     failed: AtomicU64,
     skipped: AtomicU64,
@@ -260,7 +260,7 @@ pub struct HeartbeatReport {
 
 /// Spreads each Node's heartbeat over the period in 100 ms slots, so the
 /// load is even rather than a thundering herd every period.
-fn start_heartbeats(
+pub(crate) fn start_heartbeats(
     api: Api<Node>,
     fleet: Arc<Fleet>,
     beats: Arc<Beats>,
@@ -587,7 +587,7 @@ async fn drive(
     })
 }
 
-fn ensure_alive(ctl: &mut controller::Running) -> anyhow::Result<()> {
+pub(crate) fn ensure_alive(ctl: &mut controller::Running) -> anyhow::Result<()> {
     if !ctl.alive() {
         bail!(
             "{} exited during the run (see its controller.log)",
