@@ -24,17 +24,20 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	cloudprovider "k8s.io/cloud-provider"
 	routecontroller "k8s.io/cloud-provider/controllers/route"
 	"k8s.io/component-base/metrics/legacyregistry"
 	controllersmetrics "k8s.io/component-base/metrics/prometheus/controllers"
 	"k8s.io/klog/v2"
 	netutils "k8s.io/utils/net"
 
+	"github.com/cloud-route-controller/cloud-route-controller/tools/upstream-route-controller/awscloud"
 	"github.com/cloud-route-controller/cloud-route-controller/tools/upstream-route-controller/memcloud"
 
 	// Registers the controller-manager feature gates (the watch-based routes
@@ -61,6 +64,8 @@ type options struct {
 	enableNodeAddresses bool
 	metricsAddr         string
 	statsOut            string
+	cloud               string
+	cloudConfig         string
 }
 
 func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
@@ -77,6 +82,8 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 	fs.BoolVar(&o.enableNodeAddresses, "enable-node-addresses", false, "report EnableNodeAddresses=true on listed routes")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "127.0.0.1:0", "address serving /metrics; empty disables")
 	fs.StringVar(&o.statsOut, "stats-out", "", "file to write the JSON stats to at exit")
+	fs.StringVar(&o.cloud, "cloud", "memory", "cloud provider: memory (in-process map) or aws (k8s.io/cloud-provider-aws, needs --cloud-config)")
+	fs.StringVar(&o.cloudConfig, "cloud-config", "", "the provider's cloud config file (aws: gcfg INI with [Global] and [ServiceOverride])")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -88,6 +95,15 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 	}
 	if o.minResyncPeriod < 0 {
 		return nil, errors.New("--min-resync-period must not be negative")
+	}
+	switch o.cloud {
+	case "memory":
+	case "aws":
+		if o.cloudConfig == "" {
+			return nil, errors.New("--cloud aws needs --cloud-config")
+		}
+	default:
+		return nil, fmt.Errorf("--cloud %q: want memory or aws", o.cloud)
 	}
 	return o, nil
 }
@@ -133,6 +149,7 @@ func newClient(base *rest.Config, o *options, userAgent string) (*kubernetes.Cli
 // Stats is the JSON written at exit. Counts are calls, errors included.
 type Stats struct {
 	Mode             string         `json:"mode"`
+	Cloud            string         `json:"cloud"`
 	List             int64          `json:"list"`
 	ListErrors       int64          `json:"list_errors"`
 	Create           int64          `json:"create"`
@@ -166,10 +183,35 @@ func routeSyncs() float64 {
 	return total
 }
 
-func collectStats(o *options, cloud *memcloud.Cloud, started time.Time) Stats {
-	snap := cloud.Snapshot()
+// routesCloud is what the controller gets and what the stats read.
+type routesCloud interface {
+	cloudprovider.Routes
+	InFlight() int64
+}
+
+// snapshot reads the call counters and, for the memory cloud, its table.
+// A real provider's table is in the cloud, read by whoever runs this.
+func snapshot(cloud routesCloud) memcloud.Stats {
+	switch c := cloud.(type) {
+	case *memcloud.Cloud:
+		return c.Snapshot()
+	case *awscloud.Cloud:
+		a := c.Snapshot()
+		return memcloud.Stats{
+			List: a.List, ListErrors: a.ListErrors,
+			Create: a.Create, CreateErrors: a.CreateErrors,
+			Delete: a.Delete, DeleteErrors: a.DeleteErrors,
+			RoutesByNode: map[types.NodeName]int{},
+		}
+	}
+	return memcloud.Stats{RoutesByNode: map[types.NodeName]int{}}
+}
+
+func collectStats(o *options, cloud routesCloud, started time.Time) Stats {
+	snap := snapshot(cloud)
 	s := Stats{
 		Mode:         "periodic",
+		Cloud:        o.cloud,
 		List:         snap.List,
 		ListErrors:   snap.ListErrors,
 		Create:       snap.Create,
@@ -239,9 +281,21 @@ func run(o *options) error {
 		return err
 	}
 
-	cloud := memcloud.New(memcloud.Options{Latency: o.cloudLatency, EnableNodeAddresses: o.enableNodeAddresses})
 	resync := resyncPeriod(o.minResyncPeriod)
 	factory := informers.NewSharedInformerFactory(informerClient, resync)
+	var cloud routesCloud
+	switch o.cloud {
+	case "aws":
+		// As the cloud-controller-manager does: the provider's node cache
+		// is fed by the same informer factory (SetInformers).
+		c, err := awscloud.New(o.cloudConfig, factory)
+		if err != nil {
+			return err
+		}
+		cloud = c
+	default:
+		cloud = memcloud.New(memcloud.Options{Latency: o.cloudLatency, EnableNodeAddresses: o.enableNodeAddresses})
+	}
 	rc, err := routecontroller.New(cloud, controllerClient, factory.Core().V1().Nodes(), o.clusterName, cidrs)
 	if err != nil {
 		return fmt.Errorf("creating route controller: %w", err)
@@ -258,7 +312,7 @@ func run(o *options) error {
 	defer stop()
 	klog.InfoS("Starting upstream route controller", "watchBased", o.watchBased,
 		"gate", utilfeature.DefaultFeatureGate.Enabled(watchGate), "resync", resync,
-		"period", o.reconcilePeriod, "cloudLatency", o.cloudLatency, "clusterCIDRs", cidrs)
+		"period", o.reconcilePeriod, "cloud", o.cloud, "cloudLatency", o.cloudLatency, "clusterCIDRs", cidrs)
 
 	done := make(chan struct{})
 	go func() {
