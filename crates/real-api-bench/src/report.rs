@@ -109,7 +109,7 @@ impl Report {
         );
         let _ = writeln!(
             out,
-            "| controller | EC2 requests | min. | ratio | throttled | burst: last route | fastest | ratio | last deletion | idle req/min | final table | latency p50 / p99 | peak RSS | CPU |"
+            "| controller | EC2 requests | min. | ratio | throttled | burst: last route | fastest | ratio | last deletion | idle req/min | final table | burst latency p50 / p99 | peak RSS | CPU |"
         );
         let _ = writeln!(
             out,
@@ -171,7 +171,15 @@ impl Report {
                 opt_s(w.last_deletion_s),
                 w.idle_requests_per_min,
                 table,
-                latency_p50_p99(r.burst_latency.as_ref()),
+                if r.burst_unconfirmed > 0 {
+                    format!(
+                        "{} ({} never routed)",
+                        latency_p50_p99(r.burst_latency.as_ref()),
+                        r.burst_unconfirmed
+                    )
+                } else {
+                    latency_p50_p99(r.burst_latency.as_ref())
+                },
                 rss,
                 cpu,
             );
