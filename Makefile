@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/cloud-route-controller/target
 
-.PHONY: test demo image bench simulate fuzz controlplane controlplane-down build fmt lint
+.PHONY: test demo image bench bench-aws simulate fuzz controlplane controlplane-down build fmt lint
 
 # The one test command (README, .ci/run).
 test:
@@ -21,6 +21,13 @@ image:
 # Extra arguments: make bench ARGS="--nodes 5000"
 bench:
 	scripts/bench.sh $(ARGS)
+
+# The EC2 scenarios: upstream with the real k8s.io/cloud-provider-aws and our
+# modes against moto behind the counting proxy, without limits, with EC2's
+# token buckets, and with a throttle storm. Example from BENCHMARKS.md:
+# make bench-aws ARGS="--nodes 200 --trickle 20 --idle-s 30"
+bench-aws:
+	scripts/bench-aws.sh $(ARGS)
 
 # The three modes on a virtual clock (no cloud provider crates needed).
 simulate:

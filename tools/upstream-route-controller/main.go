@@ -24,19 +24,20 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	cloudprovider "k8s.io/cloud-provider"
 	routecontroller "k8s.io/cloud-provider/controllers/route"
 	"k8s.io/component-base/metrics/legacyregistry"
 	controllersmetrics "k8s.io/component-base/metrics/prometheus/controllers"
 	"k8s.io/klog/v2"
 	netutils "k8s.io/utils/net"
 
-	cloudprovider "k8s.io/cloud-provider"
-
+	"github.com/cloud-route-controller/cloud-route-controller/tools/upstream-route-controller/awscloud"
 	"github.com/cloud-route-controller/cloud-route-controller/tools/upstream-route-controller/hcloudroutes"
 	"github.com/cloud-route-controller/cloud-route-controller/tools/upstream-route-controller/memcloud"
 
@@ -67,6 +68,7 @@ type options struct {
 	cloud               string
 	hcloudEndpoint      string
 	hcloudNetwork       string
+	cloudConfig         string
 }
 
 func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
@@ -83,9 +85,10 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 	fs.BoolVar(&o.enableNodeAddresses, "enable-node-addresses", false, "report EnableNodeAddresses=true on listed routes")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "127.0.0.1:0", "address serving /metrics; empty disables")
 	fs.StringVar(&o.statsOut, "stats-out", "", "file to write the JSON stats to at exit")
-	fs.StringVar(&o.cloud, "cloud", "memory", "cloud behind the routes: memory (in-process, counted) or hcloud (hcloud-go against --hcloud-endpoint, token from $HCLOUD_TOKEN)")
+	fs.StringVar(&o.cloud, "cloud", "memory", "cloud behind the routes: memory (in-process, counted), aws (k8s.io/cloud-provider-aws, needs --cloud-config) or hcloud (hcloud-go against --hcloud-endpoint, token from $HCLOUD_TOKEN)")
 	fs.StringVar(&o.hcloudEndpoint, "hcloud-endpoint", "https://api.hetzner.cloud/v1", "hcloud: API base URL (HCLOUD_ENDPOINT)")
 	fs.StringVar(&o.hcloudNetwork, "hcloud-network", "", "hcloud: network id or name (HCLOUD_NETWORK)")
+	fs.StringVar(&o.cloudConfig, "cloud-config", "", "the provider's cloud config file (aws: gcfg INI with [Global] and [ServiceOverride])")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -95,17 +98,21 @@ func parseFlags(fs *flag.FlagSet, args []string) (*options, error) {
 	if o.reconcilePeriod <= 0 {
 		return nil, errors.New("--route-reconciliation-period must be positive")
 	}
+	if o.minResyncPeriod < 0 {
+		return nil, errors.New("--min-resync-period must not be negative")
+	}
 	switch o.cloud {
 	case "memory":
+	case "aws":
+		if o.cloudConfig == "" {
+			return nil, errors.New("--cloud aws needs --cloud-config")
+		}
 	case "hcloud":
 		if o.hcloudNetwork == "" {
 			return nil, errors.New("--cloud=hcloud needs --hcloud-network")
 		}
 	default:
-		return nil, fmt.Errorf("--cloud %q: want memory or hcloud", o.cloud)
-	}
-	if o.minResyncPeriod < 0 {
-		return nil, errors.New("--min-resync-period must not be negative")
+		return nil, fmt.Errorf("--cloud %q: want memory, aws or hcloud", o.cloud)
 	}
 	return o, nil
 }
@@ -151,6 +158,7 @@ func newClient(base *rest.Config, o *options, userAgent string) (*kubernetes.Cli
 // Stats is the JSON written at exit. Counts are calls, errors included.
 type Stats struct {
 	Mode             string         `json:"mode"`
+	Cloud            string         `json:"cloud"`
 	List             int64          `json:"list"`
 	ListErrors       int64          `json:"list_errors"`
 	Create           int64          `json:"create"`
@@ -199,9 +207,24 @@ func (h hcloudCounted) Snapshot() memcloud.Stats {
 		Delete: s.Delete, DeleteErrors: s.DeleteErrors, Routes: s.Routes, RoutesByNode: s.RoutesByNode}
 }
 
+// awsCounted adapts awscloud's counters to the memory cloud's. The table is
+// in the cloud, read by whoever runs this.
+type awsCounted struct{ *awscloud.Cloud }
+
+func (c awsCounted) Snapshot() memcloud.Stats {
+	a := c.Cloud.Snapshot()
+	return memcloud.Stats{
+		List: a.List, ListErrors: a.ListErrors,
+		Create: a.Create, CreateErrors: a.CreateErrors,
+		Delete: a.Delete, DeleteErrors: a.DeleteErrors,
+		RoutesByNode: map[types.NodeName]int{},
+	}
+}
+
 func collectStats(o *options, snap memcloud.Stats, started time.Time) Stats {
 	s := Stats{
 		Mode:         "periodic",
+		Cloud:        o.cloud,
 		List:         snap.List,
 		ListErrors:   snap.ListErrors,
 		Create:       snap.Create,
@@ -287,6 +310,14 @@ func run(o *options) error {
 			return fmt.Errorf("hcloud routes: %w", err)
 		}
 		cloud, snapshot = h, hcloudCounted{h}.Snapshot
+	case "aws":
+		// As the cloud-controller-manager does: the provider's node cache
+		// is fed by the same informer factory (SetInformers).
+		c, err := awscloud.New(o.cloudConfig, factory)
+		if err != nil {
+			return err
+		}
+		cloud, snapshot = c, awsCounted{c}.Snapshot
 	default:
 		m := memcloud.New(memcloud.Options{Latency: o.cloudLatency, EnableNodeAddresses: o.enableNodeAddresses})
 		cloud, snapshot = m, m.Snapshot

@@ -24,7 +24,7 @@ use tokio::sync::OnceCell;
 use crate::{AwsConfig, ConfigError, Ec2Routes};
 
 pub mod proxy;
-pub use proxy::{Logged, Proxy};
+pub use proxy::{ActionCount, Bucket, Buckets, Logged, Proxy};
 
 /// The region fixtures live in (moto's default).
 pub const REGION: &str = "us-east-1";
@@ -424,5 +424,20 @@ pub async fn add_route(
         _ => return Err(format!("add_route: unknown target kind {target}")),
     };
     req.send().await.map_err(|e| err("CreateRoute", e))?;
+    Ok(())
+}
+
+/// Terminates `ids` (moto keeps routes to them, listed `active`; EC2 lists
+/// them as blackholes, which [`Proxy::blackhole`] reproduces).
+pub async fn terminate_instances(client: &Client, ids: &[String]) -> Result<(), String> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    client
+        .terminate_instances()
+        .set_instance_ids(Some(ids.to_vec()))
+        .send()
+        .await
+        .map_err(|e| err("TerminateInstances", e))?;
     Ok(())
 }

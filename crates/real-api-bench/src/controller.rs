@@ -121,11 +121,15 @@ fn free_port() -> anyhow::Result<u16> {
     Ok(l.local_addr()?.port())
 }
 
+/// `aws`: with `--cloud aws`, the upstream provider's and this project's
+/// cloud configs ([`crate::aws::World::write_configs`]); `None` for the
+/// in-process clouds.
 pub async fn start(
     setup: &Setup,
     kind: Kind,
     kubeconfig: &Path,
     run_dir: &Path,
+    aws: Option<&(PathBuf, PathBuf)>,
 ) -> anyhow::Result<Running> {
     std::fs::create_dir_all(run_dir).with_context(|| format!("create {}", run_dir.display()))?;
     let metrics_addr = format!("127.0.0.1:{}", free_port()?);
@@ -145,6 +149,38 @@ pub async fn start(
             &metrics_addr,
             &stats_out,
         )?
+    } else if let Some((upstream_conf, ours_conf)) = aws {
+        let mut c = if kind.is_upstream() {
+            let mut c = Command::new(&setup.upstream_bin);
+            c.arg(format!("--kubeconfig={}", kubeconfig.display()))
+                .arg(format!("--cluster-cidr={}", setup.cluster_cidr))
+                .arg("--cloud=aws")
+                .arg(format!("--cloud-config={}", upstream_conf.display()))
+                .arg(format!("--kube-api-qps={}", setup.qps))
+                .arg(format!("--kube-api-burst={}", setup.burst))
+                .arg(format!("--metrics-addr={metrics_addr}"))
+                .arg(format!("--stats-out={}", stats_out.display()));
+            if let Kind::Upstream { watch_gate: true } = kind {
+                c.arg("--watch-based");
+            }
+            c
+        } else {
+            let mut c = Command::new(&setup.controller_bin);
+            c.arg(format!("--kubeconfig={}", kubeconfig.display()))
+                .arg(format!("--cluster-cidr={}", setup.cluster_cidr))
+                .arg("--cloud-provider=aws")
+                .arg(format!("--cloud-config={}", ours_conf.display()))
+                .arg(format!("--reconcile-mode={}", kind.name()))
+                .arg("--leader-elect=false")
+                .arg(format!("--kube-api-qps={}", setup.qps))
+                .arg(format!("--kube-api-burst={}", setup.burst))
+                .arg(format!("--metrics-bind-address={metrics_addr}"));
+            c
+        };
+        for (k, v) in crate::aws::ENV {
+            c.env(k, v);
+        }
+        c
     } else if kind.is_upstream() {
         let mut c = Command::new(&setup.upstream_bin);
         c.arg(format!("--kubeconfig={}", kubeconfig.display()))

@@ -321,7 +321,7 @@ async fn drive(
     let api: Api<Node> = Api::all(client);
     let log = Arc::new(RouteLog::default());
     let sampler = start_sampler(fake.clone(), log.clone());
-    let mut ctl = controller::start(&setup, kind, plane.kubeconfig(), run_dir).await?;
+    let mut ctl = controller::start(&setup, kind, plane.kubeconfig(), run_dir, None).await?;
     let ctl_started = Instant::now();
     let fleet = Arc::new(Fleet::default());
     let heartbeats = start_heartbeats(

@@ -12,6 +12,7 @@
 //! control plane (crates/test-cluster) and the upstream baseline
 //! (tools/upstream-route-controller) are used as they are.
 
+mod aws;
 mod controller;
 mod hetzner_day;
 mod probe;
@@ -102,10 +103,12 @@ struct Args {
     kube_api_qps: u32,
     #[arg(long, default_value_t = 30)]
     kube_api_burst: u32,
-    /// The cloud: `memory` (the in-process clouds, the scenario above) or
-    /// `hcloud` (the Hetzner day against the fake Hetzner Cloud API, with
+    /// The cloud: `memory` (the in-process clouds, the scenario above),
+    /// `aws` (a fresh moto per run behind provider-aws's testing proxy, an
+    /// instance per Node; upstream runs the real k8s.io/cloud-provider-aws)
+    /// or `hcloud` (the Hetzner day against the fake Hetzner Cloud API, with
     /// upstream on hcloud-go; the `--hcloud-*` options below).
-    #[arg(long, default_value = "memory")]
+    #[arg(long, default_value = "memory", value_parser = ["memory", "aws", "hcloud"])]
     cloud: String,
     /// Hetzner day: Nodes (and servers) of the first wave.
     #[arg(long, default_value_t = 60)]
@@ -134,6 +137,18 @@ struct Args {
     /// Hetzner day: longest wait for one wave, in seconds.
     #[arg(long, default_value_t = 240)]
     hcloud_wave_timeout_s: u64,
+    /// `--cloud aws`: the proxy enforces EC2's documented per-action token
+    /// buckets (mutating 50 / 5 per s, non-mutating 100 / 20 per s,
+    /// unfiltered DescribeInstances 50 / 10 per s).
+    #[arg(long)]
+    ec2_buckets: bool,
+    /// `--cloud aws`: milliseconds the proxy adds to every answer.
+    #[arg(long, default_value_t = 0)]
+    ec2_latency_ms: u64,
+    /// `--cloud aws`: seconds of throttle storm (every request answered
+    /// RequestLimitExceeded), starting once half the burst is created; 0: none.
+    #[arg(long, default_value_t = 0)]
+    storm_s: u64,
 }
 
 fn version_line(program: &std::path::Path, arg: &str) -> String {
@@ -189,6 +204,17 @@ async fn main() -> anyhow::Result<()> {
             args.route_tables
         );
     }
+    let aws_settings = (args.cloud == "aws").then_some(aws::AwsSettings {
+        buckets: args.ec2_buckets,
+        latency_ms: args.ec2_latency_ms,
+        storm_s: args.storm_s,
+    });
+    if aws_settings.is_some() && args.route_tables > 1 {
+        bail!("--cloud aws runs with one route table");
+    }
+    if aws_settings.is_none() && (args.ec2_buckets || args.ec2_latency_ms > 0 || args.storm_s > 0) {
+        bail!("--ec2-buckets, --ec2-latency-ms and --storm-s need --cloud aws");
+    }
     let upstream_bin = match (&args.upstream_bin, kinds.iter().any(|k| k.is_upstream())) {
         (Some(bin), _) => bin.clone(),
         (None, false) => PathBuf::new(),
@@ -204,9 +230,9 @@ async fn main() -> anyhow::Result<()> {
 
     let bins = tokio::task::spawn_blocking(Binaries::locate).await??;
     match args.cloud.as_str() {
-        "memory" => {}
+        "memory" | "aws" => {}
         "hcloud" => return hetzner(&args, &bins, kinds, upstream_bin).await,
-        other => bail!("--cloud {other:?}: want memory or hcloud"),
+        other => bail!("--cloud {other:?}: want memory, aws or hcloud"),
     }
     let scenario = Scenario {
         nodes: args.nodes,
@@ -244,6 +270,7 @@ async fn main() -> anyhow::Result<()> {
         cloud_latency_ms: args.cloud_latency_ms,
         kube_api_qps: args.kube_api_qps,
         kube_api_burst: args.kube_api_burst,
+        aws: aws_settings,
         runs: Vec::new(),
     };
 
@@ -253,7 +280,7 @@ async fn main() -> anyhow::Result<()> {
             "run starting on a fresh control plane"
         );
         let run_dir = args.out_dir.join(kind.name());
-        let result = scenario::run(&bins, &setup, &scenario, kind, &run_dir).await;
+        let result = scenario::run(&bins, &setup, &scenario, kind, &run_dir, aws_settings).await;
         if let Some(e) = &result.error {
             error!(controller = kind.name(), error = %e, "run failed");
         }

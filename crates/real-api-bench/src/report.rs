@@ -4,6 +4,7 @@ use std::fmt::Write;
 
 use serde::Serialize;
 
+use crate::aws::AwsSettings;
 use crate::probe::Machine;
 use crate::scenario::{RunResult, Scenario};
 use crate::stats::Summary;
@@ -17,6 +18,8 @@ pub struct Report {
     pub cloud_latency_ms: u64,
     pub kube_api_qps: u32,
     pub kube_api_burst: u32,
+    /// `--cloud aws` settings; `None` for the in-process clouds.
+    pub aws: Option<AwsSettings>,
     pub runs: Vec<RunResult>,
 }
 
@@ -40,6 +43,12 @@ fn latency(s: Option<&Summary>) -> String {
     }
 }
 
+fn latency_p50_p99(s: Option<&Summary>) -> String {
+    s.map_or("–".into(), |s| {
+        format!("{} / {}", fmt_ms(s.p50_ms), fmt_ms(s.p99_ms))
+    })
+}
+
 /// Milliseconds below 10 s, seconds above: both stay readable.
 fn fmt_ms(ms: f64) -> String {
     if ms < 10_000.0 {
@@ -57,9 +66,177 @@ fn calls(r: &RunResult, op: &str) -> String {
     }
 }
 
+fn opt_s(v: Option<f64>) -> String {
+    v.map_or("–".into(), |s| format!("{s:.1} s"))
+}
+
+fn ratio(got: Option<f64>, limit: Option<f64>) -> String {
+    match (got, limit) {
+        (Some(g), Some(l)) if l > 0.0 => format!("{:.2} ×", g / l),
+        _ => "–".into(),
+    }
+}
+
 impl Report {
+    /// The `--cloud aws` tables: requests and times as the proxy and moto
+    /// saw them, against the physical limits.
+    fn aws_markdown(&self, a: &AwsSettings, out: &mut String) {
+        let s = &self.scenario;
+        let _ = writeln!(
+            out,
+            "EC2 = moto behind the counting proxy; buckets {}; proxy latency {} ms; {}. {} Nodes in a burst, {} more one every {:.1} s, idle {} s, {} deleted (every other one's instance terminated first), {} address changes, settle {} s.\n",
+            if a.buckets {
+                "on (EC2's documented per-action buckets)"
+            } else {
+                "off"
+            },
+            a.latency_ms,
+            if a.storm_s > 0 {
+                format!(
+                    "a {} s throttle storm once half the burst is created",
+                    a.storm_s
+                )
+            } else {
+                "no storm".into()
+            },
+            s.nodes,
+            s.trickle,
+            s.trickle_interval.as_secs_f64(),
+            s.idle.as_secs(),
+            s.scale_down,
+            s.address_changes,
+            s.settle.as_secs(),
+        );
+        let _ = writeln!(
+            out,
+            "| controller | EC2 requests | min. | ratio | throttled | burst: last route | fastest | ratio | last deletion | idle req/min | final table | burst latency p50 / p99 | peak RSS | CPU |"
+        );
+        let _ = writeln!(
+            out,
+            "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|--:|--:|"
+        );
+        for r in &self.runs {
+            let Some(w) = &r.aws else {
+                let _ = writeln!(
+                    out,
+                    "| {} | failed: {} |||||||||||||",
+                    r.label,
+                    r.error
+                        .as_deref()
+                        .unwrap_or("no measurement")
+                        .replace('|', "/")
+                        .replace('\n', " ")
+                );
+                continue;
+            };
+            let table = if w.table.exact() {
+                format!("exact ({})", w.table.routes)
+            } else {
+                format!(
+                    "{} of {}: {} missing, {} extra, {} wrong",
+                    w.table.routes,
+                    w.table.expected,
+                    w.table.missing,
+                    w.table.extra,
+                    w.table.wrong_target
+                )
+            };
+            let (rss, cpu) = r.controller_process.map_or(("–".into(), "–".into()), |p| {
+                (
+                    format!("{:.1} MiB", p.peak_rss_kib as f64 / 1024.0),
+                    format!("{:.1} s", p.cpu_seconds),
+                )
+            });
+            let last_route = if r.converge_seconds.is_some() {
+                opt_s(w.burst_last_route_s)
+            } else {
+                format!(
+                    "{} ({} of {} routed)",
+                    opt_s(w.burst_last_route_s),
+                    w.burst_routes,
+                    s.nodes
+                )
+            };
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {:.2} × | {} | {} | {} | {} | {} | {:.1} | {} | {} | {} | {} |",
+                r.label,
+                w.total_requests,
+                w.limits.min_requests,
+                w.total_requests as f64 / w.limits.min_requests.max(1) as f64,
+                w.throttled,
+                last_route,
+                opt_s(w.limits.fastest_burst_s),
+                ratio(w.burst_last_route_s, w.limits.fastest_burst_s),
+                opt_s(w.last_deletion_s),
+                w.idle_requests_per_min,
+                table,
+                if r.burst_unconfirmed > 0 {
+                    format!(
+                        "{} ({} never routed)",
+                        latency_p50_p99(r.burst_latency.as_ref()),
+                        r.burst_unconfirmed
+                    )
+                } else {
+                    latency_p50_p99(r.burst_latency.as_ref())
+                },
+                rss,
+                cpu,
+            );
+        }
+        let mut actions: Vec<&String> = self
+            .runs
+            .iter()
+            .filter_map(|r| r.aws.as_ref())
+            .flat_map(|w| w.requests.keys())
+            .collect();
+        actions.sort();
+        actions.dedup();
+        let _ = writeln!(out, "\nRequests by action (throttled in parentheses):\n");
+        let _ = write!(out, "| controller |");
+        for a in &actions {
+            let _ = write!(out, " {a} |");
+        }
+        let _ = writeln!(out);
+        let _ = write!(out, "|---|");
+        for _ in &actions {
+            let _ = write!(out, "--:|");
+        }
+        let _ = writeln!(out);
+        for r in &self.runs {
+            let Some(w) = &r.aws else { continue };
+            let _ = write!(out, "| {} |", r.label);
+            for a in &actions {
+                let cell = match w.requests.get(*a) {
+                    Some(c) if c.throttled > 0 => format!("{} ({})", c.requests, c.throttled),
+                    Some(c) => c.requests.to_string(),
+                    None => "0".into(),
+                };
+                let _ = write!(out, " {cell} |");
+            }
+            let _ = writeln!(out);
+        }
+        let diffs: Vec<String> = self
+            .runs
+            .iter()
+            .filter_map(|r| r.aws.as_ref().map(|w| (r, w)))
+            .filter(|(_, w)| !w.table.exact())
+            .map(|(r, w)| format!("- {}: {}", r.label, w.table.examples.join("; ")))
+            .collect();
+        if !diffs.is_empty() {
+            let _ = writeln!(out, "\nTable differences (first few):\n");
+            for d in diffs {
+                let _ = writeln!(out, "{d}");
+            }
+        }
+    }
+
     pub fn markdown(&self) -> String {
         let mut out = String::new();
+        if let Some(a) = &self.aws {
+            self.aws_markdown(a, &mut out);
+            return out;
+        }
         let s = &self.scenario;
         let _ = writeln!(
             out,

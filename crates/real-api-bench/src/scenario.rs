@@ -34,6 +34,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
+use crate::aws::{self, AwsRun, AwsSettings, TableCheck, World};
 use crate::controller::{self, Kind, Setup};
 use crate::probe::{self, OpCount, ProcSample};
 use crate::stats::{Summary, summarize};
@@ -114,9 +115,23 @@ fn nth_address(base: Ipv4Addr, i: usize) -> Ipv4Addr {
 pub fn test_node(i: usize) -> TestNode {
     let name = node_name(i);
     TestNode::new(&name)
-        .pod_cidrs([format!("10.{}.{}.0/24", (i >> 8) & 255, i & 255)])
+        .pod_cidrs([pod_cidr(i)])
         .internal_ip(nth_address(Ipv4Addr::new(100, 64, 0, 0), i).to_string())
         .provider_id(format!("memory://{name}"))
+}
+
+fn pod_cidr(i: usize) -> String {
+    format!("10.{}.{}.0/24", (i >> 8) & 255, i & 255)
+}
+
+/// Node `i` for `world`: its instance's provider id (`aws:///<zone>/i-…`)
+/// instead of the memory one.
+fn node_for(i: usize, world: Option<&World>) -> TestNode {
+    let node = test_node(i);
+    match world.and_then(|w| w.instances.get(i)) {
+        Some(inst) => node.provider_id(inst.provider_id.clone()),
+        None => node,
+    }
 }
 
 pub const CLUSTER_CIDR: &str = "10.0.0.0/8";
@@ -351,6 +366,8 @@ pub struct RunResult {
     /// 1-minute load average when the controller started and when it was
     /// sampled: other work on the machine shows up here.
     pub load_average: [f64; 2],
+    /// `--cloud aws`: what the proxy counted and moto's final table.
+    pub aws: Option<AwsRun>,
 }
 
 impl RunResult {
@@ -377,6 +394,7 @@ impl RunResult {
             heartbeats: None,
             driver_cpu_seconds: 0.0,
             load_average: [0.0; 2],
+            aws: None,
         }
     }
 }
@@ -392,16 +410,43 @@ pub async fn run(
     scenario: &Scenario,
     kind: Kind,
     run_dir: &Path,
+    aws_settings: Option<AwsSettings>,
 ) -> RunResult {
+    let world = match aws_settings {
+        Some(settings) => {
+            let name = format!("bench-{}-{}", kind.name(), std::process::id());
+            match World::start(&name, scenario.nodes + scenario.trickle, settings).await {
+                Ok(w) => Some((w, settings)),
+                Err(e) => return RunResult::failed(kind, scenario, format!("moto: {e:#}")),
+            }
+        }
+        None => None,
+    };
     let plane_began = Instant::now();
     let plane = match ControlPlane::start_with(bins.clone(), StartOptions::default()).await {
         Ok(p) => p,
-        Err(e) => return RunResult::failed(kind, scenario, format!("control plane: {e}")),
+        Err(e) => {
+            if let Some((w, _)) = world {
+                w.stop().await;
+            }
+            return RunResult::failed(kind, scenario, format!("control plane: {e}"));
+        }
     };
     let startup = plane_began.elapsed();
-    let result = drive(&plane, setup, scenario, kind, run_dir).await;
+    let result = drive(
+        &plane,
+        setup,
+        scenario,
+        kind,
+        run_dir,
+        world.as_ref().map(|(w, s)| (w, *s)),
+    )
+    .await;
     if let Err(e) = plane.stop() {
         warn!(error = %e, "stopping the control plane");
+    }
+    if let Some((w, _)) = world {
+        w.stop().await;
     }
     match result {
         Ok(mut r) => {
@@ -418,7 +463,10 @@ async fn drive(
     scenario: &Scenario,
     kind: Kind,
     run_dir: &Path,
+    world: Option<(&World, AwsSettings)>,
 ) -> anyhow::Result<RunResult> {
+    let settings = world.map(|(_, s)| s);
+    let world = world.map(|(w, _)| w);
     let ticks = probe::clock_ticks();
     let driver_cpu_before = driver_cpu(ticks);
     let client = test_cluster::client_from_kubeconfig(plane.kubeconfig()).await?;
@@ -426,7 +474,10 @@ async fn drive(
     let tracker = Arc::new(Tracker::default());
     let watch = start_watch(api.clone(), tracker.clone()).await?;
 
-    let mut ctl = controller::start(setup, kind, plane.kubeconfig(), run_dir).await?;
+    std::fs::create_dir_all(run_dir).with_context(|| format!("create {}", run_dir.display()))?;
+    let configs = world.map(|w| w.write_configs(run_dir)).transpose()?;
+    let mut ctl =
+        controller::start(setup, kind, plane.kubeconfig(), run_dir, configs.as_ref()).await?;
     let load_before = probe::load_average();
 
     let fleet = Arc::new(Fleet::default());
@@ -448,8 +499,41 @@ async fn drive(
     );
     let burst_names: Vec<String> = (0..scenario.nodes).map(node_name).collect();
     let burst_began = Instant::now();
+    // A storm begins once half the burst is created and ends by itself.
+    let created = Arc::new(AtomicU64::new(0));
+    let storm = match (world, settings) {
+        (Some(w), Some(s)) if s.storm_s > 0 => {
+            let (proxy, created) = (w.proxy.clone(), created.clone());
+            let half = (scenario.nodes / 2) as u64;
+            let lasting = Duration::from_secs(s.storm_s);
+            Some(tokio::spawn(async move {
+                while created.load(Ordering::SeqCst) < half {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                let began = Instant::now();
+                proxy.throttle_every(1);
+                info!(
+                    seconds = lasting.as_secs(),
+                    "throttle storm: every request answered RequestLimitExceeded"
+                );
+                tokio::time::sleep(lasting).await;
+                proxy.throttle_every(0);
+                info!("throttle storm over");
+                (began, created.load(Ordering::SeqCst))
+            }))
+        }
+        _ => None,
+    };
     futures::stream::iter(0..scenario.nodes)
-        .map(|i| create(&api, &tracker, &fleet, i))
+        .map(|i| {
+            let created = created.clone();
+            let (api, tracker, fleet) = (&api, &tracker, &fleet);
+            async move {
+                create(api, tracker, fleet, node_for(i, world)).await?;
+                created.fetch_add(1, Ordering::SeqCst);
+                Ok::<(), anyhow::Error>(())
+            }
+        })
         .buffer_unordered(scenario.create_concurrency.max(1))
         .try_collect::<Vec<()>>()
         .await?;
@@ -466,9 +550,23 @@ async fn drive(
         Some(d) => info!(seconds = d.as_secs_f64(), "burst: every route confirmed"),
         None => warn!("burst: not every route confirmed within the timeout"),
     }
+    let storm_at = match storm {
+        Some(h) => Some(h.await.context("storm task")?),
+        None => None,
+    };
+    let burst_last_route =
+        world.and_then(|w| aws::last_ok_after(&w.proxy, "CreateRoute", burst_began));
+    let burst_routes = match world {
+        Some(w) => w.table().await?.len(),
+        None => 0,
+    };
 
     info!(seconds = scenario.idle.as_secs(), "idle");
+    let idle_before = world.map(|w| aws::total(&aws::requests(&w.proxy)));
     tokio::time::sleep(scenario.idle).await;
+    let idle_requests = world
+        .zip(idle_before)
+        .map(|(w, before)| aws::total(&aws::requests(&w.proxy)) - before);
     ensure_alive(&mut ctl)?;
 
     // Trickle: one Node at a time on a fixed schedule, each create on its own
@@ -485,8 +583,9 @@ async fn drive(
     for (k, i) in (scenario.nodes..scenario.nodes + scenario.trickle).enumerate() {
         tokio::time::sleep_until(trickle_began + scenario.trickle_interval * k as u32).await;
         let (api, tracker, fleet) = (api.clone(), tracker.clone(), fleet.clone());
+        let node = node_for(i, world);
         creations.push(tokio::spawn(async move {
-            create(&api, &tracker, &fleet, i).await
+            create(&api, &tracker, &fleet, node).await
         }));
     }
     for c in creations {
@@ -504,6 +603,18 @@ async fn drive(
 
     // Scale-down.
     let doomed = scenario.scale_down_indices();
+    let scale_down_began = Instant::now();
+    // Every other removed Node's instance is terminated first (an
+    // autoscaler's scale-down); the rest keep running (a Node deleted from
+    // the cluster, its instance left alone).
+    let terminated: Vec<usize> = doomed.iter().copied().step_by(2).collect();
+    if let Some(w) = world {
+        info!(
+            instances = terminated.len(),
+            "scale-down: terminating instances"
+        );
+        w.terminate(&terminated).await?;
+    }
     info!(nodes = doomed.len(), "scale-down: deleting nodes");
     for &i in &doomed {
         fleet.remove(i);
@@ -551,6 +662,44 @@ async fn drive(
     let outcome = ctl.stop().await?;
     let wall = started.elapsed();
 
+    let aws_run = match (world, settings) {
+        (Some(w), Some(s)) => {
+            let requests = aws::requests(&w.proxy);
+            let want: BTreeMap<String, String> = (0..scenario.nodes + scenario.trickle)
+                .filter(|i| !doomed.contains(i))
+                .map(|i| (pod_cidr(i), w.instances[i].id.clone()))
+                .collect();
+            let table = TableCheck::compare(&w.table().await?, &want);
+            let storm = storm_at.map(|(t, created)| {
+                (
+                    t.duration_since(burst_began).as_secs_f64(),
+                    s.storm_s as f64,
+                    created,
+                )
+            });
+            Some(AwsRun {
+                total_requests: aws::total(&requests),
+                throttled: requests.values().map(|c| c.throttled).sum(),
+                requests,
+                limits: aws::limits(
+                    scenario.nodes as u64,
+                    scenario.trickle as u64,
+                    doomed.len() as u64,
+                    s.buckets,
+                    storm,
+                ),
+                burst_last_route_s: burst_last_route,
+                burst_routes,
+                storm_start_s: storm.map(|(t, _, _)| t),
+                last_deletion_s: aws::last_ok_after(&w.proxy, "DeleteRoute", scale_down_began),
+                removed_terminated: terminated.len(),
+                idle_requests_per_min: idle_requests.unwrap_or(0) as f64 * 60.0
+                    / scenario.idle.as_secs_f64().max(1e-9),
+                table,
+            })
+        }
+        _ => None,
+    };
     let (burst, burst_missing) = tracker.latencies(&burst_names);
     let (trickle, trickle_missing) = tracker.latencies(&trickle_names);
     let ok = beats.ok.load(Ordering::Relaxed);
@@ -561,7 +710,30 @@ async fn drive(
         per_second: ok as f64 / beats_elapsed.as_secs_f64().max(1e-9),
         patch_latency: summarize(&lock(&beats.latency)),
     };
-    let total_calls = outcome.calls.values().map(|c| c.calls).sum();
+    let (calls, total_calls, routes_at_end) = match &aws_run {
+        // The proxy's count, not the controller's own.
+        Some(a) => (
+            a.requests
+                .iter()
+                .map(|(k, c)| {
+                    (
+                        k.clone(),
+                        OpCount {
+                            calls: c.requests,
+                            errors: c.throttled + c.errors,
+                        },
+                    )
+                })
+                .collect(),
+            a.total_requests,
+            a.table.routes as i64,
+        ),
+        None => (
+            outcome.calls.clone(),
+            outcome.calls.values().map(|c| c.calls).sum(),
+            outcome.routes_at_end,
+        ),
+    };
     Ok(RunResult {
         controller: kind.name(),
         label: kind.label(),
@@ -574,16 +746,17 @@ async fn drive(
         burst_unconfirmed: burst_missing,
         trickle_latency: summarize(&trickle),
         trickle_unconfirmed: trickle_missing,
-        calls: outcome.calls,
+        calls,
         total_calls,
         min_mutations: scenario.min_mutations(),
         routes_expected: scenario.routes_expected(),
-        routes_at_end: Some(outcome.routes_at_end),
+        routes_at_end: Some(routes_at_end),
         controller_process: Some(sample),
         controller_exit_ok: outcome.exit_ok,
         heartbeats: Some(heartbeat),
         driver_cpu_seconds: driver_cpu(ticks) - driver_cpu_before,
         load_average: [load_before, load_after],
+        aws: aws_run,
     })
 }
 
@@ -597,14 +770,25 @@ pub(crate) fn ensure_alive(ctl: &mut controller::Running) -> anyhow::Result<()> 
     Ok(())
 }
 
-async fn create(api: &Api<Node>, tracker: &Tracker, fleet: &Fleet, i: usize) -> anyhow::Result<()> {
-    let node = test_node(i);
+async fn create(
+    api: &Api<Node>,
+    tracker: &Tracker,
+    fleet: &Fleet,
+    node: TestNode,
+) -> anyhow::Result<()> {
+    let i = node_index(&node.name)?;
     lock(&tracker.created).insert(node.name.clone(), Instant::now());
     api.create(&PostParams::default(), &node.to_node())
         .await
         .with_context(|| format!("create {}", node.name))?;
     fleet.add(i, node.name);
     Ok(())
+}
+
+fn node_index(name: &str) -> anyhow::Result<usize> {
+    name.strip_prefix("node-")
+        .and_then(|n| n.parse().ok())
+        .with_context(|| format!("{name} is not a bench node name"))
 }
 
 #[cfg(test)]

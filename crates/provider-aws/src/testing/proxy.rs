@@ -13,13 +13,21 @@
 //! `DescribeRouteTables` answers with `NextToken` (moto does neither).
 //! Everything else is forwarded unchanged, one upstream connection per
 //! request.
+//!
+//! For benchmarks it can also stand in for EC2's request limits, each off
+//! until switched on, so functional tests see moto's behaviour:
+//! [`Proxy::enforce_buckets`] keeps EC2's documented per-action token
+//! buckets ([`Buckets::EC2`]) and answers `RequestLimitExceeded` when the
+//! action's bucket is empty, [`Proxy::set_latency`] delays every answer, and
+//! [`Proxy::counts`] reads per-action request, throttle and error counters
+//! and the time of each action's last successful answer.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
@@ -63,6 +71,157 @@ struct ProxyState {
     seen: AtomicU64,
     /// Errors still to answer, from [`Proxy::fail_next`].
     failing: Mutex<Option<Failing>>,
+    /// EC2's request buckets, when enforced.
+    buckets: Mutex<Option<ActionBuckets>>,
+    /// Added to every answer, in microseconds.
+    latency_us: AtomicU64,
+    /// Per-action counters (the key is [`bucket_key`]'s).
+    counts: Mutex<BTreeMap<String, ActionCount>>,
+}
+
+/// One token bucket: `burst` tokens at most, refilled at `per_second`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bucket {
+    /// Requests that may go out at once after a quiet period.
+    pub burst: f64,
+    /// Tokens added per second.
+    pub per_second: f64,
+}
+
+/// The buckets of each class of action. EC2 keeps one bucket per account,
+/// region and action; every action of a class gets a bucket of that size.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Buckets {
+    /// Actions that change something (everything not `Describe*`, `Get*`,
+    /// `List*` or `Search*`): `CreateRoute`, `DeleteRoute`,
+    /// `ModifyInstanceAttribute`, ...
+    pub mutating: Bucket,
+    /// `Describe*`, `Get*`, `List*`, `Search*`.
+    pub non_mutating: Bucket,
+    /// `DescribeInstances` with neither a filter nor instance ids: a bucket
+    /// of its own, apart from the filtered `DescribeInstances`.
+    pub unfiltered_describe_instances: Bucket,
+}
+
+impl Buckets {
+    /// EC2's documented defaults ("Request throttling for the Amazon EC2
+    /// API"): mutating 50 / 5 per s, non-mutating 100 / 20 per s,
+    /// unfiltered and unpaginated `DescribeInstances` 50 / 10 per s.
+    pub const EC2: Buckets = Buckets {
+        mutating: Bucket {
+            burst: 50.0,
+            per_second: 5.0,
+        },
+        non_mutating: Bucket {
+            burst: 100.0,
+            per_second: 20.0,
+        },
+        unfiltered_describe_instances: Bucket {
+            burst: 50.0,
+            per_second: 10.0,
+        },
+    };
+
+    /// The size of the bucket `key` ([`bucket_key`]) draws from.
+    pub fn for_key(&self, key: &str) -> Bucket {
+        if key == UNFILTERED_DESCRIBE_INSTANCES {
+            self.unfiltered_describe_instances
+        } else if is_mutating(key) {
+            self.mutating
+        } else {
+            self.non_mutating
+        }
+    }
+}
+
+/// The counter and bucket key of an unfiltered `DescribeInstances`.
+pub const UNFILTERED_DESCRIBE_INSTANCES: &str = "DescribeInstances(unfiltered)";
+
+/// Whether EC2 counts `action` as mutating.
+pub fn is_mutating(action: &str) -> bool {
+    !["Describe", "Get", "List", "Search"]
+        .iter()
+        .any(|p| action.starts_with(p))
+}
+
+/// The bucket (and counter) a request draws from: its action, except that
+/// a `DescribeInstances` with no `Filter.*` and no `InstanceId.*` field has
+/// a bucket of its own.
+pub fn bucket_key(action: &str, body: &str) -> String {
+    if action == "DescribeInstances"
+        && !body
+            .split('&')
+            .any(|kv| kv.starts_with("Filter.") || kv.starts_with("InstanceId."))
+    {
+        return UNFILTERED_DESCRIBE_INSTANCES.to_string();
+    }
+    action.to_string()
+}
+
+/// A token bucket on an injected clock: the caller says what time it is.
+#[derive(Debug, Clone)]
+pub struct TokenBucket {
+    size: Bucket,
+    tokens: f64,
+    at: Instant,
+}
+
+impl TokenBucket {
+    /// A full bucket at `now`.
+    pub fn new(size: Bucket, now: Instant) -> Self {
+        Self {
+            size,
+            tokens: size.burst,
+            at: now,
+        }
+    }
+
+    /// Takes one token if there is one at `now`; a time before the last
+    /// one seen counts as no time passed.
+    pub fn try_take(&mut self, now: Instant) -> bool {
+        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+        self.at = self.at.max(now);
+        self.tokens = (self.tokens + elapsed * self.size.per_second).min(self.size.burst);
+        // A hair under 1 still counts: refills are fractional and a token
+        // due at exactly `now` must not be lost to rounding.
+        if self.tokens >= 1.0 - 1e-9 {
+            self.tokens = (self.tokens - 1.0).max(0.0);
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// One bucket per key, created full on first use.
+#[derive(Debug)]
+struct ActionBuckets {
+    sizes: Buckets,
+    buckets: HashMap<String, TokenBucket>,
+}
+
+impl ActionBuckets {
+    fn try_take(&mut self, key: &str, now: Instant) -> bool {
+        let size = self.sizes.for_key(key);
+        self.buckets
+            .entry(key.to_string())
+            .or_insert_with(|| TokenBucket::new(size, now))
+            .try_take(now)
+    }
+}
+
+/// What the proxy counted for one action (see [`bucket_key`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ActionCount {
+    /// Requests received, answered in any way.
+    pub requests: u64,
+    /// Answered `RequestLimitExceeded` by the proxy (bucket empty,
+    /// [`Proxy::throttle_every`] or an injected `RequestLimitExceeded`).
+    pub throttled: u64,
+    /// Forwarded and answered with an error status by moto, or not at all.
+    pub errors: u64,
+    /// When the last answer with a 2xx status left the proxy.
+    pub last_ok: Option<Instant>,
 }
 
 /// The error [`Proxy::fail_next`] answers, and how many more times.
@@ -187,6 +346,34 @@ impl Proxy {
         self.state.seen.store(0, Ordering::SeqCst);
         self.state.throttle_every.store(n, Ordering::SeqCst);
     }
+
+    /// Enforces `buckets` from now on, every bucket full; `None` stops.
+    /// A request finding its bucket empty is answered `RequestLimitExceeded`
+    /// (HTTP 503) and takes no token.
+    pub fn enforce_buckets(&self, buckets: Option<Buckets>) {
+        *lock(&self.state.buckets) = buckets.map(|sizes| ActionBuckets {
+            sizes,
+            buckets: HashMap::new(),
+        });
+    }
+
+    /// Delays every answer (forwarded or not) by `latency` from now on.
+    pub fn set_latency(&self, latency: Duration) {
+        self.state.latency_us.store(
+            u64::try_from(latency.as_micros()).unwrap_or(u64::MAX),
+            Ordering::SeqCst,
+        );
+    }
+
+    /// The counters per action ([`bucket_key`]) so far.
+    pub fn counts(&self) -> BTreeMap<String, ActionCount> {
+        lock(&self.state.counts).clone()
+    }
+
+    /// Sets every counter back to zero.
+    pub fn reset_counts(&self) {
+        lock(&self.state.counts).clear();
+    }
 }
 
 impl Drop for Proxy {
@@ -238,17 +425,61 @@ async fn handle(
     };
     let every = st.throttle_every.load(Ordering::SeqCst);
     let n = st.seen.fetch_add(1, Ordering::SeqCst) + 1;
-    let throttle = injected.is_none() && every > 0 && n.is_multiple_of(every);
+    let key = bucket_key(&action, &text);
+    let throttle = injected.is_none()
+        && ((every > 0 && n.is_multiple_of(every))
+            || lock(&st.buckets)
+                .as_mut()
+                .is_some_and(|b| !b.try_take(&key, Instant::now())));
+    let throttled = throttle
+        || injected
+            .as_ref()
+            .is_some_and(|(_, c)| c == "RequestLimitExceeded");
     lock(&st.log).push(Logged {
         action: action.clone(),
         body: text,
         at: Instant::now(),
-        throttled: throttle
-            || injected
-                .as_ref()
-                .is_some_and(|(_, c)| c == "RequestLimitExceeded"),
+        throttled,
         injected: injected.as_ref().map(|(_, c)| c.clone()),
     });
+    let latency = Duration::from_micros(st.latency_us.load(Ordering::SeqCst));
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
+    }
+    let resp = answer(
+        &st, upstream, parts, body, &action, page, page_size, injected, throttle,
+    )
+    .await;
+    let mut counts = lock(&st.counts);
+    let c = counts.entry(key).or_default();
+    c.requests += 1;
+    if throttled {
+        c.throttled += 1;
+    } else if resp.status().is_success() {
+        c.last_ok = Some(Instant::now());
+    } else {
+        c.errors += 1;
+    }
+    drop(counts);
+    Ok(resp)
+}
+
+/// The answer to one request: injected, throttled or moto's (rewritten).
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one request's parsed parts, passed once"
+)]
+async fn answer(
+    st: &ProxyState,
+    upstream: SocketAddr,
+    parts: hyper::http::request::Parts,
+    body: Bytes,
+    action: &str,
+    page: Option<usize>,
+    page_size: u64,
+    injected: Option<(u16, String)>,
+    throttle: bool,
+) -> Response<Full<Bytes>> {
     if let Some((status, code)) = injected {
         let mut resp = Response::new(Full::new(Bytes::from(error_xml(&code))));
         *resp.status_mut() =
@@ -257,7 +488,7 @@ async fn handle(
             hyper::header::CONTENT_TYPE,
             hyper::header::HeaderValue::from_static("text/xml"),
         );
-        return Ok(resp);
+        return resp;
     }
     if throttle {
         let mut resp = Response::new(Full::new(Bytes::from_static(THROTTLE_XML.as_bytes())));
@@ -266,20 +497,20 @@ async fn handle(
             hyper::header::CONTENT_TYPE,
             hyper::header::HeaderValue::from_static("text/xml"),
         );
-        return Ok(resp);
+        return resp;
     }
     let Ok(stream) = TcpStream::connect(upstream).await else {
-        return Ok(bad_gateway());
+        return bad_gateway();
     };
     let Ok((mut sender, conn)) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await
     else {
-        return Ok(bad_gateway());
+        return bad_gateway();
     };
     tokio::spawn(conn);
     let mut fwd = Request::from_parts(parts, Full::new(body));
     fwd.headers_mut().remove("content-length");
     let Ok(resp) = sender.send_request(fwd).await else {
-        return Ok(bad_gateway());
+        return bad_gateway();
     };
     let (mut parts, body) = resp.into_parts();
     let bytes = body
@@ -315,7 +546,7 @@ async fn handle(
         )),
         None => bytes,
     };
-    Ok(Response::from_parts(parts, Full::new(bytes)))
+    Response::from_parts(parts, Full::new(bytes))
 }
 
 /// EC2's XML error body for `code`, shaped like [`THROTTLE_XML`].
@@ -428,6 +659,183 @@ fn mark_table_routes(xml: &str, destinations: &HashSet<String>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Tokens granted at each whole second of a one-request-per-millisecond
+    /// stream, on an injected clock.
+    fn granted_per_second(size: Bucket, seconds: u64) -> Vec<u32> {
+        let t0 = Instant::now();
+        let mut b = TokenBucket::new(size, t0);
+        (0..seconds)
+            .map(|s| {
+                (0..1000)
+                    .filter(|ms| b.try_take(t0 + Duration::from_millis(s * 1000 + ms)))
+                    .count() as u32
+            })
+            .collect()
+    }
+
+    #[test]
+    fn mutating_bucket_gives_its_burst_then_five_per_second() {
+        let got = granted_per_second(Buckets::EC2.mutating, 4);
+        // The first second: the burst of 50 plus the 5 refilled meanwhile
+        // (less the fraction not yet due when the burst ran out).
+        assert!((54..=55).contains(&got[0]), "{got:?}");
+        assert_eq!(got[1..], [5, 5, 5]);
+    }
+
+    #[test]
+    fn unfiltered_describe_instances_refills_at_ten_and_non_mutating_at_twenty() {
+        let un = granted_per_second(Buckets::EC2.unfiltered_describe_instances, 3);
+        assert_eq!(un[1..], [10, 10]);
+        let nm = granted_per_second(Buckets::EC2.non_mutating, 3);
+        assert!((119..=120).contains(&nm[0]), "{nm:?}");
+        assert_eq!(nm[1..], [20, 20]);
+    }
+
+    #[test]
+    fn an_idle_bucket_refills_to_its_burst_and_no_more() {
+        let t0 = Instant::now();
+        let mut b = TokenBucket::new(Buckets::EC2.mutating, t0);
+        assert_eq!((0..60).filter(|_| b.try_take(t0)).count(), 50);
+        // An hour later: full again, never more than the burst.
+        let later = t0 + Duration::from_secs(3600);
+        assert_eq!((0..60).filter(|_| b.try_take(later)).count(), 50);
+        // A clock that goes back adds nothing.
+        assert!(!b.try_take(t0));
+    }
+
+    #[test]
+    fn buckets_are_per_action_and_unfiltered_describe_instances_apart() {
+        let t0 = Instant::now();
+        let mut a = ActionBuckets {
+            sizes: Buckets::EC2,
+            buckets: HashMap::new(),
+        };
+        assert_eq!(
+            (0..60).filter(|_| a.try_take("CreateRoute", t0)).count(),
+            50
+        );
+        // Another mutating action has a full bucket of its own.
+        assert_eq!(
+            (0..60)
+                .filter(|_| a.try_take("ModifyInstanceAttribute", t0))
+                .count(),
+            50
+        );
+        assert_eq!(
+            (0..150)
+                .filter(|_| a.try_take("DescribeRouteTables", t0))
+                .count(),
+            100
+        );
+        assert_eq!(
+            (0..60)
+                .filter(|_| a.try_take(UNFILTERED_DESCRIBE_INSTANCES, t0))
+                .count(),
+            50
+        );
+        assert_eq!(
+            (0..150)
+                .filter(|_| a.try_take("DescribeInstances", t0))
+                .count(),
+            100
+        );
+    }
+
+    /// Sends one form request to the proxy; returns the status and body.
+    async fn post(url: &str, form: &str) -> (u16, String) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let addr = url.trim_start_matches("http://");
+        let mut s = TcpStream::connect(addr)
+            .await
+            .expect("connect to the proxy");
+        let req = format!(
+            "POST / HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{form}",
+            form.len()
+        );
+        s.write_all(req.as_bytes()).await.expect("send");
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.expect("read");
+        let status = out
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        (status, out)
+    }
+
+    #[tokio::test]
+    async fn an_empty_bucket_answers_request_limit_exceeded_and_counts_it() {
+        // An upstream that refuses connections: forwarded requests fail
+        // (502), throttled ones never reach it.
+        let closed = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let upstream = format!("http://{}", closed.local_addr().expect("addr"));
+        drop(closed);
+        let proxy = Proxy::start(&upstream).await.expect("proxy");
+        let tiny = Bucket {
+            burst: 2.0,
+            per_second: 0.001,
+        };
+        proxy.enforce_buckets(Some(Buckets {
+            mutating: tiny,
+            non_mutating: tiny,
+            unfiltered_describe_instances: tiny,
+        }));
+        let mut statuses = Vec::new();
+        for _ in 0..3 {
+            statuses.push(post(&proxy.url(), "Action=CreateRoute").await);
+        }
+        assert_eq!(statuses[0].0, 502);
+        assert_eq!(statuses[1].0, 502);
+        assert_eq!(statuses[2].0, 503);
+        assert!(statuses[2].1.contains("<Code>RequestLimitExceeded</Code>"));
+        // Another action has a bucket of its own.
+        assert_eq!(post(&proxy.url(), "Action=DeleteRoute").await.0, 502);
+        let c = proxy.counts();
+        let create = &c["CreateRoute"];
+        assert_eq!(
+            (create.requests, create.throttled, create.errors),
+            (3, 1, 2)
+        );
+        assert_eq!(create.last_ok, None);
+        assert_eq!(c["DeleteRoute"].requests, 1);
+        // Off again: nothing is throttled.
+        proxy.enforce_buckets(None);
+        assert_eq!(post(&proxy.url(), "Action=CreateRoute").await.0, 502);
+        proxy.reset_counts();
+        assert!(proxy.counts().is_empty());
+    }
+
+    #[test]
+    fn classifies_actions_and_unfiltered_describe_instances() {
+        assert!(is_mutating("CreateRoute") && is_mutating("ModifyInstanceAttribute"));
+        assert!(!is_mutating("DescribeRouteTables") && !is_mutating("GetConsoleOutput"));
+        assert_eq!(
+            bucket_key(
+                "DescribeInstances",
+                "Action=DescribeInstances&Version=2016-11-15"
+            ),
+            UNFILTERED_DESCRIBE_INSTANCES
+        );
+        assert_eq!(
+            bucket_key(
+                "DescribeInstances",
+                "Action=DescribeInstances&Filter.1.Name=instance-id&Filter.1.Value.1=i-1"
+            ),
+            "DescribeInstances"
+        );
+        assert_eq!(
+            bucket_key(
+                "DescribeInstances",
+                "Action=DescribeInstances&InstanceId.1=i-1"
+            ),
+            "DescribeInstances"
+        );
+        assert_eq!(
+            bucket_key("CreateRoute", "Action=CreateRoute"),
+            "CreateRoute"
+        );
+    }
 
     #[test]
     fn pages_split_top_level_tables_only() {
