@@ -24,7 +24,8 @@
 //!   for all of them, once.
 //! - create: 1 `CreateRoute` (or `ReplaceRoute` over a blackhole), plus, the
 //!   first time this process routes to an instance, one `DescribeInstances`
-//!   (how many interfaces it has) and one `ModifyInstanceAttribute` (or
+//!   (how many interfaces it has; shared by every instance looked up at the
+//!   same time, up to 200 per request) and one `ModifyInstanceAttribute` (or
 //!   `ModifyNetworkInterfaceAttribute` on a multi-NIC instance's primary
 //!   interface) `SourceDestCheck=false`.
 //! - delete: 1 `DeleteRoute`.
@@ -197,7 +198,7 @@ struct State {
     blackholes: HashMap<String, HashSet<String>>,
     /// Instances prepared as route targets by this process, or being
     /// prepared: what a route to each targets (the instance, or its primary
-    /// network interface when it has several), learned with one
+    /// network interface when it has several), learned with a shared
     /// `DescribeInstances`, and its source/destination check turned off.
     /// Concurrent creations for one instance (a dual-stack Node's two routes,
     /// one route per table) share one preparation.
@@ -205,7 +206,48 @@ struct State {
     /// Network interface -> the instance it is attached to (empty when
     /// detached), from creations and `DescribeNetworkInterfaces`.
     interfaces: HashMap<String, String>,
+    /// Instance lookups waiting for a shared `DescribeInstances`.
+    lookups: Lookups,
     index: NodeIndex,
+}
+
+/// One waiter's answer from a shared `DescribeInstances`.
+type Lookup = tokio::sync::oneshot::Sender<Result<RouteTarget, CloudError>>;
+
+/// Queued instance lookups and whether a caller is leading them.
+#[derive(Default)]
+struct Lookups {
+    pending: Vec<(String, Lookup)>,
+    /// A caller is sending the queued lookups; new ones only queue.
+    leading: bool,
+}
+
+/// EC2's limit of values per filter (DescribeInstances documents up to
+/// 200 values for a filter); one request covers at most this many instances.
+const MAX_FILTER_VALUES: usize = 200;
+
+/// Hands the lead on when a leader is dropped mid-request: clears `leading`
+/// and then drops every sender it held or that was queued, so each of their
+/// waiters wakes, queues again, and one of them leads.
+struct LeadGuard<'a> {
+    routes: &'a Ec2Routes,
+    batch: Vec<(String, Lookup)>,
+    done: bool,
+}
+
+impl Drop for LeadGuard<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let queued = {
+            let mut st = self.routes.state();
+            st.lookups.leading = false;
+            std::mem::take(&mut st.lookups.pending)
+        };
+        drop(queued);
+        self.batch.clear();
+    }
 }
 
 /// What a route to one instance points at in EC2.
@@ -716,25 +758,112 @@ impl Ec2Routes {
         Ok(target.clone())
     }
 
-    /// One `DescribeInstances`: the instance itself, or its primary network
-    /// interface when it has several. An instance EC2 does not show (yet)
-    /// is targeted by id, and `CreateRoute` says what is wrong with it.
+    /// What a route to `instance` targets: the instance itself, or its
+    /// primary network interface when it has several. An instance EC2 does
+    /// not show (yet) is targeted by id, and `CreateRoute` says what is wrong
+    /// with it.
+    ///
+    /// Concurrent lookups share `DescribeInstances` requests: a caller queues
+    /// its id; the first with none in flight leads, sending one request for
+    /// everything queued (up to [`MAX_FILTER_VALUES`]) and repeating while
+    /// more is queued; the others wait for their answer. A burst of new Nodes
+    /// then costs a handful of requests instead of one per instance.
     async fn route_target_of(&self, instance: &str) -> Result<RouteTarget, CloudError> {
-        let req = self.client.describe_instances().filters(
-            Filter::builder()
-                .name("instance-id")
-                .values(instance)
-                .build(),
-        );
-        let out = self.call(Op::DescribeInstances, || req.send()).await?;
-        let Some(found) = out
-            .reservations()
-            .iter()
-            .flat_map(|r| r.instances())
-            .find(|i| i.instance_id() == Some(instance))
-        else {
-            return Ok(RouteTarget::Instance(instance.to_string()));
+        loop {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let lead = {
+                let mut st = self.state();
+                st.lookups.pending.push((instance.to_string(), tx));
+                !std::mem::replace(&mut st.lookups.leading, true)
+            };
+            if lead {
+                self.lead_lookups().await;
+            }
+            match rx.await {
+                Ok(answer) => return answer,
+                // The leader was dropped before answering; its guard handed
+                // the lead on, so queue again (perhaps as the new leader).
+                Err(_) => continue,
+            }
+        }
+    }
+
+    /// Sends the queued lookups, a request at a time, until none is left.
+    async fn lead_lookups(&self) {
+        let mut guard = LeadGuard {
+            routes: self,
+            batch: Vec::new(),
+            done: false,
         };
+        loop {
+            guard.batch = {
+                let mut st = self.state();
+                let q = &mut st.lookups.pending;
+                if q.is_empty() {
+                    st.lookups.leading = false;
+                    guard.done = true;
+                    return;
+                }
+                let mut ids = HashSet::new();
+                let mut batch = Vec::new();
+                let mut rest = Vec::new();
+                for (id, tx) in q.drain(..) {
+                    if ids.contains(&id) || ids.len() < MAX_FILTER_VALUES {
+                        ids.insert(id.clone());
+                        batch.push((id, tx));
+                    } else {
+                        rest.push((id, tx));
+                    }
+                }
+                *q = rest;
+                batch
+            };
+            let mut ids: Vec<String> = guard.batch.iter().map(|(id, _)| id.clone()).collect();
+            ids.sort();
+            ids.dedup();
+            // A filter, not InstanceIds: an id EC2 does not know must not fail
+            // the others' lookups.
+            let req = self.client.describe_instances().filters(
+                Filter::builder()
+                    .name("instance-id")
+                    .set_values(Some(ids))
+                    .build(),
+            );
+            let answer = self.call(Op::DescribeInstances, || req.send()).await;
+            let batch = std::mem::take(&mut guard.batch);
+            match answer {
+                Err(e) => {
+                    for (_, tx) in batch {
+                        // A waiter that went away needs no answer.
+                        let _ = tx.send(Err(e.clone()));
+                    }
+                }
+                Ok(out) => {
+                    let found: HashMap<&str, &aws_sdk_ec2::types::Instance> = out
+                        .reservations()
+                        .iter()
+                        .flat_map(|r| r.instances())
+                        .filter_map(|i| i.instance_id().map(|id| (id, i)))
+                        .collect();
+                    for (id, tx) in batch {
+                        let target = match found.get(id.as_str()) {
+                            Some(i) => self.target_of_described(&id, i),
+                            None => RouteTarget::Instance(id),
+                        };
+                        let _ = tx.send(Ok(target));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The target of a described instance: its primary interface when it
+    /// has several (remembering them all as its), else the instance.
+    fn target_of_described(
+        &self,
+        instance: &str,
+        found: &aws_sdk_ec2::types::Instance,
+    ) -> RouteTarget {
         let nics = found.network_interfaces();
         if nics.len() > 1
             && let Some(eni) = nics
@@ -748,9 +877,9 @@ impl Ec2Routes {
                     st.interfaces.insert(id.to_string(), instance.to_string());
                 }
             }
-            return Ok(RouteTarget::Interface(eni.to_string()));
+            return RouteTarget::Interface(eni.to_string());
         }
-        Ok(RouteTarget::Instance(instance.to_string()))
+        RouteTarget::Instance(instance.to_string())
     }
 
     /// Maps the network interfaces of listed routes that name no instance

@@ -129,7 +129,7 @@ async fn lists_creates_and_deletes_routes_with_one_request_each() {
     assert_eq!(
         count(&p, "DescribeInstances"),
         2,
-        "one per instance, the first time it is routed to (how many interfaces it has)"
+        "one per instance first routed to while no other lookup is in flight (how many interfaces it has)"
     );
     let before = count(&p, "DescribeRouteTables");
     let mut listed = p.list_routes(&cluster).await.unwrap();
@@ -617,4 +617,215 @@ async fn a_route_left_to_an_instance_no_node_names_is_moved_with_one_replace_rou
     let e = p.create_route("c", "uid", &clash).await.unwrap_err();
     assert_eq!(e.kind, ErrorKind::AlreadyExists, "{e}");
     assert_eq!(count(&p, "ReplaceRoute"), 1);
+}
+
+/// The Nodes of `instances`, one /24 each from 10.244.`base`.0/24 on.
+fn nodes_of(instances: &[testing::Instance], base: usize) -> Vec<NodeView> {
+    instances
+        .iter()
+        .enumerate()
+        .map(|(k, i)| {
+            node(
+                &format!("node-{}", base + k),
+                i,
+                &format!("10.244.{}.0/24", base + k),
+            )
+        })
+        .collect()
+}
+
+/// Starts one creation per Node, each in its own task, as the controller's
+/// concurrent workers do.
+fn spawn_creations(
+    p: &Arc<Ec2Routes>,
+    cluster: &str,
+    nodes: &[NodeView],
+) -> Vec<tokio::task::JoinHandle<Result<Route, route_cloud::CloudError>>> {
+    nodes
+        .iter()
+        .map(|n| {
+            let (p, cluster, route, uid) =
+                (p.clone(), cluster.to_string(), wanted(n), n.uid.clone());
+            tokio::spawn(async move { p.create_route(&cluster, &uid, &route).await })
+        })
+        .collect()
+}
+
+/// Waits (on the proxy's log) until `n` `DescribeInstances` have arrived.
+async fn describe_instances_arrived(proxy: &Proxy, n: usize) {
+    for _ in 0..1000 {
+        if proxy
+            .log()
+            .iter()
+            .filter(|l| l.action == "DescribeInstances")
+            .count()
+            >= n
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("{n} DescribeInstances never arrived");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn burst_of_new_instances_shares_describe_instances() {
+    // Regression: every new instance cost its own DescribeInstances (221
+    // extra requests for 200 Nodes under EC2's buckets).
+    let ep = endpoint().await;
+    let proxy = Proxy::start(&ep).await.unwrap();
+    let ec2 = testing::client(&ep).await;
+    let net = testing::create_network(&ec2, "10.13.0.0/16", None)
+        .await
+        .unwrap();
+    let inst = testing::run_instances(&ec2, &net, 16).await.unwrap();
+    let primary = testing::add_second_interface(&ec2, &net, &inst[5])
+        .await
+        .unwrap();
+    let p = Arc::new(
+        testing::provider(&proxy.url(), config_for(Some(&net.route_table_id)))
+            .await
+            .unwrap(),
+    );
+    let cluster = testing::unique_cluster("batch");
+    let mut nodes = nodes_of(&inst, 0);
+    // An instance EC2 does not show: targeted by id, as without batching.
+    let missing = "i-0123456789abcdef0";
+    nodes.push(
+        NodeView::new("node-missing", "uid-node-missing", &["10.244.100.0/24"])
+            .with_provider_id(format!("aws:///us-east-1a/{missing}")),
+    );
+    observe(&p, &nodes);
+    let mut results = Vec::new();
+    for h in spawn_creations(&p, &cluster, &nodes) {
+        results.push(h.await.unwrap());
+    }
+    let (missed, created) = results.split_last().unwrap();
+    assert!(missed.is_err(), "moto knows no {missing}: {missed:?}");
+    for r in created {
+        r.as_ref().unwrap();
+    }
+    let describes = count(&p, "DescribeInstances");
+    assert!(
+        describes <= 3,
+        "{} new instances cost {describes} DescribeInstances",
+        nodes.len()
+    );
+    assert_eq!(
+        proxy.counts()["DescribeInstances"].requests,
+        describes,
+        "every request went through the provider's counters"
+    );
+    let modified: Vec<String> = proxy
+        .log()
+        .iter()
+        .filter(|l| l.action == "ModifyInstanceAttribute")
+        .map(|l| l.param("InstanceId").to_string())
+        .collect();
+    assert!(modified.iter().any(|i| i == missing), "{modified:?}");
+    assert_eq!(
+        modified.len(),
+        16,
+        "15 single-NIC instances and the missing one"
+    );
+    let routes = testing::table_routes(&ec2, &net.route_table_id)
+        .await
+        .unwrap();
+    let to_primary: Vec<&str> = routes
+        .iter()
+        .filter(|(_, t, _)| *t == primary)
+        .map(|(d, _, _)| d.as_str())
+        .collect();
+    assert_eq!(to_primary, ["10.244.5.0/24"], "{routes:?}");
+    assert_eq!(instance_routes(&routes).len(), 15);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_shared_describe_instances_fails_every_waiter_and_a_retry_succeeds() {
+    let ep = endpoint().await;
+    let proxy = Proxy::start(&ep).await.unwrap();
+    let ec2 = testing::client(&ep).await;
+    let net = testing::create_network(&ec2, "10.14.0.0/16", None)
+        .await
+        .unwrap();
+    let inst = testing::run_instances(&ec2, &net, 6).await.unwrap();
+    let p = Arc::new(
+        testing::provider(&proxy.url(), config_for(Some(&net.route_table_id)))
+            .await
+            .unwrap(),
+    );
+    let cluster = testing::unique_cluster("batchfail");
+    let nodes = nodes_of(&inst, 0);
+    observe(&p, &nodes);
+    // The first creation's lookup is in flight while five more queue; the
+    // request for those five is the next one, and it fails.
+    proxy.set_latency(Duration::from_millis(300));
+    let first = spawn_creations(&p, &cluster, &nodes[..1]);
+    describe_instances_arrived(&proxy, 1).await;
+    proxy.fail_next(1, 500, "InternalError");
+    let rest = spawn_creations(&p, &cluster, &nodes[1..]);
+    for h in rest {
+        let e = h.await.unwrap().unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Transient, "{e}");
+    }
+    for h in first {
+        h.await.unwrap().unwrap();
+    }
+    assert_eq!(
+        count(&p, "DescribeInstances"),
+        2,
+        "one request for the five"
+    );
+    assert_eq!(count(&p, "ModifyInstanceAttribute"), 1);
+    proxy.set_latency(Duration::ZERO);
+    for h in spawn_creations(&p, &cluster, &nodes[1..]) {
+        h.await.unwrap().unwrap();
+    }
+    assert_eq!(count(&p, "ModifyInstanceAttribute"), 6);
+    let routes = testing::table_routes(&ec2, &net.route_table_id)
+        .await
+        .unwrap();
+    assert_eq!(instance_routes(&routes).len(), 6);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_leader_or_waiter_strands_no_other_lookup() {
+    let ep = endpoint().await;
+    let proxy = Proxy::start(&ep).await.unwrap();
+    let ec2 = testing::client(&ep).await;
+    let net = testing::create_network(&ec2, "10.15.0.0/16", None)
+        .await
+        .unwrap();
+    let inst = testing::run_instances(&ec2, &net, 3).await.unwrap();
+    let p = Arc::new(
+        testing::provider(&proxy.url(), config_for(Some(&net.route_table_id)))
+            .await
+            .unwrap(),
+    );
+    let cluster = testing::unique_cluster("batchdrop");
+    let nodes = nodes_of(&inst, 0);
+    observe(&p, &nodes);
+    proxy.set_latency(Duration::from_millis(500));
+    let leader = spawn_creations(&p, &cluster, &nodes[..1]);
+    describe_instances_arrived(&proxy, 1).await;
+    let mut waiters = spawn_creations(&p, &cluster, &nodes[1..]);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The leader mid-request and one waiter go away; the other waiter still
+    // gets its answer.
+    leader[0].abort();
+    waiters[0].abort();
+    let survivor = waiters.pop().unwrap();
+    tokio::time::timeout(Duration::from_secs(20), survivor)
+        .await
+        .expect("the remaining waiter is not stranded")
+        .unwrap()
+        .unwrap();
+    proxy.set_latency(Duration::ZERO);
+    for h in spawn_creations(&p, &cluster, &nodes[..2]) {
+        h.await.unwrap().unwrap();
+    }
+    let routes = testing::table_routes(&ec2, &net.route_table_id)
+        .await
+        .unwrap();
+    assert_eq!(instance_routes(&routes).len(), 3);
 }
