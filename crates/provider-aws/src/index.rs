@@ -111,6 +111,11 @@ impl NodeIndex {
         self.observed_provider_ids.get(instance).map(String::as_str)
     }
 
+    /// The instances of the observed Nodes.
+    pub fn observed_instances(&self) -> impl Iterator<Item = &str> {
+        self.observed.keys().map(String::as_str)
+    }
+
     /// The instance of `node`, if known.
     pub fn instance_of(&self, node: &str) -> Option<&str> {
         self.observed

@@ -208,6 +208,9 @@ struct State {
     interfaces: HashMap<String, String>,
     /// Instance lookups waiting for a shared `DescribeInstances`.
     lookups: Lookups,
+    /// Targets of observed Nodes' instances described ahead of their first
+    /// route, by a request sent for other instances; taken on first use.
+    described: HashMap<String, RouteTarget>,
     index: NodeIndex,
 }
 
@@ -766,9 +769,15 @@ impl Ec2Routes {
     /// Concurrent lookups share `DescribeInstances` requests: a caller queues
     /// its id; the first with none in flight leads, sending one request for
     /// everything queued (up to [`MAX_FILTER_VALUES`]) and repeating while
-    /// more is queued; the others wait for their answer. A burst of new Nodes
-    /// then costs a handful of requests instead of one per instance.
+    /// more is queued; the others wait for their answer. The room left in a
+    /// request describes observed Nodes' instances not yet prepared, ahead:
+    /// under EC2's write bucket the creations are paced, so lookups rarely
+    /// overlap, and a burst of new Nodes would otherwise still cost about
+    /// one request per instance.
     async fn route_target_of(&self, instance: &str) -> Result<RouteTarget, CloudError> {
+        if let Some(t) = self.state().described.remove(instance) {
+            return Ok(t);
+        }
         loop {
             let (tx, rx) = tokio::sync::oneshot::channel();
             let lead = {
@@ -795,6 +804,7 @@ impl Ec2Routes {
             batch: Vec::new(),
             done: false,
         };
+        let mut prefetch: Vec<String>;
         loop {
             guard.batch = {
                 let mut st = self.state();
@@ -816,11 +826,26 @@ impl Ec2Routes {
                     }
                 }
                 *q = rest;
+                let ahead: Vec<String> = {
+                    let st = &*st;
+                    st.index
+                        .observed_instances()
+                        .filter(|i| {
+                            !ids.contains(*i)
+                                && !st.prepared.contains_key(*i)
+                                && !st.described.contains_key(*i)
+                        })
+                        .take(MAX_FILTER_VALUES.saturating_sub(ids.len()))
+                        .map(str::to_string)
+                        .collect()
+                };
+                prefetch = ahead;
                 batch
             };
             let mut ids: Vec<String> = guard.batch.iter().map(|(id, _)| id.clone()).collect();
             ids.sort();
             ids.dedup();
+            ids.extend(prefetch.iter().cloned());
             // A filter, not InstanceIds: an id EC2 does not know must not fail
             // the others' lookups.
             let req = self.client.describe_instances().filters(
@@ -851,6 +876,13 @@ impl Ec2Routes {
                             None => RouteTarget::Instance(id),
                         };
                         let _ = tx.send(Ok(target));
+                    }
+                    // An instance not shown yet is left to its own lookup.
+                    for id in &prefetch {
+                        if let Some(i) = found.get(id.as_str()) {
+                            let target = self.target_of_described(id, i);
+                            self.state().described.insert(id.clone(), target);
+                        }
                     }
                 }
             }
@@ -1098,7 +1130,12 @@ impl CloudRoutes for Ec2Routes {
     }
 
     fn observe_nodes(&self, nodes: &[Arc<NodeView>]) {
-        self.state().index.observe(nodes);
+        let mut st = self.state();
+        st.index.observe(nodes);
+        let State {
+            index, described, ..
+        } = &mut *st;
+        described.retain(|i, _| index.node_of(i).is_some());
     }
 
     fn targets(&self) -> Vec<Text> {
