@@ -25,7 +25,8 @@
 //! - create: 1 `CreateRoute` (or `ReplaceRoute` over a blackhole), plus, the
 //!   first time this process routes to an instance, one `DescribeInstances`
 //!   (how many interfaces it has; shared by every instance looked up at the
-//!   same time, up to 200 per request) and one `ModifyInstanceAttribute` (or
+//!   same time, and filled up to 200 ids with the observed Nodes' instances
+//!   not yet prepared) and one `ModifyInstanceAttribute` (or
 //!   `ModifyNetworkInterfaceAttribute` on a multi-NIC instance's primary
 //!   interface) `SourceDestCheck=false`.
 //! - delete: 1 `DeleteRoute`.
