@@ -199,8 +199,8 @@ struct State {
     blackholes: HashMap<String, HashSet<String>>,
     /// Instances prepared as route targets by this process, or being
     /// prepared: what a route to each targets (the instance, or its primary
-    /// network interface when it has several), learned with a shared
-    /// `DescribeInstances`, and its source/destination check turned off.
+    /// network interface when it has several, learned with a shared
+    /// `DescribeInstances`), and its source/destination check turned off.
     /// Concurrent creations for one instance (a dual-stack Node's two routes,
     /// one route per table) share one preparation.
     prepared: HashMap<String, Arc<tokio::sync::OnceCell<RouteTarget>>>,
@@ -212,6 +212,10 @@ struct State {
     /// Targets of observed Nodes' instances described ahead of their first
     /// route, by a request sent for other instances; taken on first use.
     described: HashMap<String, RouteTarget>,
+    /// Whether new instances are described before they are prepared: set
+    /// once EC2 refused an instance-level request for an instance with
+    /// several network interfaces.
+    describe_first: bool,
     index: NodeIndex,
 }
 
@@ -721,6 +725,13 @@ impl Ec2Routes {
     /// a route to it must point at and turns its source/destination check
     /// off (on the instance, or on the primary interface of a multi-NIC
     /// instance, where EC2 refuses the instance-level attribute).
+    ///
+    /// Most instances have one interface, so the check is first turned off
+    /// on the instance without looking it up: EC2 refuses that on a
+    /// multi-NIC instance (`InvalidInstanceID`, "multiple interfaces"), and
+    /// only then is it described. Once one instance was refused, every
+    /// later one is described first: the cluster has multi-NIC Nodes, and a
+    /// shared `DescribeInstances` is cheaper than a refused write per Node.
     async fn prepare_instance(&self, instance: &str) -> Result<RouteTarget, CloudError> {
         let once = self
             .state()
@@ -731,19 +742,25 @@ impl Ec2Routes {
         // A failed attempt leaves the cell empty, so the next creation tries again.
         let target = once
             .get_or_try_init(|| async {
-                let target = self.route_target_of(instance).await?;
-                match &target {
-                    RouteTarget::Instance(i) => {
-                        let req = self
-                            .client
-                            .modify_instance_attribute()
-                            .instance_id(i)
-                            .source_dest_check(
-                                AttributeBooleanValue::builder().value(false).build(),
+                let known = self.state().described.remove(instance);
+                let target = match known {
+                    Some(t) => t,
+                    None if self.state().describe_first => self.route_target_of(instance).await?,
+                    None => match self.turn_off_source_dest_check(instance).await {
+                        Ok(()) => return Ok(RouteTarget::Instance(instance.to_string())),
+                        Err(e) if refused_for_several_interfaces(&e) => {
+                            info!(
+                                instance,
+                                "instance has several network interfaces; describing instances before preparing them from now on"
                             );
-                        self.call(Op::ModifyInstanceAttribute, || req.send())
-                            .await?;
-                    }
+                            self.state().describe_first = true;
+                            self.route_target_of(instance).await?
+                        }
+                        Err(e) => return Err(e),
+                    },
+                };
+                match &target {
+                    RouteTarget::Instance(i) => self.turn_off_source_dest_check(i).await?,
                     RouteTarget::Interface(eni) => {
                         let req = self
                             .client
@@ -760,6 +777,28 @@ impl Ec2Routes {
             })
             .await?;
         Ok(target.clone())
+    }
+
+    /// Turns the source/destination check of a single-NIC instance off.
+    async fn turn_off_source_dest_check(&self, instance: &str) -> Result<(), CloudError> {
+        let req = self
+            .client
+            .modify_instance_attribute()
+            .instance_id(instance)
+            .source_dest_check(AttributeBooleanValue::builder().value(false).build());
+        self.call(Op::ModifyInstanceAttribute, || req.send())
+            .await
+            .map(|_| ())
+    }
+
+    /// Forgets how `instance` was prepared, after EC2 refused an
+    /// instance-level route to it: it has gained an interface since, and its
+    /// next creation describes it.
+    fn forget_preparation(&self, instance: &str) {
+        let mut st = self.state();
+        st.prepared.remove(instance);
+        st.described.remove(instance);
+        st.describe_first = true;
     }
 
     /// What a route to `instance` targets: the instance itself, or its
@@ -1092,6 +1131,14 @@ fn to_route(
 }
 
 /// The destination of a route to delete: as listed (its name), else the parsed CIDR.
+/// Whether EC2 refused an instance-level request because the instance has
+/// several network interfaces (`InvalidInstanceID`, HTTP 400, "There are
+/// multiple interfaces attached to instance ..."); the error code alone
+/// also covers other refusals.
+fn refused_for_several_interfaces(e: &CloudError) -> bool {
+    e.message.contains("InvalidInstanceID (HTTP") && e.message.contains("multiple interfaces")
+}
+
 fn destination_of(route: &Route) -> Result<Cidr, CloudError> {
     route
         .destination
@@ -1272,6 +1319,16 @@ impl CloudRoutes for Ec2Routes {
                     }
                     _ => return Err(e),
                 }
+            }
+            Err(e) if refused_for_several_interfaces(&e) => {
+                self.forget_preparation(&instance);
+                return Err(CloudError::new(
+                    ErrorKind::Transient,
+                    format!(
+                        "{}; the instance is described again on the next attempt",
+                        e.message
+                    ),
+                ));
             }
             Err(e) => return Err(e),
         }

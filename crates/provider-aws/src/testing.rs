@@ -150,7 +150,8 @@ pub async fn create_network(
         .and_then(|v| v.vpc_id())
         .ok_or("CreateVpc returned no id")?
         .to_string();
-    let subnet_cidr = cidr.replace("/16", "/24");
+    // A /20 leaves room for a benchmark's thousands of instances.
+    let subnet_cidr = cidr.replace("/16", "/20");
     let subnet = client
         .create_subnet()
         .vpc_id(&vpc_id)

@@ -128,15 +128,15 @@ async fn lists_creates_and_deletes_routes_with_one_request_each() {
 
     assert_eq!(
         count(&p, "DescribeInstances"),
-        1,
-        "how many interfaces each instance has: the first lookup describes the other observed Node's instance ahead"
+        0,
+        "single-NIC instances are prepared without a lookup"
     );
     let before = count(&p, "DescribeRouteTables");
     let mut listed = p.list_routes(&cluster).await.unwrap();
     assert_eq!(count(&p, "DescribeRouteTables"), before + 1);
     assert_eq!(
         count(&p, "DescribeInstances"),
-        1,
+        0,
         "nodes come from observe_nodes"
     );
     listed.sort_by_key(|r| r.name.clone());
@@ -668,10 +668,170 @@ async fn describe_instances_arrived(proxy: &Proxy, n: usize) {
     panic!("{n} DescribeInstances never arrived");
 }
 
+/// Routes `cidr` to a fresh instance with two network interfaces, as the
+/// first route to a multi-NIC Node: EC2 refuses the instance-level request,
+/// and from then on the provider describes new instances before preparing
+/// them. Returns the instance's primary interface, the route's target.
+async fn route_a_multi_nic_node(
+    p: &Ec2Routes,
+    ec2: &aws_sdk_ec2::Client,
+    net: &testing::Network,
+    cluster: &str,
+    cidr: &str,
+) -> String {
+    let inst = testing::run_instances(ec2, net, 1)
+        .await
+        .expect("the multi-NIC instance");
+    let primary = testing::add_second_interface(ec2, net, &inst[0])
+        .await
+        .expect("its second interface");
+    let n = node("node-multi-nic", &inst[0], cidr);
+    let created = p
+        .create_route(cluster, &n.uid, &wanted(&n))
+        .await
+        .expect("a route to the multi-NIC Node");
+    assert_eq!(created.cloud_target.as_str(), primary);
+    primary
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_single_nic_instances_costs_no_describe_instances() {
+    // Regression: every new instance cost a DescribeInstances (221 extra
+    // requests for 200 Nodes under EC2's buckets, 27 once shared), only to
+    // learn it had one network interface.
+    let ep = endpoint().await;
+    let proxy = Proxy::start(&ep).await.unwrap();
+    let ec2 = testing::client(&ep).await;
+    let net = testing::create_network(&ec2, "10.16.0.0/16", None)
+        .await
+        .unwrap();
+    let inst = testing::run_instances(&ec2, &net, 12).await.unwrap();
+    let p = Arc::new(
+        testing::provider(&proxy.url(), config_for(Some(&net.route_table_id)))
+            .await
+            .unwrap(),
+    );
+    let cluster = testing::unique_cluster("single");
+    let nodes = nodes_of(&inst, 0);
+    observe(&p, &nodes);
+    for h in spawn_creations(&p, &cluster, &nodes) {
+        h.await.unwrap().unwrap();
+    }
+    let counts = proxy.counts();
+    let requests: Vec<(&str, u64)> = counts
+        .iter()
+        .map(|(action, c)| (action.as_str(), c.requests))
+        .collect();
+    assert_eq!(
+        requests,
+        [("CreateRoute", 12), ("ModifyInstanceAttribute", 12)],
+        "two writes per instance and nothing else (the table is configured)"
+    );
+    assert_eq!(
+        instance_routes(
+            &testing::table_routes(&ec2, &net.route_table_id)
+                .await
+                .unwrap()
+        )
+        .len(),
+        12
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_nic_instance_refused_at_instance_level_is_routed_to_its_primary_interface() {
+    let ep = endpoint().await;
+    let proxy = Proxy::start(&ep).await.unwrap();
+    let ec2 = testing::client(&ep).await;
+    let net = testing::create_network(&ec2, "10.17.0.0/16", None)
+        .await
+        .unwrap();
+    let single = testing::run_instances(&ec2, &net, 1).await.unwrap();
+    let p = testing::provider(&proxy.url(), config_for(Some(&net.route_table_id)))
+        .await
+        .unwrap();
+    let cluster = testing::unique_cluster("multinic");
+    let primary = route_a_multi_nic_node(&p, &ec2, &net, &cluster, "10.244.0.0/24").await;
+    let refused: Vec<_> = proxy
+        .log()
+        .into_iter()
+        .filter(|l| l.action == "ModifyInstanceAttribute")
+        .collect();
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(count(&p, "DescribeInstances"), 1);
+    assert_eq!(count(&p, "ModifyNetworkInterfaceAttribute"), 1);
+    let eni = ec2
+        .describe_network_interfaces()
+        .network_interface_ids(&primary)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        eni.network_interfaces()[0].source_dest_check(),
+        Some(false),
+        "the check is off on the primary interface"
+    );
+    // A cluster with one multi-NIC Node likely has more: the next new
+    // instance is described first instead of refused first.
+    let n = node("node-single", &single[0], "10.244.1.0/24");
+    p.create_route(&cluster, &n.uid, &wanted(&n)).await.unwrap();
+    assert_eq!(count(&p, "DescribeInstances"), 2);
+    assert_eq!(
+        count(&p, "ModifyInstanceAttribute"),
+        2,
+        "the refused one and the single-NIC instance's"
+    );
+    let routes = testing::table_routes(&ec2, &net.route_table_id)
+        .await
+        .unwrap();
+    assert!(
+        routes
+            .iter()
+            .any(|(d, t, _)| d == "10.244.0.0/24" && *t == primary),
+        "{routes:?}"
+    );
+    assert_eq!(
+        instance_routes(&routes),
+        [("10.244.1.0/24".to_string(), single[0].id.clone())]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_that_gained_an_interface_is_described_again_after_ec2_refuses_its_route() {
+    let ep = endpoint().await;
+    let proxy = Proxy::start(&ep).await.unwrap();
+    let ec2 = testing::client(&ep).await;
+    let net = testing::create_network(&ec2, "10.18.0.0/16", None)
+        .await
+        .unwrap();
+    let inst = testing::run_instances(&ec2, &net, 1).await.unwrap();
+    let p = testing::provider(&proxy.url(), config_for(Some(&net.route_table_id)))
+        .await
+        .unwrap();
+    let cluster = testing::unique_cluster("gained");
+    let n = node("node-a", &inst[0], "10.244.0.0/24");
+    p.create_route(&cluster, &n.uid, &wanted(&n)).await.unwrap();
+    let primary = testing::add_second_interface(&ec2, &net, &inst[0])
+        .await
+        .unwrap();
+    let mut second = wanted(&n);
+    second.destination = "10.244.1.0/24".parse::<route_core::Cidr>().unwrap().into();
+    let e = p
+        .create_route(&cluster, &n.uid, &second)
+        .await
+        .expect_err("EC2 refuses an instance-level route to a multi-NIC instance");
+    assert_eq!(e.kind, ErrorKind::Transient, "{e}");
+    assert!(e.message.contains("multiple interfaces"), "{e}");
+    let created = p.create_route(&cluster, &n.uid, &second).await.unwrap();
+    assert_eq!(created.cloud_target.as_str(), primary);
+    assert_eq!(count(&p, "DescribeInstances"), 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn burst_of_new_instances_shares_describe_instances() {
     // Regression: every new instance cost its own DescribeInstances (221
-    // extra requests for 200 Nodes under EC2's buckets).
+    // extra requests for 200 Nodes under EC2's buckets). Instances are
+    // described once the cluster is known to have multi-NIC Nodes.
     let ep = endpoint().await;
     let proxy = Proxy::start(&ep).await.unwrap();
     let ec2 = testing::client(&ep).await;
@@ -688,6 +848,13 @@ async fn burst_of_new_instances_shares_describe_instances() {
             .unwrap(),
     );
     let cluster = testing::unique_cluster("batch");
+    route_a_multi_nic_node(&p, &ec2, &net, &cluster, "10.244.200.0/24").await;
+    let describes_before = count(&p, "DescribeInstances");
+    let modified_before = proxy
+        .log()
+        .iter()
+        .filter(|l| l.action == "ModifyInstanceAttribute")
+        .count();
     let mut nodes = nodes_of(&inst, 0);
     // An instance EC2 does not show: targeted by id, as without batching.
     let missing = "i-0123456789abcdef0";
@@ -705,7 +872,7 @@ async fn burst_of_new_instances_shares_describe_instances() {
     for r in created {
         r.as_ref().unwrap();
     }
-    let describes = count(&p, "DescribeInstances");
+    let describes = count(&p, "DescribeInstances") - describes_before;
     assert!(
         describes <= 3,
         "{} new instances cost {describes} DescribeInstances",
@@ -713,20 +880,21 @@ async fn burst_of_new_instances_shares_describe_instances() {
     );
     assert_eq!(
         proxy.counts()["DescribeInstances"].requests,
-        describes,
+        count(&p, "DescribeInstances"),
         "every request went through the provider's counters"
     );
     let modified: Vec<String> = proxy
         .log()
         .iter()
         .filter(|l| l.action == "ModifyInstanceAttribute")
+        .skip(modified_before)
         .map(|l| l.param("InstanceId").to_string())
         .collect();
     assert!(modified.iter().any(|i| i == missing), "{modified:?}");
     assert_eq!(
         modified.len(),
         16,
-        "15 single-NIC instances and the missing one"
+        "15 single-NIC instances and the missing one; the multi-NIC one was described, not refused"
     );
     let routes = testing::table_routes(&ec2, &net.route_table_id)
         .await
@@ -755,6 +923,11 @@ async fn a_failed_shared_describe_instances_fails_every_waiter_and_a_retry_succe
             .unwrap(),
     );
     let cluster = testing::unique_cluster("batchfail");
+    route_a_multi_nic_node(&p, &ec2, &net, &cluster, "10.244.200.0/24").await;
+    let (describes, modifies) = (
+        count(&p, "DescribeInstances"),
+        count(&p, "ModifyInstanceAttribute"),
+    );
     let nodes = nodes_of(&inst, 0);
     // Only the first Node is known when its lookup starts, so nothing is
     // described ahead for the others.
@@ -763,7 +936,7 @@ async fn a_failed_shared_describe_instances_fails_every_waiter_and_a_retry_succe
     // request for those five is the next one, and it fails.
     proxy.set_latency(Duration::from_millis(300));
     let first = spawn_creations(&p, &cluster, &nodes[..1]);
-    describe_instances_arrived(&proxy, 1).await;
+    describe_instances_arrived(&proxy, 2).await;
     proxy.fail_next(1, 500, "InternalError");
     observe(&p, &nodes);
     let rest = spawn_creations(&p, &cluster, &nodes[1..]);
@@ -775,16 +948,16 @@ async fn a_failed_shared_describe_instances_fails_every_waiter_and_a_retry_succe
         h.await.unwrap().unwrap();
     }
     assert_eq!(
-        count(&p, "DescribeInstances"),
+        count(&p, "DescribeInstances") - describes,
         2,
         "one request for the five"
     );
-    assert_eq!(count(&p, "ModifyInstanceAttribute"), 1);
+    assert_eq!(count(&p, "ModifyInstanceAttribute") - modifies, 1);
     proxy.set_latency(Duration::ZERO);
     for h in spawn_creations(&p, &cluster, &nodes[1..]) {
         h.await.unwrap().unwrap();
     }
-    assert_eq!(count(&p, "ModifyInstanceAttribute"), 6);
+    assert_eq!(count(&p, "ModifyInstanceAttribute") - modifies, 6);
     let routes = testing::table_routes(&ec2, &net.route_table_id)
         .await
         .unwrap();
@@ -806,11 +979,12 @@ async fn a_dropped_leader_or_waiter_strands_no_other_lookup() {
             .unwrap(),
     );
     let cluster = testing::unique_cluster("batchdrop");
+    route_a_multi_nic_node(&p, &ec2, &net, &cluster, "10.244.200.0/24").await;
     let nodes = nodes_of(&inst, 0);
     observe(&p, &nodes[..1]);
     proxy.set_latency(Duration::from_millis(500));
     let leader = spawn_creations(&p, &cluster, &nodes[..1]);
-    describe_instances_arrived(&proxy, 1).await;
+    describe_instances_arrived(&proxy, 2).await;
     observe(&p, &nodes);
     let mut waiters = spawn_creations(&p, &cluster, &nodes[1..]);
     tokio::time::sleep(Duration::from_millis(100)).await;

@@ -11,6 +11,9 @@
 //! [`Proxy::as_table_route`] gives routes to named destinations `Origin`
 //! `CreateRouteTable`, and [`Proxy::page_route_tables`] pages
 //! `DescribeRouteTables` answers with `NextToken` (moto does neither).
+//! Like EC2 and unlike moto, it refuses instance-level `CreateRoute`,
+//! `ReplaceRoute` and source/destination-check changes on an instance with
+//! several network interfaces (`InvalidInstanceID`, HTTP 400).
 //! Everything else is forwarded unchanged, one upstream connection per
 //! request.
 //!
@@ -499,25 +502,22 @@ async fn answer(
         );
         return resp;
     }
-    let Ok(stream) = TcpStream::connect(upstream).await else {
-        return bad_gateway();
-    };
-    let Ok((mut sender, conn)) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await
-    else {
-        return bad_gateway();
-    };
-    tokio::spawn(conn);
+    if let Some(instance) = needs_a_single_interface(action, &String::from_utf8_lossy(&body))
+        && interfaces_of(upstream, &parts, &instance).await > 1
+    {
+        let mut resp = Response::new(Full::new(Bytes::from(multiple_interfaces_xml(&instance))));
+        *resp.status_mut() = StatusCode::BAD_REQUEST;
+        resp.headers_mut().insert(
+            hyper::header::CONTENT_TYPE,
+            hyper::header::HeaderValue::from_static("text/xml"),
+        );
+        return resp;
+    }
     let mut fwd = Request::from_parts(parts, Full::new(body));
     fwd.headers_mut().remove("content-length");
-    let Ok(resp) = sender.send_request(fwd).await else {
+    let Some((mut parts, bytes)) = send(upstream, fwd).await else {
         return bad_gateway();
     };
-    let (mut parts, body) = resp.into_parts();
-    let bytes = body
-        .collect()
-        .await
-        .map(|b| b.to_bytes())
-        .unwrap_or_default();
     parts.headers.remove("content-length");
     parts.headers.remove("transfer-encoding");
     let blackholed = lock(&st.blackholed).clone();
@@ -547,6 +547,69 @@ async fn answer(
         None => bytes,
     };
     Response::from_parts(parts, Full::new(bytes))
+}
+
+/// Sends one request to moto on a connection of its own.
+async fn send(
+    upstream: SocketAddr,
+    req: Request<Full<Bytes>>,
+) -> Option<(hyper::http::response::Parts, Bytes)> {
+    let stream = TcpStream::connect(upstream).await.ok()?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .ok()?;
+    tokio::spawn(conn);
+    let resp = sender.send_request(req).await.ok()?;
+    let (parts, body) = resp.into_parts();
+    let bytes = body.collect().await.ok()?.to_bytes();
+    Some((parts, bytes))
+}
+
+/// The instance a request names where EC2 insists on exactly one attached
+/// network interface: `CreateRoute` / `ReplaceRoute` with `InstanceId`, and
+/// `ModifyInstanceAttribute` of `SourceDestCheck` (EC2 API reference,
+/// CreateRoute: "The operation fails if you specify an instance ID unless
+/// exactly one network interface is attached"; for the attribute EC2 answers
+/// the same `InvalidInstanceID`). moto accepts both on any instance.
+fn needs_a_single_interface(action: &str, body: &str) -> Option<String> {
+    let instance = form_value(body, "InstanceId");
+    let applies = match action {
+        "CreateRoute" | "ReplaceRoute" => true,
+        "ModifyInstanceAttribute" => !form_value(body, "SourceDestCheck.Value").is_empty(),
+        _ => false,
+    };
+    (applies && !instance.is_empty()).then(|| instance.to_string())
+}
+
+/// How many network interfaces moto shows attached to `instance`, asked
+/// with the client's own headers (moto takes account and region from
+/// them); the question is not logged or counted. 0 when moto cannot say,
+/// so the request goes on to moto, which answers for itself.
+async fn interfaces_of(
+    upstream: SocketAddr,
+    like: &hyper::http::request::Parts,
+    instance: &str,
+) -> usize {
+    let mut req = Request::new(Full::new(Bytes::from(format!(
+        "Action=DescribeInstances&Version=2016-11-15&InstanceId.1={instance}"
+    ))));
+    *req.method_mut() = like.method.clone();
+    *req.uri_mut() = like.uri.clone();
+    *req.headers_mut() = like.headers.clone();
+    req.headers_mut().remove("content-length");
+    match send(upstream, req).await {
+        Some((parts, bytes)) if parts.status.is_success() => String::from_utf8_lossy(&bytes)
+            .matches("<networkInterfaceId>")
+            .count(),
+        _ => 0,
+    }
+}
+
+/// EC2's answer to an instance-level request on a multi-NIC instance.
+fn multiple_interfaces_xml(instance: &str) -> String {
+    format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error><Code>InvalidInstanceID</Code><Message>There are multiple interfaces attached to instance '{instance}'. Please specify an interface ID for the operation instead.</Message></Error></Errors><RequestID>00000000-0000-0000-0000-000000000000</RequestID></Response>"
+    )
 }
 
 /// EC2's XML error body for `code`, shaped like [`THROTTLE_XML`].
@@ -881,6 +944,45 @@ mod tests {
             mark_blackholes(broken, &dead),
             "<instanceId>i-2</instanceId><state>blackhole</state>"
         );
+    }
+
+    #[test]
+    fn only_instance_level_routes_and_source_dest_checks_need_a_single_interface() {
+        let cases = [
+            (
+                "CreateRoute",
+                "Action=CreateRoute&InstanceId=i-1",
+                Some("i-1"),
+            ),
+            (
+                "ReplaceRoute",
+                "Action=ReplaceRoute&InstanceId=i-2",
+                Some("i-2"),
+            ),
+            (
+                "CreateRoute",
+                "Action=CreateRoute&NetworkInterfaceId=eni-1",
+                None,
+            ),
+            (
+                "ModifyInstanceAttribute",
+                "Action=ModifyInstanceAttribute&InstanceId=i-3&SourceDestCheck.Value=false",
+                Some("i-3"),
+            ),
+            (
+                "ModifyInstanceAttribute",
+                "Action=ModifyInstanceAttribute&InstanceId=i-4&DisableApiTermination.Value=true",
+                None,
+            ),
+            ("DeleteRoute", "Action=DeleteRoute&InstanceId=i-5", None),
+        ];
+        for (action, body, want) in cases {
+            assert_eq!(
+                needs_a_single_interface(action, body).as_deref(),
+                want,
+                "{body}"
+            );
+        }
     }
 
     #[test]
