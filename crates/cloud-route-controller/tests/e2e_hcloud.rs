@@ -33,7 +33,14 @@ fn write_config(dir: &TempDir, fake: &FakeHcloud) -> std::path::PathBuf {
 #[tokio::test]
 async fn scale_up_of_500_nodes_never_gets_a_429_and_stops_at_the_route_limit() {
     let c = TestCluster::acquire().await.unwrap();
-    let fake = FakeHcloud::start(FakeConfig::default()).await.unwrap();
+    // The budget on: the test is that pacing by the RateLimit headers
+    // keeps a 500-Node scale-up free of 429s.
+    let fake = FakeHcloud::start(FakeConfig {
+        enforce_budget: true,
+        ..FakeConfig::default()
+    })
+    .await
+    .unwrap();
     fake.add_network(NETWORK, "k8s", "10.0.0.0/8", &["10.0.0.0/16"]);
     let dir = TempDir::new("hcloud");
     let config = write_config(&dir, &fake);

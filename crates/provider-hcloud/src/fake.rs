@@ -8,13 +8,15 @@
 //! It keeps what the real API enforces and a route controller can trip over:
 //!
 //! - a Bearer token check (`401 unauthorized`);
-//! - a project budget: `RateLimit-Limit`, `RateLimit-Remaining` and
-//!   `RateLimit-Reset` on every answer, a bucket of `rate_limit` requests
-//!   refilled at `refill_per_second`, and `429 rate_limit_exceeded` when empty
-//!   (every request counts, authenticated or not); `RateLimit-Reset` is the
-//!   UNIX time at which the bucket is full again, on the fake's own clock
-//!   (wall time at start plus the tokio clock since, so a paused clock moves
-//!   it too);
+//! - a project budget, when `enforce_budget` is set (off by default, so
+//!   functional tests see the API without its limit): a bucket of
+//!   `rate_limit` requests refilled at `refill_per_second`, and
+//!   `429 rate_limit_exceeded` when empty (every request counts,
+//!   authenticated or not). `RateLimit-Limit`, `RateLimit-Remaining` and
+//!   `RateLimit-Reset` come on every answer either way (unenforced, the
+//!   bucket stays full); `RateLimit-Reset` is the UNIX time at which the
+//!   bucket is full again, on the fake's own clock (wall time at start plus
+//!   the tokio clock since, so a paused clock moves it too);
 //! - other users of the same project (`other_clients_per_hour`, off by
 //!   default): a simulated client spending that many requests an hour of the
 //!   same budget, evenly, which Hetzner's per-project limit makes every
@@ -61,6 +63,9 @@ pub enum LockAnswer {
 pub struct FakeConfig {
     /// The only token accepted.
     pub token: String,
+    /// Whether the budget is spent and enforced (`429` when empty); off,
+    /// every request is served and the headers show a full bucket.
+    pub enforce_budget: bool,
     /// The budget (`RateLimit-Limit`) and the bucket's size.
     pub rate_limit: u32,
     /// How fast the budget refills (Hetzner: 1 per second).
@@ -84,6 +89,7 @@ impl Default for FakeConfig {
     fn default() -> Self {
         Self {
             token: "fake-hcloud-token".into(),
+            enforce_budget: false,
             rate_limit: 3600,
             refill_per_second: 1.0,
             action_duration: Duration::from_millis(20),
@@ -216,6 +222,11 @@ impl FakeState {
         let elapsed = now.saturating_duration_since(self.refilled).as_secs_f64();
         self.refilled = now;
         let limit = f64::from(self.config.rate_limit);
+        if !self.config.enforce_budget {
+            self.other_spent += elapsed * f64::from(self.config.other_clients_per_hour) / 3600.0;
+            self.tokens = limit;
+            return;
+        }
         let gain = elapsed * self.config.refill_per_second;
         let other = elapsed * f64::from(self.config.other_clients_per_hour) / 3600.0;
         let available = self.tokens + gain;
@@ -613,14 +624,16 @@ fn answer(
     body: &[u8],
     now: Instant,
 ) -> (StatusCode, Value) {
-    if s.tokens < 1.0 {
-        return err(
-            StatusCode::TOO_MANY_REQUESTS,
-            "rate_limit_exceeded",
-            "limit of requests per hour reached",
-        );
+    if s.config.enforce_budget {
+        if s.tokens < 1.0 {
+            return err(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limit_exceeded",
+                "limit of requests per hour reached",
+            );
+        }
+        s.tokens -= 1.0;
     }
-    s.tokens -= 1.0;
     let expected = format!("Bearer {}", s.config.token);
     if headers.get("authorization").and_then(|v| v.to_str().ok()) != Some(expected.as_str()) {
         return err(
@@ -945,7 +958,10 @@ mod tests {
 
     #[test]
     fn budget_of_3600_is_spent_then_refused_then_refilled_one_per_second() {
-        let (mut s, t0) = state(FakeConfig::default());
+        let (mut s, t0) = state(FakeConfig {
+            enforce_budget: true,
+            ..FakeConfig::default()
+        });
         for k in 0..3600u64 {
             let (status, h) = get(&mut s, t0);
             assert_eq!(status, 200, "request {k}");
@@ -972,6 +988,7 @@ mod tests {
     #[test]
     fn refused_requests_still_cost_nothing_and_are_not_counted_twice() {
         let (mut s, t0) = state(FakeConfig {
+            enforce_budget: true,
             rate_limit: 2,
             ..FakeConfig::default()
         });
@@ -987,6 +1004,7 @@ mod tests {
     #[test]
     fn other_clients_spend_their_share_of_the_budget() {
         let (mut s, t0) = state(FakeConfig {
+            enforce_budget: true,
             other_clients_per_hour: 1800,
             ..FakeConfig::default()
         });
@@ -1004,6 +1022,7 @@ mod tests {
     #[test]
     fn other_clients_above_the_refill_rate_empty_the_bucket_and_are_refused() {
         let (mut s, t0) = state(FakeConfig {
+            enforce_budget: true,
             rate_limit: 100,
             other_clients_per_hour: 7200,
             ..FakeConfig::default()
@@ -1024,7 +1043,10 @@ mod tests {
 
     #[test]
     fn rate_limit_reset_follows_the_fakes_clock_not_the_wall_clock() {
-        let (mut s, t0) = state(FakeConfig::default());
+        let (mut s, t0) = state(FakeConfig {
+            enforce_budget: true,
+            ..FakeConfig::default()
+        });
         let (_, h) = get(&mut s, t0 + Duration::from_secs(86_400));
         // One request spent a day after start: full again one second later.
         assert_eq!(h["ratelimit-reset"], T0_UNIX as u64 + 86_400 + 1);

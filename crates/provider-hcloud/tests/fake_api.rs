@@ -393,6 +393,7 @@ async fn burst_of_creates(n: u32, use_headers: bool) -> (FakeHcloud, HcloudRoute
     // A scaled-down budget: 200 requests, refilled at 200/s ("an hour" in a second).
     let fake = fake_with(
         FakeConfig {
+            enforce_budget: true,
             rate_limit: 200,
             refill_per_second: 200.0,
             action_duration: Duration::from_millis(1),

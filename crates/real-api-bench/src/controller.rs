@@ -94,6 +94,9 @@ pub struct Setup {
     /// upstream runs with `--cloud=hcloud` (hcloud-go), ours with
     /// `--cloud-provider=hcloud`.
     pub hcloud: Option<HcloudTarget>,
+    /// `--min-resync-period` for every controller (both take a Go
+    /// duration); `None`: their default, 12 h.
+    pub min_resync_period: Option<Duration>,
 }
 
 /// Where the Hetzner Cloud API of a run is.
@@ -223,6 +226,9 @@ pub async fn start(
             .arg(format!("--metrics-bind-address={metrics_addr}"));
         c
     };
+    if let Some(p) = setup.min_resync_period {
+        cmd.arg(format!("--min-resync-period={}ms", p.as_millis()));
+    }
     cmd.stdin(Stdio::null())
         .stdout(log.try_clone().context("dup log file")?)
         .stderr(log)

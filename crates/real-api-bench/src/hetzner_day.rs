@@ -299,6 +299,7 @@ async fn drive(
     }
     let fake = Arc::new(
         FakeHcloud::start(FakeConfig {
+            enforce_budget: true,
             action_duration: day.action_duration,
             other_clients_per_hour: day.other_clients_per_hour,
             ..FakeConfig::default()

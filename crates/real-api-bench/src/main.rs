@@ -137,6 +137,10 @@ struct Args {
     /// Hetzner day: longest wait for one wave, in seconds.
     #[arg(long, default_value_t = 240)]
     hcloud_wave_timeout_s: u64,
+    /// Every controller's `--min-resync-period`, in seconds (default: theirs,
+    /// 12 h), to show a resync's cost within a short idle window.
+    #[arg(long)]
+    min_resync_period_s: Option<u64>,
     /// `--cloud aws`: the proxy enforces EC2's documented per-action token
     /// buckets (mutating 50 / 5 per s, non-mutating 100 / 20 per s,
     /// unfiltered DescribeInstances 50 / 10 per s).
@@ -257,6 +261,7 @@ async fn main() -> anyhow::Result<()> {
         qps: args.kube_api_qps,
         burst: args.kube_api_burst,
         hcloud: None,
+        min_resync_period: args.min_resync_period_s.map(Duration::from_secs),
     };
     let mut report = Report {
         machine: probe::machine(),
@@ -322,6 +327,7 @@ async fn hetzner(
         qps: args.kube_api_qps,
         burst: args.kube_api_burst,
         hcloud: None,
+        min_resync_period: args.min_resync_period_s.map(Duration::from_secs),
     };
     let mut report = hetzner_day::DayReport {
         machine: probe::machine(),
