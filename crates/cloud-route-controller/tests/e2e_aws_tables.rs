@@ -13,10 +13,9 @@
 
 mod common;
 
-use std::process::Stdio;
 use std::time::Duration;
 
-use common::{Controller, TempDir, binary};
+use common::{Controller, TempDir, cleanup_deletes};
 use provider_aws::cluster_tag_key;
 use provider_aws::testing::{
     Client, Proxy, add_route, add_second_interface, client, create_network, create_peering,
@@ -196,35 +195,18 @@ async fn three_zone_tables_route_100_nodes_follow_10_deletions_and_cleanup_leave
     assert_eq!(ctl.stop(), Some(0), "{log}");
 
     // Teardown: cleanup lists every table and deletes only this cluster's.
-    let out = tokio::process::Command::new(binary())
-        .arg("cleanup")
-        .args([
-            "--cluster-cidr",
-            "10.244.0.0/16",
-            "--cluster-name",
-            &cluster,
-        ])
-        .args(["--cloud-provider", "aws", "--cloud-config"])
-        .arg(&cfg)
-        .arg("--yes")
-        .envs(env)
-        .stdin(Stdio::null())
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(120), out)
-        .await
-        .expect("cleanup finished within 120 s")
-        .expect("run cleanup");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let owned = 3 * (NODES - DELETED);
-    assert!(
-        stdout.contains(&format!("Deleted {owned} of {owned} routes.")),
-        "{stdout}"
-    );
+    let cfg_path = cfg.to_str().expect("utf-8 path");
+    let args = [
+        "--cluster-cidr",
+        "10.244.0.0/16",
+        "--cluster-name",
+        &cluster,
+        "--cloud-provider",
+        "aws",
+        "--cloud-config",
+        cfg_path,
+    ];
+    cleanup_deletes(&args, &env, 3 * (NODES - DELETED)).await;
     for t in &tables {
         assert_eq!(
             pod_routes(&ec2, t).await.expect("describe"),

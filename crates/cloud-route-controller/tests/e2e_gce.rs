@@ -6,10 +6,9 @@
 
 mod common;
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{Controller, TempDir, binary, free_port, http_get};
+use common::{Controller, TempDir, cleanup_deletes, free_port, http_get};
 use provider_gce::fake::{FakeConfig, FakeGce, FakeRoute};
 use test_cluster::{TestCluster, TestNode, wait_until};
 
@@ -227,29 +226,16 @@ async fn sixty_nodes_routed_ten_deleted_foreign_routes_untouched_and_cleanup_lea
     let log = ctl.log_text();
     assert_eq!(ctl.stop(), Some(0), "{log}");
 
-    let out = tokio::process::Command::new(binary())
-        .arg("cleanup")
-        .args(["--cluster-cidr", "10.244.0.0/16"])
-        .args(["--cloud-provider", "gce", "--cloud-config"])
-        .arg(&config)
-        .arg("--yes")
-        .stdin(Stdio::null())
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(120), out)
-        .await
-        .expect("cleanup finished within 120 s")
-        .expect("run cleanup");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let owned = NODES - DELETED;
-    assert!(
-        stdout.contains(&format!("Deleted {owned} of {owned} routes.")),
-        "{stdout}"
-    );
+    let config_path = config.to_str().expect("utf-8 path");
+    let args = [
+        "--cluster-cidr",
+        "10.244.0.0/16",
+        "--cloud-provider",
+        "gce",
+        "--cloud-config",
+        config_path,
+    ];
+    cleanup_deletes(&args, &[], NODES - DELETED).await;
     let mut left: Vec<String> = fake.routes().into_iter().map(|r| r.name).collect();
     left.sort();
     let mut want: Vec<String> = foreign.iter().map(|f| f.0.to_string()).collect();

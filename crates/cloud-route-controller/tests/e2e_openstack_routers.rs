@@ -7,10 +7,9 @@
 
 mod common;
 
-use std::process::Stdio;
 use std::time::Duration;
 
-use common::{Controller, TempDir, binary};
+use common::{Controller, TempDir, cleanup_deletes};
 use provider_openstack::testing::{Admin, neutron_server};
 use test_cluster::{TestCluster, TestNode, wait_until};
 
@@ -134,29 +133,16 @@ async fn two_routers_route_100_nodes_follow_10_deletions_and_cleanup_leaves_fore
     let log = ctl.log_text();
     assert_eq!(ctl.stop(), Some(0), "{log}");
 
-    let out = tokio::process::Command::new(binary())
-        .arg("cleanup")
-        .args(["--cluster-cidr", "10.244.0.0/16"])
-        .args(["--cloud-provider", "openstack", "--cloud-config"])
-        .arg(&cfg)
-        .arg("--yes")
-        .stdin(Stdio::null())
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(120), out)
-        .await
-        .expect("cleanup finished within 120 s")
-        .expect("run cleanup");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let owned = 2 * (NODES - DELETED);
-    assert!(
-        stdout.contains(&format!("Deleted {owned} of {owned} routes.")),
-        "{stdout}"
-    );
+    let cfg_path = cfg.to_str().expect("utf-8 path");
+    let args = [
+        "--cluster-cidr",
+        "10.244.0.0/16",
+        "--cloud-provider",
+        "openstack",
+        "--cloud-config",
+        cfg_path,
+    ];
+    cleanup_deletes(&args, &[], 2 * (NODES - DELETED)).await;
     for r in &routers {
         assert_eq!(
             router_routes(&admin, &r.router_id).await.expect("router"),

@@ -235,3 +235,31 @@ pub async fn http_get_async(base: &str, path: &str) -> Option<(u16, String)> {
         .ok()
         .flatten()
 }
+
+/// Runs `cloud-route-controller cleanup <args> --yes` with `env` added, as
+/// an operator tearing a cluster down would, and checks that it succeeded
+/// within 120 s and deleted exactly `owned` routes. Returns its stdout.
+pub async fn cleanup_deletes(args: &[&str], env: &[(&str, &str)], owned: usize) -> String {
+    let out = tokio::process::Command::new(binary())
+        .arg("cleanup")
+        .args(args)
+        .arg("--yes")
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(120), out)
+        .await
+        .expect("cleanup finished within 120 s")
+        .expect("run cleanup");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains(&format!("Deleted {owned} of {owned} routes.")),
+        "{stdout}"
+    );
+    stdout
+}
