@@ -25,7 +25,7 @@ bench:
 # The EC2 scenarios: upstream with the real k8s.io/cloud-provider-aws and our
 # modes against moto behind the counting proxy, without limits, with EC2's
 # token buckets, and with a throttle storm. Example from BENCHMARKS.md:
-# make bench-aws ARGS="--nodes 200 --trickle 20 --idle-s 30"
+# make bench-aws ARGS="--nodes 1000 --converge-timeout-s 300 --settle-s 40"
 bench-aws:
 	scripts/bench-aws.sh $(ARGS)
 
