@@ -1130,7 +1130,6 @@ fn to_route(
     Some(route)
 }
 
-/// The destination of a route to delete: as listed (its name), else the parsed CIDR.
 /// Whether EC2 refused an instance-level request because the instance has
 /// several network interfaces (`InvalidInstanceID`, HTTP 400, "There are
 /// multiple interfaces attached to instance ..."); the error code alone
@@ -1139,6 +1138,7 @@ fn refused_for_several_interfaces(e: &CloudError) -> bool {
     e.message.contains("InvalidInstanceID (HTTP") && e.message.contains("multiple interfaces")
 }
 
+/// The destination of a route to delete: as listed (its name), else the parsed CIDR.
 fn destination_of(route: &Route) -> Result<Cidr, CloudError> {
     route
         .destination
