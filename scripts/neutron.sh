@@ -128,7 +128,9 @@ use_stderr = true
 debug = false
 
 [database]
-connection = sqlite:///$run/neutron.sqlite
+# Concurrent tests write at once; SQLite's default 5 s lock wait ran out on
+# a loaded machine ("database is locked", HTTP 500 to POST /subnets).
+connection = sqlite:///$run/neutron.sqlite?timeout=60
 
 [ml2]
 # No mechanism driver: ports are only database rows, nothing is wired.
