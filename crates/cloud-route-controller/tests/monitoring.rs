@@ -436,13 +436,23 @@ async fn the_prometheusrule_and_podmonitor_apply_against_the_operators_crds() {
         // Server-side: the CRDs are too large for client-side apply's annotation.
         let (ok, out) = kubectl(&["apply", "--server-side", "-f", path]);
         assert!(ok, "{out}");
-        let (ok, out) = kubectl(&[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            &format!("crd/{name}"),
-        ]);
-        assert!(ok, "{out}");
+        // Regression: right after the apply a CRD can have no
+        // `.status.conditions` yet, and `kubectl wait` then fails at once
+        // ("accessor error: <nil> is of the type <nil>") instead of waiting.
+        let crd = format!("crd/{name}");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let (ok, out) =
+                kubectl(&["wait", "--for=condition=Established", "--timeout=60s", &crd]);
+            if ok {
+                break;
+            }
+            assert!(
+                out.contains("accessor error") && std::time::Instant::now() < deadline,
+                "{out}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
     }
 
     // The README's commands, from the repository root.
