@@ -784,33 +784,11 @@ impl CloudRoutes for AzureRoutes {
         name_hint: &str,
         route: &Route,
     ) -> Result<Route, CloudError> {
-        let batch = Batch {
-            delete: Vec::new(),
-            create: vec![(name_hint.to_string(), route.clone())],
-        };
-        match self.apply(&batch).await?.pop() {
-            Some(Ok(Some(route))) => Ok(route),
-            Some(Err(e)) => Err(e),
-            _ => Err(CloudError::new(
-                ErrorKind::Transient,
-                "no result for the creation",
-            )),
-        }
+        route_cloud::created_by(self.apply(&Batch::one_creation(name_hint, route)).await?)
     }
 
     async fn delete_route(&self, _cluster: &str, route: &Route) -> Result<(), CloudError> {
-        let batch = Batch {
-            delete: vec![route.clone()],
-            create: Vec::new(),
-        };
-        match self.apply(&batch).await?.pop() {
-            Some(Ok(_)) => Ok(()),
-            Some(Err(e)) => Err(e),
-            None => Err(CloudError::new(
-                ErrorKind::Transient,
-                "no result for the deletion",
-            )),
-        }
+        route_cloud::deleted_by(self.apply(&Batch::one_deletion(route)).await?)
     }
 
     async fn apply_batch(&self, _cluster: &str, batch: &Batch) -> Result<BatchResult, CloudError> {

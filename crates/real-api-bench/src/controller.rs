@@ -168,17 +168,7 @@ pub async fn start(
             }
             c
         } else {
-            let mut c = Command::new(&setup.controller_bin);
-            c.arg(format!("--kubeconfig={}", kubeconfig.display()))
-                .arg(format!("--cluster-cidr={}", setup.cluster_cidr))
-                .arg("--cloud-provider=aws")
-                .arg(format!("--cloud-config={}", ours_conf.display()))
-                .arg(format!("--reconcile-mode={}", kind.name()))
-                .arg("--leader-elect=false")
-                .arg(format!("--kube-api-qps={}", setup.qps))
-                .arg(format!("--kube-api-burst={}", setup.burst))
-                .arg(format!("--metrics-bind-address={metrics_addr}"));
-            c
+            ours_command(setup, kind, kubeconfig, "aws", ours_conf, &metrics_addr)
         };
         for (k, v) in crate::aws::ENV {
             c.env(k, v);
@@ -214,17 +204,14 @@ pub async fn start(
             ),
         )
         .with_context(|| format!("write {}", cloud_config.display()))?;
-        let mut c = Command::new(&setup.controller_bin);
-        c.arg(format!("--kubeconfig={}", kubeconfig.display()))
-            .arg(format!("--cluster-cidr={}", setup.cluster_cidr))
-            .arg("--cloud-provider=memory")
-            .arg(format!("--cloud-config={}", cloud_config.display()))
-            .arg(format!("--reconcile-mode={}", kind.name()))
-            .arg("--leader-elect=false")
-            .arg(format!("--kube-api-qps={}", setup.qps))
-            .arg(format!("--kube-api-burst={}", setup.burst))
-            .arg(format!("--metrics-bind-address={metrics_addr}"));
-        c
+        ours_command(
+            setup,
+            kind,
+            kubeconfig,
+            "memory",
+            &cloud_config,
+            &metrics_addr,
+        )
     };
     if let Some(p) = setup.min_resync_period {
         cmd.arg(format!("--min-resync-period={}ms", p.as_millis()));
@@ -297,15 +284,39 @@ fn hcloud_command(
         ),
     )
     .with_context(|| format!("write {}", cloud_config.display()))?;
+    let mut c = ours_command(
+        setup,
+        kind,
+        kubeconfig,
+        "hcloud",
+        &cloud_config,
+        metrics_addr,
+    );
+    c.env_remove("HCLOUD_TOKEN");
+    Ok(c)
+}
+
+/// This project's controller in `kind`'s mode with `provider` and its
+/// cloud config, against the run's API server, without leader election.
+fn ours_command(
+    setup: &Setup,
+    kind: Kind,
+    kubeconfig: &Path,
+    provider: &str,
+    cloud_config: &Path,
+    metrics_addr: &str,
+) -> Command {
     let mut c = Command::new(&setup.controller_bin);
-    common(&mut c);
-    c.arg("--cloud-provider=hcloud")
+    c.arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .arg(format!("--cluster-cidr={}", setup.cluster_cidr))
+        .arg(format!("--cloud-provider={provider}"))
         .arg(format!("--cloud-config={}", cloud_config.display()))
         .arg(format!("--reconcile-mode={}", kind.name()))
         .arg("--leader-elect=false")
-        .arg(format!("--metrics-bind-address={metrics_addr}"))
-        .env_remove("HCLOUD_TOKEN");
-    Ok(c)
+        .arg(format!("--kube-api-qps={}", setup.qps))
+        .arg(format!("--kube-api-burst={}", setup.burst))
+        .arg(format!("--metrics-bind-address={metrics_addr}"));
+    c
 }
 
 /// Upstream's exit stats (`tools/upstream-route-controller/README.md`).

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, PostParams};
 use provider_hcloud::fake::{FakeConfig, FakeHcloud};
 use serde::Serialize;
 use test_cluster::{Binaries, ControlPlane, StartOptions, TestNode};
@@ -434,18 +434,12 @@ async fn drive(
         fake.remove_server(server_id(i));
     }
     fake.consume_budget(day.autoscaler_requests_per_server * doomed.len() as u32);
-    futures::stream::iter(doomed.iter().copied())
-        .map(|i| {
-            let api = api.clone();
-            async move {
-                api.delete(&node_name(i), &DeleteParams::default())
-                    .await
-                    .with_context(|| format!("delete {}", node_name(i)))
-            }
-        })
-        .buffer_unordered(day.create_concurrency.max(1))
-        .try_collect::<Vec<_>>()
-        .await?;
+    crate::scenario::delete_nodes(
+        &api,
+        doomed.iter().map(|&i| node_name(i)),
+        day.create_concurrency,
+    )
+    .await?;
     let ok = wait_for("scale-down deletions", day.wave_timeout, || {
         let routes = fake.routes(NETWORK);
         let vanished = lock(&log.vanished);

@@ -619,18 +619,12 @@ async fn drive(
     for &i in &doomed {
         fleet.remove(i);
     }
-    futures::stream::iter(doomed.iter().copied())
-        .map(|i| {
-            let api = api.clone();
-            async move {
-                api.delete(&node_name(i), &DeleteParams::default())
-                    .await
-                    .with_context(|| format!("delete {}", node_name(i)))
-            }
-        })
-        .buffer_unordered(scenario.create_concurrency.max(1))
-        .try_collect::<Vec<_>>()
-        .await?;
+    delete_nodes(
+        &api,
+        doomed.iter().map(|&i| node_name(i)),
+        scenario.create_concurrency,
+    )
+    .await?;
 
     // Address change: the kubelet reports a new InternalIP.
     let changed: Vec<usize> = (0..scenario.nodes)
@@ -789,6 +783,28 @@ fn node_index(name: &str) -> anyhow::Result<usize> {
     name.strip_prefix("node-")
         .and_then(|n| n.parse().ok())
         .with_context(|| format!("{name} is not a bench node name"))
+}
+
+/// Deletes the named Nodes, `concurrency` requests in flight, as a scale-down
+/// would; the first failure is the error.
+pub async fn delete_nodes(
+    api: &Api<Node>,
+    names: impl Iterator<Item = String>,
+    concurrency: usize,
+) -> anyhow::Result<()> {
+    futures::stream::iter(names)
+        .map(|name| {
+            let api = api.clone();
+            async move {
+                api.delete(&name, &DeleteParams::default())
+                    .await
+                    .with_context(|| format!("delete {name}"))
+            }
+        })
+        .buffer_unordered(concurrency.max(1))
+        .try_collect::<Vec<_>>()
+        .await?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -70,6 +70,50 @@ pub struct Batch {
 /// The result of one change inside a batch.
 pub type BatchResult = Vec<Result<Option<Route>, CloudError>>;
 
+impl Batch {
+    /// A batch of one creation: how a provider whose writes are whole-table
+    /// batches answers [`CloudRoutes::create_route`].
+    pub fn one_creation(name_hint: &str, route: &Route) -> Self {
+        Self {
+            delete: Vec::new(),
+            create: vec![(name_hint.to_string(), route.clone())],
+        }
+    }
+
+    /// A batch of one deletion, for [`CloudRoutes::delete_route`].
+    pub fn one_deletion(route: &Route) -> Self {
+        Self {
+            delete: vec![route.clone()],
+            create: Vec::new(),
+        }
+    }
+}
+
+/// The created route of a [`Batch::one_creation`]'s result; a result
+/// without one is transient (the write's outcome is not known).
+pub fn created_by(mut result: BatchResult) -> Result<Route, CloudError> {
+    match result.pop() {
+        Some(Ok(Some(route))) => Ok(route),
+        Some(Err(e)) => Err(e),
+        _ => Err(CloudError::new(
+            ErrorKind::Transient,
+            "no result for the creation",
+        )),
+    }
+}
+
+/// The outcome of a [`Batch::one_deletion`]'s result; no result is transient.
+pub fn deleted_by(mut result: BatchResult) -> Result<(), CloudError> {
+    match result.pop() {
+        Some(Ok(_)) => Ok(()),
+        Some(Err(e)) => Err(e),
+        None => Err(CloudError::new(
+            ErrorKind::Transient,
+            "no result for the deletion",
+        )),
+    }
+}
+
 /// The interface every cloud implements. All methods are cancel-safe only in
 /// the sense that a dropped call may or may not have happened in the cloud;
 /// the controller treats that as an uncertain answer and resyncs.
