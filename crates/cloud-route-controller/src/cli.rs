@@ -125,6 +125,10 @@ pub struct RunArgs {
     #[arg(long, default_value = "12h", value_parser = duration::parse)]
     pub min_resync_period: Duration,
 
+    /// How often the route targets (AWS route tables, OpenStack routers) are looked up again without listing routes, so a table tagged for the cluster while it runs gets every Node's route; a full pass that lists the cloud looks them up too and restarts this clock (Go duration).
+    #[arg(long, default_value = "5m", value_parser = duration::parse)]
+    pub route_target_discovery_period: Duration,
+
     /// Concurrent NetworkUnavailable patches.
     #[arg(long, default_value_t = 10)]
     pub concurrent_status_updates: usize,
@@ -333,6 +337,11 @@ impl RunArgs {
                 "--min-resync-period must be above zero".into(),
             ));
         }
+        if self.route_target_discovery_period.is_zero() {
+            return Err(FlagError::Invalid(
+                "--route-target-discovery-period must be above zero".into(),
+            ));
+        }
         if self.concurrent_status_updates == 0 {
             return Err(FlagError::Invalid(
                 "--concurrent-status-updates must be at least 1".into(),
@@ -393,6 +402,7 @@ mod tests {
         assert_eq!(r.cluster.cluster_name, "kubernetes");
         assert_eq!(r.route_reconciliation_period, Duration::from_secs(10));
         assert_eq!(r.min_resync_period, Duration::from_secs(12 * 3600));
+        assert_eq!(r.route_target_discovery_period, Duration::from_secs(300));
         assert!(r.configure_cloud_routes);
         assert_eq!(r.cluster.kube_api_qps, 20.0);
         assert_eq!(r.cluster.kube_api_burst, 30);

@@ -86,7 +86,15 @@ pub async fn run(
         if won {
             // Before publishing leadership, so the first mutation already
             // has its deadline.
-            fence.renewed(sent_at, cfg.renew_deadline);
+            if fence.renewed(sent_at, cfg.renew_deadline) {
+                // The fence closed while this replica still held the Lease;
+                // the controller redoes what it cut off now that it is open.
+                warn!(
+                    lease = %cfg.name,
+                    late_renewals = fence.late_renewals(),
+                    "the Lease was renewed after the renew deadline; cloud changes were paused meanwhile and are redone now"
+                );
+            }
             last_renew = Some(sent_at);
             if !leading {
                 info!(identity = %cfg.identity, lease = %format!("{}/{}", cfg.namespace, cfg.name), "became leader");
@@ -306,6 +314,7 @@ mod tests {
                     period: Duration::from_secs(10),
                     min_interval: Duration::from_secs(10),
                     resync: Duration::from_secs(3600),
+                    discovery: route_controller::schedule::DEFAULT_DISCOVERY_PERIOD,
                 },
                 backoff: BackoffConfig::default(),
                 status_concurrency: 4,

@@ -23,6 +23,9 @@ struct Report<'a> {
     cluster_name: &'a str,
     nodes: usize,
     routes: usize,
+    /// The route targets (tables, routers) the routes are kept in; empty for
+    /// a provider with a single table.
+    targets: Vec<String>,
     plan: &'a Plan,
     conditions: Vec<ConditionChange<'a>>,
 }
@@ -87,6 +90,7 @@ pub async fn plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
         cluster_name: &args.cluster.cluster_name,
         nodes: nodes.len(),
         routes: routes.len(),
+        targets: cloud.targets().iter().map(|t| t.to_string()).collect(),
         plan: &plan,
         conditions,
     };
@@ -106,6 +110,14 @@ fn table(r: &Report<'_>) -> String {
         "Cluster {}: {} nodes, {} cloud routes. Nothing has been changed.\n",
         r.cluster_name, r.nodes, r.routes
     );
+    if !r.targets.is_empty() {
+        let _ = writeln!(
+            s,
+            "Route targets ({}): {}\n",
+            r.targets.len(),
+            r.targets.join(", ")
+        );
+    }
     if p.is_noop()
         && r.conditions.is_empty()
         && p.conflicts.is_empty()

@@ -62,6 +62,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry, cloud.clone());
+    Metrics::register_fence(&mut registry, fence.clone());
     let nodes = NodeStore::new(Some(metrics.clone()));
     let first_sync = Arc::new(AtomicBool::new(false));
     let health = Health::new(nodes.clone(), first_sync.clone(), fence.clone());
@@ -136,6 +137,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             period: args.route_reconciliation_period,
             min_interval: MIN_INTERVAL,
             resync,
+            discovery: args.route_target_discovery_period,
         },
         backoff: BackoffConfig::default(),
         status_concurrency: args.concurrent_status_updates,

@@ -197,6 +197,9 @@ pub fn status_for(kind: ErrorKind) -> u16 {
         ErrorKind::Throttled => 429,
         ErrorKind::Transient => 503,
         ErrorKind::Timeout => 504,
+        // The target cannot take the route in its state: the request was
+        // understood and refused, as WebDAV's "unprocessable".
+        ErrorKind::TargetUnavailable => 422,
         // A refusal the client makes of itself; a simulated cloud told to
         // inject it answers like a lock held by someone else.
         ErrorKind::Fenced => 423,
@@ -549,6 +552,7 @@ mod tests {
             Transient,
             Timeout,
             Permanent,
+            TargetUnavailable,
         ];
         let mut seen = std::collections::BTreeSet::new();
         for k in kinds {

@@ -26,7 +26,9 @@ pub fn kind_of_code(code: &str) -> Option<ErrorKind> {
         | "PriorRequestNotComplete"
         | "BandwidthLimitExceeded" => ErrorKind::Throttled,
         "RouteAlreadyExists" => ErrorKind::AlreadyExists,
-        "InvalidRoute.NotFound" => ErrorKind::NotFound,
+        // A route table deleted while the controller runs: its view of the
+        // tables is stale, the list that follows rediscovers them.
+        "InvalidRoute.NotFound" | "InvalidRouteTableID.NotFound" => ErrorKind::NotFound,
         "RouteLimitExceeded" | "RouteTableLimitExceeded" => ErrorKind::QuotaExceeded,
         // Credentials and permissions: an operator has to act.
         "AuthFailure"
@@ -44,10 +46,11 @@ pub fn kind_of_code(code: &str) -> Option<ErrorKind> {
         // refreshes credentials on the next call.
         "ExpiredToken" | "RequestExpired" => ErrorKind::Transient,
         // A just-launched instance can be unknown for a moment (EC2 is
-        // eventually consistent), and a pending or stopping one refuses.
-        "InvalidInstanceID.NotFound" | "IncorrectInstanceState" | "IncorrectState" => {
-            ErrorKind::Transient
-        }
+        // eventually consistent).
+        "InvalidInstanceID.NotFound" => ErrorKind::Transient,
+        // A stopped or terminated instance refuses routes (CreateRoute,
+        // ReplaceRoute) until it runs again, if it ever does.
+        "IncorrectInstanceState" | "IncorrectState" => ErrorKind::TargetUnavailable,
         "InternalError"
         | "InternalFailure"
         | "ServiceUnavailable"
@@ -201,7 +204,7 @@ mod tests {
             ("RouteLimitExceeded", ErrorKind::QuotaExceeded),
             ("InvalidParameterValue", ErrorKind::InvalidRequest),
             ("InvalidParameterCombination", ErrorKind::InvalidRequest),
-            ("InvalidRouteTableID.NotFound", ErrorKind::InvalidRequest),
+            ("InvalidRouteTableID.NotFound", ErrorKind::NotFound),
             ("InvalidInstanceID.Malformed", ErrorKind::InvalidRequest),
             ("UnauthorizedOperation", ErrorKind::Permanent),
             ("AuthFailure", ErrorKind::Permanent),

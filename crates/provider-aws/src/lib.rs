@@ -1199,6 +1199,24 @@ impl CloudRoutes for Ec2Routes {
         }
     }
 
+    async fn discover_targets(&self, cluster: &str) -> Result<Option<Vec<Text>>, CloudError> {
+        if !self.config.configured_tables().is_empty() {
+            // Configured ids are the targets; a list checks they still exist.
+            return Ok(None);
+        }
+        // One filtered DescribeRouteTables (a page per 100 tables); the
+        // routes it carries are not used, the full pass that follows a
+        // change lists them with everything else.
+        let mut ids: Vec<Text> = self
+            .discover_tables(cluster)
+            .await?
+            .iter()
+            .filter_map(|t| t.route_table_id().map(Text::from))
+            .collect();
+        ids.sort();
+        Ok(Some(ids))
+    }
+
     async fn list_routes(&self, cluster: &str) -> Result<Vec<Route>, CloudError> {
         let tables = self.describe_tables(cluster).await?;
         let all = || tables.iter().flat_map(|t| t.routes());

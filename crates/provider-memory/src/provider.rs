@@ -138,6 +138,15 @@ impl MemoryCloud {
         self.lock().config.max_routes = max;
     }
 
+    /// Sets the route targets (tables) of this cloud, as an operator adding
+    /// or untagging a route table while the controller runs: a table that
+    /// goes keeps its routes but is no longer listed or written; one that
+    /// comes back shows them again. The controller learns of the change by
+    /// [`CloudRoutes::discover_targets`] or its next list.
+    pub fn set_targets(&self, targets: Vec<String>) {
+        self.lock().config.targets = targets;
+    }
+
     /// Sets how many lists a newly created route stays invisible to.
     pub fn set_list_lag(&self, lists: u32) {
         self.lock().config.list_lag = lists;
@@ -291,12 +300,28 @@ impl CloudRoutes for MemoryCloud {
     }
 
     fn targets(&self) -> Vec<route_core::Text> {
-        self.lock()
-            .config
-            .targets
+        let s = self.lock();
+        s.listed_targets
+            .as_ref()
+            .unwrap_or(&s.config.targets)
             .iter()
             .map(|t| t.as_str().into())
             .collect()
+    }
+
+    async fn discover_targets(
+        &self,
+        _cluster: &str,
+    ) -> Result<Option<Vec<route_core::Text>>, CloudError> {
+        let s = self.lock();
+        if s.config.targets.is_empty() {
+            // One table, nothing to discover.
+            return Ok(None);
+        }
+        self.shared.stats.record("discover", "ok");
+        Ok(Some(
+            s.config.targets.iter().map(|t| t.as_str().into()).collect(),
+        ))
     }
 
     fn stats(&self) -> &RequestStats {

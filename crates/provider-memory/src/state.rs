@@ -34,6 +34,9 @@ pub(crate) struct State {
     pub(crate) faults: Faults,
     pub(crate) tokens: f64,
     pub(crate) refilled: Instant,
+    /// The targets the last list found (what `targets()` answers), as a
+    /// discovering cloud's client knows them; `None` before the first list.
+    pub(crate) listed_targets: Option<Vec<String>>,
 }
 
 impl State {
@@ -48,6 +51,7 @@ impl State {
             faults,
             tokens,
             refilled: Instant::now(),
+            listed_targets: None,
         }
     }
 
@@ -89,6 +93,7 @@ impl State {
 
     /// The listed tables of `cluster`; each hidden route counts down one list.
     pub(crate) fn list(&mut self, cluster: &str) -> Vec<Route> {
+        self.listed_targets = Some(self.config.targets.clone());
         let mut out = Vec::new();
         for key in self.table_keys(cluster) {
             let Some(table) = self.tables.get_mut(&key) else {
@@ -149,8 +154,9 @@ impl State {
         }
         let target = route.target.as_str();
         if !self.config.targets.is_empty() && !self.config.targets.iter().any(|t| t == target) {
+            // As EC2's InvalidRouteTableID.NotFound: a table that went away.
             return Err(CloudError::new(
-                ErrorKind::InvalidRequest,
+                ErrorKind::NotFound,
                 format!("no route table {target:?} in this cloud"),
             ));
         }

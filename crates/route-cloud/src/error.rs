@@ -28,6 +28,11 @@ pub enum ErrorKind {
     Timeout,
     /// Credentials, permissions or configuration; needs an operator.
     Permanent,
+    /// The route's target cannot take a route in its current state (an
+    /// instance stopped or terminated: EC2 `IncorrectInstanceState`).
+    /// Retrying soon changes nothing: it is retried like a blackhole repair
+    /// that came back (60 s doubling to the backoff maximum), warned once.
+    TargetUnavailable,
     /// Not sent: this replica may not change the cloud now (leadership lost,
     /// renew deadline passed, shutting down). Never an answer of the cloud.
     Fenced,
@@ -46,6 +51,7 @@ impl ErrorKind {
             ErrorKind::Transient => "transient",
             ErrorKind::Timeout => "timeout",
             ErrorKind::Permanent => "permanent",
+            ErrorKind::TargetUnavailable => "target_unavailable",
             ErrorKind::Fenced => "fenced",
         }
     }

@@ -128,6 +128,9 @@ struct Inner {
     stopping: AtomicBool,
     /// The clock reading (nanoseconds) from which mutations are refused.
     deadline: AtomicU64,
+    /// Renewals that came back after the deadline had passed while this
+    /// replica still held leadership: the fence closed and opened again.
+    late_renewals: AtomicU64,
     changed: Notify,
 }
 
@@ -172,6 +175,7 @@ impl Fence {
                 leader: AtomicBool::new(leader),
                 stopping: AtomicBool::new(false),
                 deadline: AtomicU64::new(deadline),
+                late_renewals: AtomicU64::new(0),
                 changed: Notify::new(),
             }),
         }
@@ -185,16 +189,34 @@ impl Fence {
     }
 
     /// A renewal sent at `sent_at` (a [`Fence::mark`]) succeeded: mutations
-    /// are allowed until `sent_at + renew_deadline`.
-    pub fn renewed(&self, sent_at: Duration, renew_deadline: Duration) {
+    /// are allowed until `sent_at + renew_deadline`. Returns `true` when the
+    /// renewal reopened a fence whose deadline had passed while this replica
+    /// still held leadership (a late renewal: a slow API server, a paused
+    /// process); the changes the fence cut off meanwhile must be redone.
+    pub fn renewed(&self, sent_at: Duration, renew_deadline: Duration) -> bool {
         let until = nanos(sent_at.saturating_add(renew_deadline));
+        let now = nanos(self.inner.clock.now());
         let d = &self.inner.deadline;
         // A fence without a deadline stays without one; a renewal never
         // shortens the deadline an earlier, later-sent renewal granted.
-        let _ = d.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |cur| {
+        let before = d.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |cur| {
             (cur != UNBOUNDED && cur < until).then_some(until)
         });
+        // `0` is the deadline of a fence never renewed: the first renewal
+        // opens it, that is no lapse.
+        let late =
+            matches!(before, Ok(cur) if cur != 0 && cur <= now && until > now) && self.is_leader();
+        if late {
+            self.inner.late_renewals.fetch_add(1, Ordering::SeqCst);
+        }
         self.inner.changed.notify_waiters();
+        late
+    }
+
+    /// How many renewals reopened the fence after its deadline had passed
+    /// while this replica held leadership (see [`Fence::renewed`]).
+    pub fn late_renewals(&self) -> u64 {
+        self.inner.late_renewals.load(Ordering::SeqCst)
     }
 
     /// Sets leadership.
@@ -274,6 +296,20 @@ impl Fence {
                 }
                 None => notified.await,
             }
+        }
+    }
+
+    /// Resolves once the fence is open. Only a renewal, a leadership change
+    /// or shutdown can open or close it for good, and each of them wakes this.
+    pub async fn opened(&self) {
+        loop {
+            let notified = self.inner.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.is_open() {
+                return;
+            }
+            notified.await;
         }
     }
 
@@ -373,6 +409,34 @@ mod tests {
         assert_eq!(r.unwrap_err().kind, ErrorKind::Fenced);
         assert!(!sent.load(Ordering::SeqCst));
         assert_eq!(start.elapsed(), Duration::from_secs(10));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_after_the_deadline_reopens_the_fence_and_is_counted_as_late() {
+        let f = leased();
+        assert!(
+            !f.renewed(f.mark(), Duration::from_secs(10)),
+            "the first opens it"
+        );
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert!(!f.renewed(f.mark(), Duration::from_secs(10)), "in time");
+        tokio::time::advance(Duration::from_secs(11)).await;
+        assert!(!f.is_open());
+        let g = f.clone();
+        let waiter = tokio::spawn(async move { g.opened().await });
+        tokio::time::advance(Duration::from_millis(100)).await;
+        assert!(!waiter.is_finished(), "closed until the renewal");
+        assert!(f.renewed(f.mark(), Duration::from_secs(10)), "late");
+        tokio::time::timeout(Duration::from_millis(1), waiter)
+            .await
+            .expect("opened() resolves on the late renewal")
+            .unwrap();
+        assert_eq!(f.late_renewals(), 1);
+        // Not a leader any more: a renewal answer after that is no lapse.
+        tokio::time::advance(Duration::from_secs(11)).await;
+        f.set_leader(false);
+        assert!(!f.renewed(f.mark(), Duration::from_secs(10)));
+        assert_eq!(f.late_renewals(), 1);
     }
 
     #[tokio::test(start_paused = true)]

@@ -142,6 +142,20 @@ pub trait CloudRoutes: Send + Sync + 'static {
         Vec::new()
     }
 
+    /// Looks the route targets up again without listing routes, for a
+    /// provider that discovers them (AWS: route tables by tag). The
+    /// controller calls it every discovery period in which no list ran, and
+    /// lists when the answer differs from [`CloudRoutes::targets`]; it must
+    /// not change what `targets` answers (the next list does). `None` (the
+    /// default): the targets are fixed by configuration.
+    async fn discover_targets(
+        &self,
+        cluster: &str,
+    ) -> Result<Option<Vec<route_core::Text>>, CloudError> {
+        let _ = cluster;
+        Ok(None)
+    }
+
     /// Creates `route` (its `name` is ignored). Returns the route as a later
     /// `list_routes` would show it, so the controller can cache it.
     ///

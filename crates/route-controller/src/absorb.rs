@@ -37,8 +37,12 @@ pub struct Absorbed {
     /// One per failed operation whose Node is known.
     pub warnings: Vec<Warning>,
     /// An answer (already exists, not found, timeout) made the cached table
-    /// uncertain; it has been forgotten and a full pass must follow.
+    /// uncertain; it has been forgotten and a full pass must follow. An
+    /// operation abandoned by the fence without its answer does the same.
     pub uncertain: bool,
+    /// The fence cut off operations that were not sent: a pass must follow
+    /// as soon as this replica may write again, whatever the mode.
+    pub redo: bool,
 }
 
 /// Folds `outcome` of `plan` into `state` at `now`. `nodes` names the Nodes
@@ -93,7 +97,12 @@ pub fn absorb(
                     ));
                 }
             }
-            _ => {}
+            OpResult::Cancelled => out.redo = true,
+            OpResult::Abandoned => {
+                out.uncertain = true;
+                holds.deletion_landed(plan, i, now);
+            }
+            OpResult::Deferred | OpResult::Blocked => {}
         }
     }
     for (c, r) in plan.creations.iter().zip(&outcome.creations) {
@@ -116,6 +125,11 @@ pub fn absorb(
                     holds.repaired(c, now);
                 }
                 let at = book.failed(key.clone(), e, now, rand::rng().random::<f64>());
+                if e.kind == ErrorKind::TargetUnavailable && book.failures(&key) > 1 {
+                    // Warned at the first refusal, which named the backoff;
+                    // a stopped instance stays stopped for a while.
+                    continue;
+                }
                 let node = NodeRef {
                     name: c.route.target_node.to_string(),
                     uid: c.name_hint.clone(),
@@ -128,11 +142,21 @@ pub fn absorb(
                     at - now,
                 ));
             }
-            _ => {}
+            OpResult::Cancelled => out.redo = true,
+            OpResult::Abandoned => {
+                out.uncertain = true;
+                // Like a lost answer: the replacement may have landed.
+                if c.replaces.is_some() {
+                    holds.repaired(c, now);
+                }
+            }
+            OpResult::Deferred | OpResult::Blocked => {}
         }
     }
     if out.uncertain {
-        info!("a cloud answer made the cached route table uncertain; a full sync follows");
+        info!(
+            "a cloud answer (or one abandoned by the fence) made the cached route table uncertain; a full sync follows"
+        );
         // Planning from a table known to be stale would repeat the failing
         // call; the next pass lists instead.
         routes.forget();

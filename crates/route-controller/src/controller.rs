@@ -24,7 +24,7 @@ use route_core::{NetworkCondition, Plan, PlanConfig};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, error, info};
+use tracing::{debug, error, info, warn};
 
 use crate::absorb::{self, Absorbed};
 use crate::execute::{Executor, Fence, Outcome};
@@ -183,6 +183,23 @@ impl Controller {
                 self.scheduler.became_leader();
                 self.routes.forget();
             }
+            if !self.executor.fence().is_open() {
+                // Still leader, but the fence is closed: the renewal is late
+                // (a slow API server, a paused process). A pass now would
+                // only cut its changes off again; wait for the renewal.
+                info!(
+                    "leader, but the Lease renewal is late: waiting for it before changing the cloud"
+                );
+                tokio::select! {
+                    _ = self.executor.fence().opened() => {}
+                    r = leader.changed(), if leader_open => if r.is_err() { leader_open = false },
+                    _ = shutdown.cancelled() => return,
+                }
+                continue;
+            }
+            if self.scheduler.discovery_due(Instant::now()) {
+                self.discover().await;
+            }
             match self.scheduler.decide(Instant::now()) {
                 Decision::Run(kind, trigger) => {
                     self.scheduler.started(kind, Instant::now());
@@ -225,9 +242,10 @@ impl Controller {
                 Err(e) => return self.list_failed(report, e, started),
             };
         if snap.listed {
-            self.scheduler.full_pass_listed();
+            self.scheduler.full_pass_listed(started);
             // A provider that discovers its route tables does so when listing.
             self.cfg.plan.targets = self.executor.cloud().targets();
+            self.metrics.targets(&self.cfg.plan.targets);
         }
         // 2. Plan: what must exist, from the snapshot alone (pure).
         let plan = route_core::plan(&snap.nodes, &snap.routes, &self.cfg.plan);
@@ -323,7 +341,48 @@ impl Controller {
         if absorbed.uncertain {
             self.scheduler.cache_uncertain();
         }
+        let fenced = outcome.fenced();
+        if fenced > 0 {
+            // Cut off is not done: the next pass (after a fresh list where
+            // an answer was abandoned) redoes it as soon as the fence opens.
+            self.metrics.fenced(fenced);
+            self.scheduler.redo();
+            info!(
+                operations = fenced,
+                "the fence cut off route changes; they are redone as soon as this replica may change the cloud again"
+            );
+        }
         absorbed
+    }
+
+    /// Looks the route targets up again without listing routes (cloud I/O).
+    /// A target that appeared or went makes the cached table incomplete, so
+    /// a full pass follows: it lists every target and routes every Node in
+    /// a new one. A target that went is only dropped; nothing in it is
+    /// deleted.
+    async fn discover(&mut self) {
+        self.scheduler.discovered(Instant::now());
+        let found = match self.executor.discover_targets().await {
+            Ok(Some(found)) => found,
+            Ok(None) => return,
+            Err(e) => {
+                warn!(error = %e, "could not look up the route targets; trying again at the next discovery");
+                return;
+            }
+        };
+        let mut known = self.cfg.plan.targets.clone();
+        let mut found_sorted = found.clone();
+        known.sort();
+        found_sorted.sort();
+        if known != found_sorted {
+            info!(
+                before = ?known,
+                now = ?found_sorted,
+                "the route targets changed; a full sync follows"
+            );
+            self.routes.forget();
+            self.scheduler.cache_uncertain();
+        }
     }
 
     /// Step 7: ends the latency measurements the outcome completes, then
@@ -461,6 +520,7 @@ mod tests {
                 period: Duration::from_secs(10),
                 min_interval: Duration::from_secs(10),
                 resync: Duration::from_secs(12 * 3600),
+                discovery: crate::schedule::DEFAULT_DISCOVERY_PERIOD,
             },
             backoff: BackoffConfig {
                 jitter: 0.0,

@@ -37,15 +37,23 @@ pub enum OpResult {
     Deferred,
     /// A deletion it depends on did not succeed in this pass.
     Blocked,
-    /// Not sent, or abandoned before its answer came: the fence closed
-    /// (leadership lost, renew deadline passed, shutting down).
+    /// Not sent: the fence was closed (leadership lost, renew deadline
+    /// passed, shutting down). Redone once this replica may write again.
     Cancelled,
+    /// Possibly sent, its answer abandoned when the fence closed: whether
+    /// it took effect is unknown, so the table is listed before it is redone.
+    Abandoned,
 }
 
 impl OpResult {
     /// The operation succeeded.
     pub fn is_done(&self) -> bool {
         matches!(self, OpResult::Done(_))
+    }
+
+    /// The fence cut the operation off; it was not given up on, it is redone.
+    pub fn is_fenced(&self) -> bool {
+        matches!(self, OpResult::Cancelled | OpResult::Abandoned)
     }
 }
 
@@ -65,6 +73,15 @@ impl Outcome {
             .iter()
             .chain(&self.creations)
             .filter(|r| r.is_done())
+            .count()
+    }
+
+    /// How many operations the fence cut off.
+    pub fn fenced(&self) -> usize {
+        self.deletions
+            .iter()
+            .chain(&self.creations)
+            .filter(|r| r.is_fenced())
             .count()
     }
 
@@ -118,6 +135,15 @@ impl Executor {
     pub async fn list(&self) -> Result<Vec<Route>, CloudError> {
         let ticket = self.wait_gate().await;
         let r = self.cloud.list_routes(&self.cluster).await;
+        note(ticket, r.as_ref().map(|_| ()));
+        r
+    }
+
+    /// Looks up the route targets again (through the throttle gate); `None`
+    /// when the provider's targets are fixed by configuration.
+    pub async fn discover_targets(&self) -> Result<Option<Vec<route_core::Text>>, CloudError> {
+        let ticket = self.wait_gate().await;
+        let r = self.cloud.discover_targets(&self.cluster).await;
         note(ticket, r.as_ref().map(|_| ()));
         r
     }
@@ -298,33 +324,40 @@ impl Executor {
                 })
                 .collect(),
         };
-        let cancel = |out: &mut Outcome| {
+        let cancel = |out: &mut Outcome, r: OpResult| {
             for &i in &del_idx {
-                out.deletions[i] = OpResult::Cancelled;
+                out.deletions[i] = r.clone();
             }
             for &i in &cre_idx {
-                out.creations[i] = OpResult::Cancelled;
+                out.creations[i] = r.clone();
             }
         };
         let Ok(ticket) = self.fence.guard(self.wait_gate()).await else {
-            cancel(&mut out);
+            cancel(&mut out, OpResult::Cancelled);
             return out;
         };
+        // Checked here rather than inside the guard below, so a batch the
+        // fence refuses outright is known not to have been sent.
+        if self.fence.check().is_err() {
+            cancel(&mut out, OpResult::Cancelled);
+            return out;
+        }
         let started = Instant::now();
         let answer = match self
             .fence
             .guard(self.cloud.apply_batch(&self.cluster, &batch))
             .await
         {
-            Ok(Err(e)) if e.kind == ErrorKind::Fenced => Err(e),
-            Ok(a) => Ok(a),
-            Err(e) => Err(e),
-        };
-        let answer = match answer {
+            Ok(Err(e)) if e.kind == ErrorKind::Fenced => {
+                // The provider's own check after a wait of its own: not sent.
+                info!(reason = %e.message, "batch route update not sent; it is redone once this replica may write again");
+                cancel(&mut out, OpResult::Cancelled);
+                return out;
+            }
             Ok(a) => a,
             Err(e) => {
-                info!(reason = %e.message, "batch route update not sent or abandoned");
-                cancel(&mut out);
+                info!(reason = %e.message, "batch route update abandoned; it is redone after a fresh list");
+                cancel(&mut out, OpResult::Abandoned);
                 return out;
             }
         };
@@ -394,13 +427,20 @@ impl Executor {
         let Ok(ticket) = self.fence.guard(self.wait_gate()).await else {
             return OpResult::Cancelled;
         };
+        if let Err(e) = self.fence.check() {
+            return cancelled("delete", route, &e, OpResult::Cancelled);
+        }
         let started = Instant::now();
         let answer = self
             .fence
             .guard(self.cloud.delete_route(&self.cluster, route))
             .await;
-        let r = match answer.and_then(unfenced) {
-            Err(e) => return cancelled("delete", route, &e),
+        let r = match answer {
+            Err(e) => return cancelled("delete", route, &e, OpResult::Abandoned),
+            // The provider's own fence check after a wait of its own: not sent.
+            Ok(Err(e)) if e.kind == ErrorKind::Fenced => {
+                return cancelled("delete", route, &e, OpResult::Cancelled);
+            }
             Ok(Ok(())) => {
                 ticket.succeeded();
                 OpResult::Done(None)
@@ -418,13 +458,20 @@ impl Executor {
         let Ok(ticket) = self.fence.guard(self.wait_gate()).await else {
             return OpResult::Cancelled;
         };
+        if let Err(e) = self.fence.check() {
+            return cancelled("create", route, &e, OpResult::Cancelled);
+        }
         let started = Instant::now();
         let answer = self
             .fence
             .guard(self.cloud.create_route(&self.cluster, hint, route))
             .await;
-        let r = match answer.and_then(unfenced) {
-            Err(e) => return cancelled("create", route, &e),
+        let r = match answer {
+            Err(e) => return cancelled("create", route, &e, OpResult::Abandoned),
+            // The provider's own fence check after a wait of its own: not sent.
+            Ok(Err(e)) if e.kind == ErrorKind::Fenced => {
+                return cancelled("create", route, &e, OpResult::Cancelled);
+            }
             Ok(Ok(created)) => {
                 ticket.succeeded();
                 OpResult::Done(Some(created))
@@ -459,24 +506,20 @@ fn note(ticket: Ticket<'_>, r: Result<(), &CloudError>) {
     }
 }
 
-/// A provider's own fence refusal (after a wait of its own) is the same as
-/// the executor's: moved to the outer error.
-fn unfenced<T>(r: Result<T, CloudError>) -> Result<Result<T, CloudError>, CloudError> {
-    match r {
-        Err(e) if e.kind == ErrorKind::Fenced => Err(e),
-        r => Ok(r),
-    }
-}
-
-fn cancelled(op: &str, route: &Route, e: &CloudError) -> OpResult {
+fn cancelled(op: &str, route: &Route, e: &CloudError, r: OpResult) -> OpResult {
+    let what = if r == OpResult::Abandoned {
+        "route change abandoned without its answer; it is redone after a fresh list once this replica may write again"
+    } else {
+        "route change not sent; it is redone once this replica may write again"
+    };
     info!(
         operation = op,
         node = %route.target_node,
         destination = %route.destination,
         reason = %e.message,
-        "route change not sent or abandoned"
+        "{what}"
     );
-    OpResult::Cancelled
+    r
 }
 
 fn to_result(r: Result<Option<Route>, CloudError>) -> OpResult {

@@ -26,7 +26,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
-use route_cloud::CloudRoutes;
+use route_cloud::{CloudRoutes, Fence};
 
 use crate::schedule::{PassKind, SyncTrigger};
 
@@ -70,6 +70,18 @@ pub struct Metrics {
     throttle_wait: Counter<f64, AtomicU64>,
     /// Blackholes that came back after a repair and are retried with backoff.
     recurring_blackholes: Gauge,
+    /// Operations the fence cut off (not sent, or abandoned); each is redone.
+    fenced_operations: Counter,
+    /// The route targets (tables, routers) in use: 1 per target.
+    route_targets: Family<TargetLabels, Gauge>,
+}
+
+/// Labels of `route_controller_route_target`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TargetLabels {
+    /// The target's id (route table id, router id); empty for a provider
+    /// with a single table.
+    pub target: String,
 }
 
 /// Labels for node events.
@@ -104,6 +116,8 @@ impl Metrics {
             warnings: Family::default(),
             throttle_wait: Counter::default(),
             recurring_blackholes: Gauge::default(),
+            fenced_operations: Counter::default(),
+            route_targets: Family::default(),
         });
         registry.register(
             "route_controller_route_sync",
@@ -161,12 +175,48 @@ impl Metrics {
             m.recurring_blackholes.clone(),
         );
         registry.register(
+            "route_controller_fenced_operations",
+            "Route changes the fence cut off (not sent or abandoned: renew deadline passed, leadership lost, shutting down); each is redone once this replica may write again",
+            m.fenced_operations.clone(),
+        );
+        registry.register(
+            "route_controller_route_target",
+            "The route targets (route tables, routers) the controller keeps routes in, 1 each",
+            m.route_targets.clone(),
+        );
+        registry.register(
             "route_controller_build",
             "Build information",
             Info::new(vec![("version", env!("CARGO_PKG_VERSION"))]),
         );
         registry.register_collector(Box::new(CloudCollector { cloud }));
         m
+    }
+}
+
+impl Metrics {
+    /// Registers the count of `fence`'s late renewals, read at scrape time.
+    pub fn register_fence(registry: &mut Registry, fence: Fence) {
+        registry.register_collector(Box::new(FenceCollector { fence }));
+    }
+}
+
+/// Reads the fence's late renewals at scrape time.
+#[derive(Debug)]
+struct FenceCollector {
+    fence: Fence,
+}
+
+impl Collector for FenceCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let enc = encoder.encode_descriptor(
+            "route_controller_late_lease_renewals",
+            "Lease renewals that came back after the renew deadline while this replica kept leadership: the fence closed and reopened",
+            None,
+            prometheus_client::metrics::MetricType::Counter,
+        )?;
+        ConstCounter::new(self.fence.late_renewals()).encode(enc)?;
+        Ok(())
     }
 }
 
@@ -245,6 +295,36 @@ impl MetricsHandle {
     pub fn pending_operations(&self, n: usize) {
         if let Some(m) = &self.0 {
             m.pending_operations.set(gauge(n));
+        }
+    }
+
+    /// The fence cut off `n` planned operations.
+    pub fn fenced(&self, n: usize) {
+        if let Some(m) = &self.0
+            && n > 0
+        {
+            m.fenced_operations.inc_by(n as u64);
+        }
+    }
+
+    /// The route targets now in use.
+    pub fn targets(&self, targets: &[route_core::Text]) {
+        if let Some(m) = &self.0 {
+            m.route_targets.clear();
+            if targets.is_empty() {
+                m.route_targets
+                    .get_or_create(&TargetLabels {
+                        target: String::new(),
+                    })
+                    .set(1);
+            }
+            for t in targets {
+                m.route_targets
+                    .get_or_create(&TargetLabels {
+                        target: t.to_string(),
+                    })
+                    .set(1);
+            }
         }
     }
 

@@ -148,6 +148,15 @@ impl RetryBook {
             // IPv4-only cloud, bad credentials): try rarely, warn rarely.
             wait = wait.max(self.cfg.max);
         }
+        if err.kind == route_cloud::ErrorKind::TargetUnavailable {
+            // The instance is stopped or gone: like a blackhole repair that
+            // came back, each retry waits twice as long as the one before,
+            // from the repair floor up to the maximum, in every mode.
+            let repair = crate::hold::BLACKHOLE_REPAIR_FLOOR
+                .saturating_mul(1u32 << e.failures.saturating_sub(1).min(16))
+                .min(self.cfg.max.max(crate::hold::BLACKHOLE_REPAIR_FLOOR));
+            wait = wait.max(repair);
+        }
         if err.kind == route_cloud::ErrorKind::QuotaExceeded {
             // A full table frees up only when something is deleted, and that
             // triggers a pass anyway; retrying sooner only spends budget.
@@ -320,6 +329,20 @@ mod tests {
         );
         let at = b.failed(key(), &transient, now, 0.0);
         assert_eq!(at, now + Duration::from_secs(4));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_route_to_a_stopped_instance_is_retried_like_a_blackhole_repair() {
+        let mut b = RetryBook::new(BackoffConfig {
+            jitter: 0.0,
+            ..Default::default()
+        });
+        let t0 = Instant::now();
+        let refused = CloudError::new(ErrorKind::TargetUnavailable, "IncorrectInstanceState");
+        let waits: Vec<u64> = (0..4)
+            .map(|_| (b.failed(key(), &refused, t0, 0.0) - t0).as_secs())
+            .collect();
+        assert_eq!(waits, [60, 120, 240, 300]);
     }
 
     #[tokio::test(start_paused = true)]

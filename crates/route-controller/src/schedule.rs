@@ -159,7 +159,15 @@ pub struct Timing {
     pub min_interval: Duration,
     /// The resync interval, already randomised.
     pub resync: Duration,
+    /// `--route-target-discovery-period`: how often the route targets
+    /// (tables, routers) are looked up again without listing routes, when
+    /// no full pass has listed (and so rediscovered) them meanwhile.
+    pub discovery: Duration,
 }
+
+/// The default of `--route-target-discovery-period`: on AWS one filtered
+/// `DescribeRouteTables` every 5 minutes of an idle cluster, 12 an hour.
+pub const DEFAULT_DISCOVERY_PERIOD: Duration = Duration::from_secs(300);
 
 /// The mode state machine. See the module docs.
 #[derive(Debug)]
@@ -175,6 +183,11 @@ pub struct Scheduler {
     full_needed: bool,
     retry_at: Option<Instant>,
     resync_due: bool,
+    /// The fence cut off changes: run a pass as soon as the fence is open
+    /// again, in every mode and without spacing.
+    redo: bool,
+    /// When the route targets are looked up again unless a listing does it first.
+    next_discovery: Instant,
 }
 
 impl Scheduler {
@@ -191,6 +204,8 @@ impl Scheduler {
             full_needed: true,
             retry_at: None,
             resync_due: false,
+            redo: false,
+            next_discovery: now + timing.discovery,
         }
     }
 
@@ -219,6 +234,22 @@ impl Scheduler {
         self.last_start = None;
     }
 
+    /// The fence cut off changes of the last pass: the next pass runs as
+    /// soon as the loop finds the fence open, whatever the mode.
+    pub fn redo(&mut self) {
+        self.redo = true;
+    }
+
+    /// The route targets should be looked up again at `now`.
+    pub fn discovery_due(&self, now: Instant) -> bool {
+        now >= self.next_discovery
+    }
+
+    /// The route targets were looked up at `now` (by a discovery or a listing).
+    pub fn discovered(&mut self, now: Instant) {
+        self.next_discovery = now + self.timing.discovery;
+    }
+
     /// A failed operation may be retried at `at`.
     pub fn retry_at(&mut self, at: Option<Instant>) {
         self.retry_at = at;
@@ -230,7 +261,18 @@ impl Scheduler {
             self.resync_due = true;
         }
         let retry_due = self.retry_at.is_some_and(|t| now >= t);
-        match self.mode {
+        if self.redo {
+            // Rare (a late renewal, a pause) and never a storm: the work the
+            // fence cut off is redone at once rather than at the next period.
+            let full = !self.mode.caches_route_table() || self.full_needed || self.resync_due;
+            let kind = if full {
+                PassKind::Full
+            } else {
+                PassKind::Cached
+            };
+            return Decision::Run(kind, SyncTrigger::NodeChange);
+        }
+        let decision = match self.mode {
             Mode::Periodic => match self.last_start {
                 None => Decision::Run(PassKind::Full, SyncTrigger::Periodic),
                 Some(t) if now >= t + self.timing.period => {
@@ -265,6 +307,10 @@ impl Scheduler {
                     Decision::Sleep(Some(self.wake_after(None)))
                 }
             }
+        };
+        match decision {
+            Decision::Sleep(Some(t)) => Decision::Sleep(Some(t.min(self.next_discovery))),
+            d => d,
         }
     }
 
@@ -291,6 +337,7 @@ impl Scheduler {
     pub fn started(&mut self, kind: PassKind, now: Instant) {
         self.last_start = Some(now);
         self.pending = false;
+        self.redo = false;
         if self.retry_at.is_some_and(|t| now >= t) {
             self.retry_at = None;
         }
@@ -314,9 +361,10 @@ impl Scheduler {
         self.list_failures = self.list_failures.saturating_add(1);
     }
 
-    /// A full pass listed the cloud.
-    pub fn full_pass_listed(&mut self) {
+    /// A full pass listed the cloud (and so rediscovered its targets) at `now`.
+    pub fn full_pass_listed(&mut self, now: Instant) {
         self.list_failures = 0;
+        self.discovered(now);
     }
 
     fn spacing(&self) -> Duration {
@@ -365,6 +413,7 @@ mod tests {
             period: Duration::from_secs(10),
             min_interval: Duration::from_secs(10),
             resync: Duration::from_secs(12 * 3600),
+            discovery: crate::schedule::DEFAULT_DISCOVERY_PERIOD,
         }
     }
 
@@ -455,7 +504,7 @@ mod tests {
             s.full_pass_failed();
         }
         assert_eq!(gaps, vec![10, 20, 40, 80, 160, 300, 300]);
-        s.full_pass_listed();
+        s.full_pass_listed(Instant::now());
         s.started(PassKind::Full, t);
         s.full_pass_failed();
         assert_eq!(

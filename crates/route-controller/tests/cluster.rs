@@ -69,6 +69,7 @@ fn start(c: &ClusterGuard, mode: Mode, cloud: &MemoryCloud, resync: Duration) ->
             period: Duration::from_secs(2),
             min_interval: Duration::from_secs(2),
             resync,
+            discovery: route_controller::schedule::DEFAULT_DISCOVERY_PERIOD,
         },
         backoff: BackoffConfig::default(),
         status_concurrency: 10,

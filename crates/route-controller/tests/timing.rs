@@ -72,6 +72,7 @@ fn start_on(
             period: Duration::from_secs(10),
             min_interval: Duration::from_secs(10),
             resync: Duration::from_secs(12 * 3600),
+            discovery: route_controller::schedule::DEFAULT_DISCOVERY_PERIOD,
         },
         backoff: BackoffConfig {
             jitter: 0.0,

@@ -74,6 +74,7 @@ fn main() {
                 period: std::time::Duration::from_secs(10),
                 min_interval: std::time::Duration::from_secs(10),
                 resync: std::time::Duration::from_secs(12 * 3600),
+                discovery: route_controller::schedule::DEFAULT_DISCOVERY_PERIOD,
             },
             backoff: Default::default(),
             status_concurrency: 10,

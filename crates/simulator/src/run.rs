@@ -215,6 +215,7 @@ async fn simulate_mode(
             period: scenario.controller.route_reconciliation_period.0,
             min_interval: MIN_INTERVAL,
             resync: timeline.resync,
+            discovery: route_controller::schedule::DEFAULT_DISCOVERY_PERIOD,
         },
         backoff: BackoffConfig {
             jitter: scenario.controller.retry_jitter,

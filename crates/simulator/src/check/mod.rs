@@ -830,6 +830,7 @@ async fn drive(case: &Case, options: &Options) -> Outcome {
             period: PERIOD,
             min_interval: crate::run::MIN_INTERVAL,
             resync: pick_resync(MIN_RESYNC, rng.random::<f64>()),
+            discovery: route_controller::schedule::DEFAULT_DISCOVERY_PERIOD,
         },
         // No jitter: the controller draws it from a thread-local RNG, and a
         // failing seed must replay exactly.

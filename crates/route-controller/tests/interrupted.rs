@@ -1,0 +1,357 @@
+//! Nothing the controller set out to do is silently dropped: work the fence
+//! cut off, route tables that appear or go while it runs, and repairs the
+//! cloud refuses. Each sequence runs in every mode, on tokio's paused clock,
+//! with the real loop against the simulated cloud and a leased fence whose
+//! deadline counts on that clock (so "the process was paused" is the clock
+//! moving while no renewal arrives).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use provider_memory::{MemoryCloud, MemoryConfig, Operation};
+use route_cloud::{CloudRoutes, ErrorKind, TokioClock};
+use route_controller::{
+    BackoffConfig, Controller, ControllerConfig, Fence, Mode, NodeEvent, NodeStore,
+    RecordingStatusWriter, Timing,
+};
+use route_core::{NetworkCondition, NodeView, PlanConfig, parse_cluster_cidrs};
+use tokio::sync::watch;
+use tokio::time::sleep;
+use tokio_util::sync::CancellationToken;
+
+const CLUSTER: &str = "kubernetes";
+/// The Lease's renew deadline in these tests.
+const RENEW_DEADLINE: Duration = Duration::from_secs(10);
+/// How often the route targets are looked up again in these tests.
+const DISCOVERY: Duration = Duration::from_secs(30);
+
+fn node(i: usize) -> NodeView {
+    NodeView::new(
+        format!("node-{i}"),
+        format!("uid-{i}"),
+        &[&format!("10.244.{i}.0/24")],
+    )
+}
+
+struct Run {
+    nodes: Arc<NodeStore>,
+    cloud: MemoryCloud,
+    status: Arc<RecordingStatusWriter>,
+    fence: Fence,
+    shutdown: CancellationToken,
+    _leader: watch::Sender<bool>,
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+impl Run {
+    /// The controller in `mode` over `initial` Nodes, holding a Lease renewed
+    /// just now, against `cloud`.
+    fn start(mode: Mode, cloud: MemoryCloud, initial: &[NodeView]) -> Run {
+        Run::start_resyncing(mode, cloud, initial, Duration::from_secs(12 * 3600))
+    }
+
+    /// `start` with a resync every `resync` in watch and incremental.
+    fn start_resyncing(
+        mode: Mode,
+        cloud: MemoryCloud,
+        initial: &[NodeView],
+        resync: Duration,
+    ) -> Run {
+        let nodes = NodeStore::new(None);
+        nodes.apply(NodeEvent::Init);
+        for n in initial {
+            nodes.apply(NodeEvent::InitApply(n.clone()));
+        }
+        nodes.apply(NodeEvent::InitDone);
+        let status = Arc::new(RecordingStatusWriter::default());
+        let fence = Fence::leased(Arc::new(TokioClock::new()));
+        fence.set_leader(true);
+        fence.renewed(fence.mark(), RENEW_DEADLINE);
+        let cfg = ControllerConfig {
+            cluster_name: CLUSTER.into(),
+            plan: PlanConfig {
+                cluster_cidrs: parse_cluster_cidrs("10.244.0.0/16").expect("valid"),
+                ..PlanConfig::default()
+            },
+            mode,
+            timing: Timing {
+                period: Duration::from_secs(10),
+                min_interval: Duration::from_secs(10),
+                resync,
+                discovery: DISCOVERY,
+            },
+            backoff: BackoffConfig {
+                jitter: 0.0,
+                ..Default::default()
+            },
+            status_concurrency: 10,
+            deletion_grace: Duration::ZERO,
+        };
+        let (leader, leader_rx) = watch::channel(true);
+        let shutdown = CancellationToken::new();
+        let provider = Arc::new(cloud.clone()) as Arc<dyn CloudRoutes>;
+        let ctl = Controller::new(
+            cfg,
+            nodes.clone(),
+            provider,
+            status.clone(),
+            fence.clone(),
+            None,
+        );
+        tokio::spawn(ctl.run(leader_rx, shutdown.clone()));
+        Run {
+            nodes,
+            cloud,
+            status,
+            fence,
+            shutdown,
+            _leader: leader,
+        }
+    }
+
+    fn routed(&self) -> usize {
+        self.cloud.routes(CLUSTER).len()
+    }
+
+    /// Every Node that reads `RouteCreated` has its route in the cloud.
+    fn no_false_route_created(&self, n: usize) {
+        let routes = self.cloud.routes(CLUSTER);
+        for i in 0..n {
+            let name = format!("node-{i}");
+            if self.status.condition_of(&name) == Some(NetworkCondition::RouteCreated) {
+                assert!(
+                    routes.iter().any(|r| r.target_node.as_str() == name),
+                    "{name} reads RouteCreated without a route"
+                );
+            }
+        }
+    }
+
+    fn calls(&self, op: Operation) -> usize {
+        self.cloud.log().iter().filter(|c| c.op == op).count()
+    }
+}
+
+/// Renews the Lease every 2 s while switched on, as the election loop does
+/// while the API server answers in time.
+struct Renewer {
+    on: Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Renewer {
+    fn start(fence: &Fence) -> Renewer {
+        let on = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let task = {
+            let (fence, on) = (fence.clone(), on.clone());
+            tokio::spawn(async move {
+                loop {
+                    if on.load(std::sync::atomic::Ordering::SeqCst) {
+                        fence.renewed(fence.mark(), RENEW_DEADLINE);
+                    }
+                    sleep(Duration::from_secs(2)).await;
+                }
+            })
+        };
+        Renewer { on, task }
+    }
+
+    /// Renewals stop arriving (a slow API server, a paused process).
+    fn stall(&self) {
+        self.on.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// The late renewal arrives; renewals are in time again.
+    fn resume(&self, fence: &Fence) -> bool {
+        let late = fence.renewed(fence.mark(), RENEW_DEADLINE);
+        self.on.store(true, std::sync::atomic::Ordering::SeqCst);
+        late
+    }
+}
+
+impl Drop for Renewer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Waits (virtual time) until `op` was sent at least once.
+async fn until_sent(run: &Run, op: Operation) {
+    for _ in 0..600 {
+        if run.calls(op) > 0 {
+            return;
+        }
+        sleep(Duration::from_millis(100)).await;
+    }
+    panic!("no {op:?} sent in 60 s");
+}
+
+/// The sequence of issue 23 (1): the Lease renewals stall while 100
+/// creations are under way, the renew deadline passes, and the renewal then
+/// succeeds (the replica keeps the Lease). Every creation the fence cut off
+/// is redone within one pass of the renewal.
+#[tokio::test(start_paused = true)]
+async fn a_renewal_late_past_the_renew_deadline_during_100_creations_loses_none() {
+    for mode in Mode::ALL {
+        let cloud = MemoryCloud::new(MemoryConfig::default()).expect("valid");
+        // 10 at a time, 1.5 s each: the burst outlasts the renew deadline.
+        cloud.set_latency(Operation::Create, Duration::from_millis(1500));
+        let run = Run::start(mode, cloud, &[]);
+        let renewer = Renewer::start(&run.fence);
+        sleep(Duration::from_secs(1)).await;
+        for i in 0..100 {
+            run.nodes.apply(NodeEvent::Apply(node(i)));
+        }
+        until_sent(&run, Operation::Create).await;
+        renewer.stall();
+        sleep(Duration::from_secs(20)).await;
+        assert!(!run.fence.is_open(), "{mode}");
+        let before = run.routed();
+        assert!(
+            (1..100).contains(&before),
+            "{mode}: the fence cut the burst off ({before} routed)"
+        );
+        run.no_false_route_created(100);
+        run.cloud
+            .set_latency(Operation::Create, Duration::from_millis(100));
+        assert!(renewer.resume(&run.fence), "{mode}: the renewal is late");
+        // One pass: a list where answers were abandoned, then the rest.
+        sleep(Duration::from_secs(3)).await;
+        assert_eq!(run.routed(), 100, "{mode}: every creation redone");
+        for i in 0..100 {
+            assert_eq!(
+                run.status.condition_of(&format!("node-{i}")),
+                Some(NetworkCondition::RouteCreated),
+                "{mode}: node-{i}"
+            );
+        }
+        assert_eq!(run.fence.late_renewals(), 1, "{mode}");
+    }
+}
+
+/// The sequence of issue 23 (1), second half: a sole replica stalls for
+/// 20 s (paused, or its API server slow) during a wave of 80 deletions and
+/// keeps its Lease. Every route of a deleted Node is gone within 10 s of
+/// resuming.
+#[tokio::test(start_paused = true)]
+async fn a_sole_replica_paused_20s_during_80_deletions_deletes_them_all_after_resuming() {
+    for mode in Mode::ALL {
+        let cloud = MemoryCloud::new(MemoryConfig::default()).expect("valid");
+        let nodes: Vec<NodeView> = (0..80).map(node).collect();
+        let run = Run::start(mode, cloud, &nodes);
+        let renewer = Renewer::start(&run.fence);
+        sleep(Duration::from_secs(2)).await;
+        assert_eq!(run.routed(), 80, "{mode}");
+        run.cloud
+            .set_latency(Operation::Delete, Duration::from_millis(1500));
+        for n in &nodes {
+            run.nodes.apply(NodeEvent::Delete(n.clone()));
+        }
+        until_sent(&run, Operation::Delete).await;
+        renewer.stall();
+        sleep(Duration::from_secs(20)).await;
+        assert!(!run.fence.is_open(), "{mode}");
+        assert!(run.routed() > 0, "{mode}: the stall cut the wave off");
+        let sent = run.calls(Operation::Delete);
+        run.cloud
+            .set_latency(Operation::Delete, Duration::from_millis(100));
+        assert!(renewer.resume(&run.fence), "{mode}: the renewal is late");
+        sleep(Duration::from_secs(10)).await;
+        assert_eq!(run.routed(), 0, "{mode}: every deleted Node's route gone");
+        assert!(run.calls(Operation::Delete) > sent, "{mode}");
+    }
+}
+
+/// The sequence of issue 23 (2): a route table added to the cluster while it
+/// runs gets every Node's route within the discovery period plus one pass;
+/// one that goes is dropped and nothing in it is deleted; a Node created
+/// after that is routed only where the tables still are.
+#[tokio::test(start_paused = true)]
+async fn a_route_table_added_at_runtime_is_routed_within_the_discovery_period() {
+    for mode in Mode::ALL {
+        let cloud = MemoryCloud::new(MemoryConfig {
+            targets: vec!["rtb-a".into()],
+            ..MemoryConfig::default()
+        })
+        .expect("valid");
+        let nodes: Vec<NodeView> = (0..30).map(node).collect();
+        let run = Run::start(mode, cloud, &nodes);
+        let _renewer = Renewer::start(&run.fence);
+        sleep(Duration::from_secs(2)).await;
+        assert_eq!(run.cloud.routes_in(CLUSTER, "rtb-a").len(), 30, "{mode}");
+        run.cloud.set_targets(vec!["rtb-a".into(), "rtb-b".into()]);
+        sleep(DISCOVERY + Duration::from_secs(2)).await;
+        assert_eq!(
+            run.cloud.routes_in(CLUSTER, "rtb-b").len(),
+            30,
+            "{mode}: the new table is routed"
+        );
+        // The first table loses its tag: dropped, its routes left alone.
+        let deletes = run.calls(Operation::Delete);
+        run.cloud.set_targets(vec!["rtb-b".into()]);
+        sleep(DISCOVERY + Duration::from_secs(2)).await;
+        assert_eq!(run.calls(Operation::Delete), deletes, "{mode}");
+        run.cloud.set_targets(vec!["rtb-a".into(), "rtb-b".into()]);
+        assert_eq!(
+            run.cloud.routes_in(CLUSTER, "rtb-a").len(),
+            30,
+            "{mode}: nothing deleted in the table that went"
+        );
+        run.cloud.set_targets(vec!["rtb-b".into()]);
+        run.nodes.apply(NodeEvent::Apply(node(30)));
+        sleep(Duration::from_secs(12)).await;
+        assert_eq!(run.cloud.routes_in(CLUSTER, "rtb-b").len(), 31, "{mode}");
+    }
+}
+
+/// The sequence of issue 23 (3): the instance behind a route is terminated,
+/// its route is a blackhole and the cloud refuses every replacement. The
+/// repair backs off (60 s doubling): at most 3 attempts in 5 minutes, and
+/// one Warning, in every mode.
+#[tokio::test(start_paused = true)]
+async fn a_blackhole_whose_repair_the_cloud_refuses_is_retried_at_most_3_times_in_5_minutes() {
+    for mode in Mode::ALL {
+        let cloud = MemoryCloud::new(MemoryConfig::default()).expect("valid");
+        // Watch and incremental see a blackhole at a list: their resync.
+        let resync = Duration::from_secs(20);
+        let run = Run::start_resyncing(mode, cloud, &[node(0), node(1)], resync);
+        sleep(Duration::from_secs(2)).await;
+        assert_eq!(run.routed(), 2, "{mode}");
+        let _renewer = Renewer::start(&run.fence);
+        let dest =
+            route_core::Destination::Cidr(route_core::Cidr::parse("10.244.1.0/24").expect("valid"));
+        // The instance is terminated: its route is a blackhole, and the
+        // cloud refuses any route to it.
+        assert!(run.cloud.blackhole_route(CLUSTER, &dest));
+        run.cloud
+            .fail_next(Operation::Create, 1000, ErrorKind::TargetUnavailable);
+        let creates = run.calls(Operation::Create);
+        sleep(Duration::from_secs(300)).await;
+        let attempts = run.cloud.log()[..]
+            .iter()
+            .filter(|c| {
+                c.op == Operation::Create
+                    && c.destination.as_ref() == Some(&dest)
+                    && c.result.is_err()
+            })
+            .count();
+        assert!(
+            (1..=3).contains(&attempts),
+            "{mode}: {attempts} refused repairs in 5 minutes"
+        );
+        let warnings = run
+            .status
+            .recorded()
+            .events
+            .iter()
+            .filter(|(n, reason, _)| n.name == "node-1" && reason == "FailedToCreateRoute")
+            .count();
+        assert_eq!(warnings, 1, "{mode}: one Warning");
+        assert!(run.calls(Operation::Create) > creates, "{mode}");
+    }
+}
