@@ -35,6 +35,21 @@ pub struct World {
     pub told_leader: bool,
     /// The replica holds the Lease: no other replica may write.
     pub lease_held: bool,
+    /// Lease renewals arrive (off while a `LateRenewal` stalls them).
+    pub renewing: bool,
+    /// The replica's fence, checked at every mutation's start and landing.
+    pub fence: Option<route_cloud::Fence>,
+    /// Routes to stopped instances are refused rather than blackholed.
+    pub refuses_stopped: bool,
+    /// When a creation for (Node UID, destination) was last refused because
+    /// its instance is stopped: the next may come only after the repair
+    /// floor ([`route_controller::hold::BLACKHOLE_REPAIR_FLOOR`]).
+    pub refused_at: HashMap<(String, Destination), Duration>,
+    /// Passes started so far (each starts with `observe_nodes`).
+    pub passes_started: u64,
+    /// The latest pass (numbered from 1, in start order) whose report had
+    /// changes the fence cut off.
+    pub cut_off_pass: Option<u64>,
     /// ProviderIDs of stopped instances.
     pub stopped: BTreeSet<String>,
     /// Routes that must never be touched, as inserted.
@@ -55,6 +70,24 @@ pub struct World {
 }
 
 impl World {
+    /// A mutation `what` (started, landed) while the fence is closed: the
+    /// renew deadline passed, so another replica may already be leading.
+    fn check_fence(&mut self, op: &str, route: &Route, what: &str) {
+        if self
+            .fence
+            .as_ref()
+            .is_some_and(|f| f.is_leader() && !f.is_open())
+        {
+            self.violation(
+                Kind::MutationPastDeadline,
+                format!(
+                    "{op} {} -> {:?} {what} after the renew deadline had passed",
+                    route.destination, route.target_node
+                ),
+            );
+        }
+    }
+
     /// Virtual time since the start.
     pub fn now(&self) -> Duration {
         Instant::now().saturating_duration_since(self.start)
@@ -140,6 +173,7 @@ impl CheckedCloud {
 
     /// Checks made when a mutating call starts.
     fn before_mutation(&self, w: &mut World, op: &str, route: &Route) {
+        w.check_fence(op, route, "started");
         if !w.told_leader {
             w.violation(
                 Kind::MutationWithoutLeadership,
@@ -189,6 +223,7 @@ impl CheckedCloud {
         if !landed {
             return;
         }
+        w.check_fence(op, route, "landed");
         if !w.lease_held {
             w.violation(
                 Kind::MutationWithoutLeadership,
@@ -269,6 +304,42 @@ impl CloudRoutes for CheckedCloud {
                     ),
                 );
             }
+            if w.refuses_stopped
+                && route
+                    .target_provider_id
+                    .as_deref()
+                    .is_some_and(|p| w.stopped.contains(p))
+            {
+                // As EC2 answers CreateRoute and ReplaceRoute to a stopped
+                // or terminated instance.
+                let now = w.now();
+                let key = (name_hint.to_string(), route.destination.clone());
+                if let Some(prev) = w.refused_at.insert(key, now) {
+                    let floor = route_controller::hold::BLACKHOLE_REPAIR_FLOOR;
+                    if now - prev < floor {
+                        w.violation(
+                            Kind::TooManyCalls,
+                            format!(
+                                "create {} -> {:?} sent again {:?} after the cloud refused it for the instance's state; such refusals back off from {floor:?}",
+                                route.destination,
+                                route.target_node,
+                                now - prev
+                            ),
+                        );
+                    }
+                }
+                w.note(format!(
+                    "create {} -> {:?}: refused, the instance is stopped",
+                    route.destination, route.target_node
+                ));
+                return Err(CloudError::new(
+                    ErrorKind::TargetUnavailable,
+                    format!(
+                        "IncorrectInstanceState: the instance of node {} is stopped",
+                        route.target_node
+                    ),
+                ));
+            }
             if route.target_provider_id.is_none() {
                 let e = CloudError::new(
                     ErrorKind::InvalidRequest,
@@ -319,6 +390,7 @@ impl CloudRoutes for CheckedCloud {
     fn observe_nodes(&self, nodes: &[Arc<NodeView>]) {
         let mut w = lock(&self.world);
         w.snapshot = nodes.to_vec();
+        w.passes_started += 1;
         // A loop that never waits keeps the paused clock from moving and
         // would hang the run; every pass starts here, so this is where it
         // is caught and the controller told to stop after its pass.

@@ -41,7 +41,7 @@ use provider_memory::{
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use route_cloud::{CloudRoutes, ErrorKind};
+use route_cloud::{CloudRoutes, ErrorKind, TokioClock};
 use route_controller::{
     BackoffConfig, Controller, ControllerConfig, Fence, Mode, NodeStore, Timing, pick_resync,
 };
@@ -64,6 +64,19 @@ pub use steps::{
 /// expiring: the binary's defaults, `--leader-elect-lease-duration` 15 s
 /// minus `--leader-elect-renew-deadline` 10 s.
 pub const LEASE_GRACE: Duration = Duration::from_secs(5);
+
+/// `--leader-elect-renew-deadline` of the checked replica: its fence closes
+/// this long after the send of its last successful renewal.
+pub const RENEW_DEADLINE: Duration = Duration::from_secs(10);
+
+/// `--leader-elect-retry-period`: how often the replica renews.
+pub const RETRY_PERIOD: Duration = Duration::from_secs(2);
+
+/// After a late renewal reopens the fence, a pass must start within this
+/// long if the last one had changes cut off: work cut off is redone at once,
+/// not at the next resync. A pass already under way (a list slowed down to
+/// 9 s) may finish first.
+pub const REDO_BOUND: Duration = Duration::from_secs(10);
 
 /// `--route-reconciliation-period` of the checked controller.
 pub const PERIOD: Duration = Duration::from_secs(10);
@@ -106,6 +119,12 @@ pub enum Kind {
     UnneededCreate,
     /// A mutation while the replica was not leader.
     MutationWithoutLeadership,
+    /// A mutation sent or landing while the replica's fence was closed (its
+    /// renew deadline had passed), whatever its leader flag said.
+    MutationPastDeadline,
+    /// Changes the fence cut off were not taken up again within
+    /// [`REDO_BOUND`] of the fence reopening (no pass started).
+    NotRedone,
     /// After the bound, the cloud does not hold exactly the desired routes.
     NotConverged,
     /// After the bound, a NetworkUnavailable condition is wrong.
@@ -246,6 +265,11 @@ enum Act {
     End(Window),
     LeaseExpires,
     Regain,
+    /// A renewal arrives after a stall, late; renewals go on in time.
+    RenewLate,
+    /// [`REDO_BOUND`] after the fence reopened at this time: the pass of
+    /// this number had changes cut off, and a later one must have started.
+    CheckRedo(Duration, u64),
 }
 
 /// The route signature the minimum is counted on.
@@ -420,8 +444,42 @@ impl Driver<'_> {
                     w.lease_held = true;
                     w.told_leader = true;
                 }
+                // Winning the Lease is a successful renewal.
+                self.fence.renewed(self.fence.mark(), RENEW_DEADLINE);
                 self.fence.set_leader(true);
                 self.leader.send_replace(true);
+            }
+            Act::RenewLate => {
+                let check = {
+                    let mut w = lock(&self.world);
+                    w.renewing = true;
+                    // The latest pass had changes cut off and none started since.
+                    w.cut_off_pass
+                        .filter(|p| *p == w.passes_started && w.told_leader)
+                };
+                self.fence.renewed(self.fence.mark(), RENEW_DEADLINE);
+                if let Some(pass) = check {
+                    self.later(at + REDO_BOUND, Act::CheckRedo(at, pass));
+                }
+            }
+            Act::CheckRedo(reopened, pass) => {
+                // A throttle storm or slow calls may hold a pass that was
+                // under way when the fence reopened past the bound.
+                let held_up = self.case.steps.iter().any(|s| match s.step {
+                    Step::Throttle { duration, .. } | Step::Slow { duration, .. } => {
+                        s.at <= at && s.at + duration >= reopened
+                    }
+                    _ => false,
+                });
+                let mut w = lock(&self.world);
+                if w.passes_started == pass && !held_up && w.told_leader {
+                    w.violation(
+                        Kind::NotRedone,
+                        format!(
+                            "the fence reopened at {reopened:?} after pass {pass} had changes cut off, and no pass started within {REDO_BOUND:?}"
+                        ),
+                    );
+                }
             }
         }
     }
@@ -526,6 +584,10 @@ impl Driver<'_> {
             Step::Slow { ms, duration } => {
                 self.set_latency(ms);
                 self.later(at + duration, Act::End(Window::Slow));
+            }
+            Step::LateRenewal { stall } => {
+                lock(&self.world).renewing = false;
+                self.later(at + stall, Act::RenewLate);
             }
             Step::LeaderLoss { duration } => {
                 {
@@ -777,6 +839,12 @@ async fn drive(case: &Case, options: &Options) -> Outcome {
         snapshot: Vec::new(),
         told_leader: true,
         lease_held: true,
+        renewing: true,
+        fence: None,
+        refuses_stopped: case.cloud.refuses_stopped,
+        refused_at: Default::default(),
+        passes_started: 0,
+        cut_off_pass: None,
         stopped: Default::default(),
         foreign: Vec::new(),
         violations: Vec::new(),
@@ -787,7 +855,25 @@ async fn drive(case: &Case, options: &Options) -> Outcome {
         eventual: Default::default(),
     }));
     let (leader, leader_rx) = watch::channel(true);
-    let fence = Fence::new(true);
+    // As the binary's: open only until the last renewal's send plus the
+    // renew deadline, on the virtual clock.
+    let fence = Fence::leased(Arc::new(TokioClock::new()));
+    fence.renewed(fence.mark(), RENEW_DEADLINE);
+    fence.set_leader(true);
+    lock(&world).fence = Some(fence.clone());
+    {
+        // The election loop: a renewal every retry period, unless a
+        // `LateRenewal` stalls them.
+        let (fence, world) = (fence.clone(), world.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(RETRY_PERIOD).await;
+                if lock(&world).renewing {
+                    fence.renewed(fence.mark(), RENEW_DEADLINE);
+                }
+            }
+        });
+    }
     let mut d = Driver {
         case,
         cluster: cluster.clone(),
@@ -848,6 +934,7 @@ async fn drive(case: &Case, options: &Options) -> Outcome {
         api.clone(),
         shutdown.clone(),
     );
+    let (reports, mut report_rx) = tokio::sync::mpsc::unbounded_channel();
     let controller = Controller::new(
         cfg,
         store,
@@ -855,7 +942,22 @@ async fn drive(case: &Case, options: &Options) -> Outcome {
         api.clone(),
         fence,
         None,
-    );
+    )
+    .with_reports(reports);
+    {
+        // Which passes had changes cut off by the fence.
+        let world = world.clone();
+        tokio::spawn(async move {
+            // Reports come in pass order, one per pass started.
+            let mut pass = 0;
+            while let Some(r) = report_rx.recv().await {
+                pass += 1;
+                if r.outcome.fenced() > 0 {
+                    lock(&world).cut_off_pass = Some(pass);
+                }
+            }
+        });
+    }
     let stop = shutdown.clone();
     tokio::spawn(controller.run(leader_rx, shutdown));
 

@@ -53,11 +53,19 @@ pub struct Faults {
     pub slow: bool,
     /// The replica loses its Lease for a while, then wins it back.
     pub leader: bool,
+    /// Lease renewals stall past the renew deadline (a slow API server, a
+    /// paused sole replica) and then succeed: the fence closes and reopens
+    /// while the replica keeps its Lease.
+    pub late_renewal: bool,
+    /// The cloud refuses routes to stopped instances (EC2
+    /// `IncorrectInstanceState`) instead of accepting them as blackholes;
+    /// drawn per run, so both behaviours are checked.
+    pub refuse_stopped: bool,
 }
 
 impl Faults {
     /// Every class, by its name on the command line.
-    pub const NAMES: [&'static str; 14] = [
+    pub const NAMES: [&'static str; 16] = [
         "recreate",
         "new_instance",
         "late_data",
@@ -72,6 +80,8 @@ impl Faults {
         "lag",
         "slow",
         "leader",
+        "late_renewal",
+        "refuse_stopped",
     ];
 
     /// No fault class: Nodes come and go, nothing else happens.
@@ -90,6 +100,8 @@ impl Faults {
         lag: false,
         slow: false,
         leader: false,
+        late_renewal: false,
+        refuse_stopped: false,
     };
 
     /// Every fault class.
@@ -108,6 +120,8 @@ impl Faults {
         lag: true,
         slow: true,
         leader: true,
+        late_renewal: true,
+        refuse_stopped: true,
     };
 
     fn slot(&mut self, name: &str) -> Option<&mut bool> {
@@ -126,6 +140,8 @@ impl Faults {
             "lag" => &mut self.lag,
             "slow" => &mut self.slow,
             "leader" => &mut self.leader,
+            "late_renewal" => &mut self.late_renewal,
+            "refuse_stopped" => &mut self.refuse_stopped,
             _ => return None,
         })
     }
@@ -314,6 +330,13 @@ pub enum Step {
         /// Time without leadership.
         duration: Duration,
     },
+    /// No Lease renewal arrives for `stall` (longer than the renew deadline,
+    /// so the fence closes); then one does, late, and the replica keeps
+    /// the Lease.
+    LateRenewal {
+        /// Time without a renewal.
+        stall: Duration,
+    },
 }
 
 impl Step {
@@ -326,7 +349,8 @@ impl Step {
             | Step::Throttle { duration, .. }
             | Step::Lag { duration, .. }
             | Step::Slow { duration, .. }
-            | Step::LeaderLoss { duration } => Some(*duration),
+            | Step::LeaderLoss { duration }
+            | Step::LateRenewal { stall: duration } => Some(*duration),
             Step::Timeouts { .. } => Some(Duration::ZERO),
             _ => None,
         }
@@ -396,6 +420,9 @@ impl fmt::Display for Step {
             ),
             Step::Slow { ms, duration } => write!(f, "every call takes {ms}ms for {duration:?}"),
             Step::LeaderLoss { duration } => write!(f, "leadership lost for {duration:?}"),
+            Step::LateRenewal { stall } => {
+                write!(f, "no Lease renewal for {stall:?}, then a late one")
+            }
         }
     }
 }
@@ -418,6 +445,9 @@ pub struct CloudShape {
     pub reports_node_addresses: bool,
     /// Calls in flight at once.
     pub max_concurrent_operations: usize,
+    /// Routes to stopped instances are refused (`TargetUnavailable`), not
+    /// accepted as blackholes.
+    pub refuses_stopped: bool,
 }
 
 /// Everything one run needs.
@@ -710,6 +740,7 @@ impl Gen {
             (f.lag, 3),
             (f.slow, 4),
             (f.leader, 5),
+            (f.late_renewal, 6),
         ] {
             if on {
                 choices.push(c);
@@ -786,12 +817,20 @@ impl Gen {
                 let ms = self.rng.random_range(1_000..=9_000);
                 self.push(at, Step::Slow { ms, duration });
             }
-            _ => {
+            5 => {
                 let duration = self.secs(8, 40);
                 if !self.window(6, at, duration) {
                     return;
                 }
                 self.push(at, Step::LeaderLoss { duration });
+            }
+            _ => {
+                // Past the renew deadline (10 s), up to past the Lease.
+                let stall = self.secs(11, 40);
+                if !self.window(7, at, stall) {
+                    return;
+                }
+                self.push(at, Step::LateRenewal { stall });
             }
         }
     }
@@ -816,6 +855,7 @@ pub fn generate(seed: u64, faults: Faults, mode: Option<Mode>) -> Case {
         latency_ms: g.rng.random_range(0..=200),
         reports_node_addresses: g.rng.random_bool(0.5),
         max_concurrent_operations: g.rng.random_range(1..=10),
+        refuses_stopped: faults.refuse_stopped && g.rng.random_bool(0.5),
     };
     // The cluster and the cloud as the controller finds them at start.
     for _ in 0..g.rng.random_range(0..=4) {
