@@ -2,29 +2,31 @@
 # The project's test command (`make test`, `.ci/run`): builds what the tests
 # need (the control plane once per machine, the Rust workspace), starts one
 # local control plane for all integration tests, and runs lint, unit,
-# property, integration and end-to-end tests. The deploy tests' tools
-# (podman from apt when missing; helm and promtool from their Go modules,
-# once per machine) and the Azure wire check (tools/azure-wire-check, on
-# the official Azure SDK for Go) are prepared alongside the Rust build. Servers and
-# builds it starts are stopped on exit, whatever happens.
+# property, integration and end-to-end tests. The Go builds (kube-apiserver,
+# etcd and kubectl; helm, promtool and the Azure wire check, each once per
+# machine) run in the background while cargo builds, since cargo alone
+# leaves a core idle much of the time; their progress lines are prefixed
+# [controlplane ...], [helm ...] and so on. Clippy runs as the compiler of
+# the workspace's own crates inside the one build (as `cargo clippy` itself
+# does, with `RUSTC_WORKSPACE_WRAPPER`), so the dependencies are compiled
+# once instead of once for lints and again for tests. Servers and builds it
+# starts are stopped on exit, whatever happens.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/cloud-route-controller/target}
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
+# A one-off build gains nothing from incremental compilation's bookkeeping.
+export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
 export GOTOOLCHAIN=local CGO_ENABLED=0
 start=$SECONDS
 step() { printf '\n==> [%ss] %s\n' "$((SECONDS - start))" "$*"; }
 
-step "control-plane binaries (kube-apiserver, etcd, kubectl; built once per machine)"
-bin_dir=$(scripts/build-controlplane.sh | tail -n 1)
-export CRC_CONTROLPLANE_BIN_DIR=$bin_dir
-
-tools_pid=""
+bg_pids=()
 cleanup() {
-  if [[ -n "$tools_pid" ]]; then
-    kill -- "-$tools_pid" 2>/dev/null || kill "$tools_pid" 2>/dev/null || true
-  fi
+  for pid in "${bg_pids[@]}"; do
+    kill -- "-$pid" 2>/dev/null || kill "$pid" 2>/dev/null || true
+  done
   if [[ -n "${CRC_STATE_DIR:-}" ]]; then
     scripts/controlplane.sh down >/dev/null 2>&1 || true
     rm -rf "$CRC_STATE_DIR"
@@ -33,6 +35,14 @@ cleanup() {
   scripts/moto.sh stop >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
+
+step "control-plane binaries (kube-apiserver, etcd, kubectl; built once per machine, in the background)"
+cp_out=$(mktemp)
+set -m
+( scripts/build-controlplane.sh >"$cp_out" ) &
+cp_pid=$!
+set +m
+bg_pids+=("$cp_pid")
 
 step "tools for the tests: podman, helm, promtool and azure-wire-check (the Go tools built once per machine, in the background)"
 # podman builds and unpacks the container image (tests/container_image.rs).
@@ -49,29 +59,41 @@ if ! command -v podman >/dev/null; then
     export CRC_SKIP_IMAGE_TEST=$reason
   fi
 fi
-# helm and promtool compile while cargo builds (cargo alone leaves a core idle
-# much of the time); their progress lines are prefixed [helm ...] / [promtool ...]
-# / [azure-wire-check ...].
 set -m
 ( scripts/build-gotool.sh helm >/dev/null && scripts/build-gotool.sh promtool >/dev/null \
   && scripts/build-gotool.sh azure-wire-check >/dev/null ) &
 tools_pid=$!
 set +m
+bg_pids+=("$tools_pid")
 
-step "formatting and lints"
+step "formatting"
 cargo fmt --all -- --check
-cargo clippy --workspace --all-targets --locked -- -D warnings
 
-step "build"
+step "build with lints (clippy on the workspace's crates, warnings denied)"
+clippy_driver=$(rustup which clippy-driver 2>/dev/null || command -v clippy-driver || true)
+if [[ -z "$clippy_driver" ]]; then
+  echo "clippy-driver not found: install the clippy component (rustup component add clippy)" >&2
+  exit 1
+fi
+# What `cargo clippy -- -D warnings` sets, kept for `cargo test` below so
+# that it reuses this build instead of compiling the workspace again.
+export RUSTC_WORKSPACE_WRAPPER=$clippy_driver
+export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
 cargo build --workspace --all-targets --locked
 
-step "waiting for helm, promtool and azure-wire-check"
+step "waiting for the control-plane binaries, helm, promtool and azure-wire-check"
+if ! wait "$cp_pid"; then
+  echo "FAILED: building the control plane (see the [controlplane] lines above)" >&2
+  exit 1
+fi
+CRC_CONTROLPLANE_BIN_DIR=$(tail -n 1 "$cp_out")
+export CRC_CONTROLPLANE_BIN_DIR
+rm -f "$cp_out"
 if ! wait "$tools_pid"; then
-  tools_pid=""
   echo "FAILED: building helm, promtool or azure-wire-check (see the [helm]/[promtool]/[azure-wire-check] lines above)" >&2
   exit 1
 fi
-tools_pid=""
+bg_pids=()
 
 step "local control plane for the integration tests"
 # A private state directory, so a developer's own `make controlplane` is left alone.

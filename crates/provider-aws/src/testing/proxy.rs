@@ -13,7 +13,10 @@
 //! `DescribeRouteTables` answers with `NextToken` (moto does neither).
 //! Like EC2 and unlike moto, it refuses instance-level `CreateRoute`,
 //! `ReplaceRoute` and source/destination-check changes on an instance with
-//! several network interfaces (`InvalidInstanceID`, HTTP 400).
+//! several network interfaces (`InvalidInstanceID`, HTTP 400), and
+//! [`Proxy::stop_instance`] makes it refuse `CreateRoute` and `ReplaceRoute`
+//! to an instance EC2 would refuse them to because it is stopped or
+//! terminated (`IncorrectInstanceState`, HTTP 400).
 //! Everything else is forwarded unchanged, one upstream connection per
 //! request.
 //!
@@ -66,6 +69,8 @@ impl Logged {
 struct ProxyState {
     log: Mutex<Vec<Logged>>,
     blackholed: Mutex<HashSet<String>>,
+    /// Instances routes to which are refused (`IncorrectInstanceState`).
+    stopped: Mutex<HashSet<String>>,
     /// Destinations listed with `Origin` `CreateRouteTable`.
     stacked: Mutex<HashSet<String>>,
     /// Tables per `DescribeRouteTables` page (0: moto's single page).
@@ -320,6 +325,14 @@ impl Proxy {
         lock(&self.state.blackholed).insert(instance.to_string());
     }
 
+    /// From now on, `CreateRoute` and `ReplaceRoute` naming `instance` are
+    /// refused with `IncorrectInstanceState`, as EC2 refuses routes to a
+    /// stopped or terminated instance, and routes to it list as blackholes.
+    pub fn stop_instance(&self, instance: &str) {
+        lock(&self.state.stopped).insert(instance.to_string());
+        self.blackhole(instance);
+    }
+
     /// Routes to `instance` are listed as moto reports them again.
     pub fn unblackhole(&self, instance: &str) {
         lock(&self.state.blackholed).remove(instance);
@@ -496,6 +509,18 @@ async fn answer(
     if throttle {
         let mut resp = Response::new(Full::new(Bytes::from_static(THROTTLE_XML.as_bytes())));
         *resp.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+        resp.headers_mut().insert(
+            hyper::header::CONTENT_TYPE,
+            hyper::header::HeaderValue::from_static("text/xml"),
+        );
+        return resp;
+    }
+    let instance = form_value(&String::from_utf8_lossy(&body), "InstanceId").to_string();
+    if matches!(action, "CreateRoute" | "ReplaceRoute") && lock(&st.stopped).contains(&instance) {
+        let mut resp = Response::new(Full::new(Bytes::from(format!(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error><Code>IncorrectInstanceState</Code><Message>The instance '{instance}' is not in a state from which it can be used as a route target.</Message></Error></Errors><RequestID>00000000-0000-0000-0000-000000000000</RequestID></Response>"
+        ))));
+        *resp.status_mut() = StatusCode::BAD_REQUEST;
         resp.headers_mut().insert(
             hyper::header::CONTENT_TYPE,
             hyper::header::HeaderValue::from_static("text/xml"),
