@@ -709,7 +709,11 @@ async fn several_route_tables_keep_their_routes_apart_and_refuse_an_unknown_one(
         .create_route("k", "u1", &r.clone().in_target("c"))
         .await
         .unwrap_err();
-    assert_eq!(unknown.kind, ErrorKind::InvalidRequest);
+    assert_eq!(
+        unknown.kind,
+        ErrorKind::NotFound,
+        "as EC2's InvalidRouteTableID.NotFound: the table may have gone"
+    );
     let mut listed: Vec<String> = c
         .list_routes("k")
         .await

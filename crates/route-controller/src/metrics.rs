@@ -527,7 +527,10 @@ mod tests {
         cloud.0.record("list", "ok");
         let mut registry = Registry::default();
         let m = MetricsHandle::from(Some(Metrics::register(&mut registry, cloud)));
+        Metrics::register_fence(&mut registry, Fence::new(true));
         // Touch every labelled family once, so its label set is rendered.
+        m.targets(&["rtb-a".into()]);
+        m.fenced(1);
         m.pass_finished(
             SyncTrigger::NodeChange,
             PassKind::Full,

@@ -413,7 +413,8 @@ mod tests {
             period: Duration::from_secs(10),
             min_interval: Duration::from_secs(10),
             resync: Duration::from_secs(12 * 3600),
-            discovery: crate::schedule::DEFAULT_DISCOVERY_PERIOD,
+            // Longer than any test here looks ahead, so it never wakes them.
+            discovery: Duration::from_secs(48 * 3600),
         }
     }
 
@@ -511,6 +512,64 @@ mod tests {
             s.decide(t),
             Decision::Sleep(Some(t + Duration::from_secs(10)))
         );
+    }
+
+    #[test]
+    fn changes_cut_off_by_the_fence_are_redone_at_once_in_every_mode() {
+        for mode in Mode::ALL {
+            let t0 = Instant::now();
+            let mut s = Scheduler::new(mode, timing(), t0);
+            s.started(PassKind::Full, t0);
+            let t1 = t0 + Duration::from_secs(1);
+            assert!(matches!(s.decide(t1), Decision::Sleep(_)), "{mode}");
+            s.redo();
+            let want = if mode.caches_route_table() {
+                PassKind::Cached
+            } else {
+                PassKind::Full
+            };
+            // Not at the next period or after the 10 s spacing: now.
+            assert_eq!(
+                s.decide(t1),
+                Decision::Run(want, SyncTrigger::NodeChange),
+                "{mode}"
+            );
+            s.started(want, t1);
+            assert!(matches!(s.decide(t1), Decision::Sleep(_)), "{mode}: once");
+            // An abandoned answer also made the cache uncertain: list first.
+            s.cache_uncertain();
+            s.redo();
+            assert_eq!(
+                s.decide(t1),
+                Decision::Run(PassKind::Full, SyncTrigger::NodeChange),
+                "{mode}"
+            );
+        }
+    }
+
+    #[test]
+    fn route_targets_are_looked_up_on_their_own_clock_unless_a_listing_did() {
+        let t0 = Instant::now();
+        let timing = Timing {
+            discovery: Duration::from_secs(300),
+            ..timing()
+        };
+        let mut s = Scheduler::new(Mode::Incremental, timing, t0);
+        s.started(PassKind::Full, t0);
+        s.full_pass_listed(t0);
+        let five = t0 + Duration::from_secs(300);
+        assert_eq!(
+            s.decide(t0),
+            Decision::Sleep(Some(five)),
+            "an idle loop wakes for it"
+        );
+        assert!(!s.discovery_due(t0) && s.discovery_due(five));
+        // A listing in between looks the targets up too.
+        let t1 = t0 + Duration::from_secs(200);
+        s.full_pass_listed(t1);
+        assert!(!s.discovery_due(five));
+        s.discovered(t1 + Duration::from_secs(300));
+        assert!(!s.discovery_due(t1 + Duration::from_secs(599)));
     }
 
     #[test]
