@@ -279,7 +279,7 @@ impl Controller {
             .map(OpKey::delete)
             .chain(plan.creations.iter().map(OpKey::create))
             .collect();
-        self.book.retain(&wanted);
+        self.book.retain(&wanted, Instant::now());
         self.metrics.pending_operations(wanted.len());
         if !plan.is_noop() {
             debug!(

@@ -95,6 +95,11 @@ struct Entry {
     quota: bool,
     /// Made due by [`RetryBook::release_quota_waiters`] and not woken for yet.
     released: bool,
+    /// Refused for the target's state (a stopped instance): kept for its
+    /// backoff even while the plan does not want it.
+    target_unavailable: bool,
+    /// The latest plan wants this operation; the loop wakes only for those.
+    wanted: bool,
 }
 
 /// The retry book. See the module docs.
@@ -126,8 +131,12 @@ impl RetryBook {
             next_at: now,
             quota: false,
             released: false,
+            target_unavailable: false,
+            wanted: true,
         });
         e.quota = err.kind == route_cloud::ErrorKind::QuotaExceeded;
+        e.target_unavailable = err.kind == route_cloud::ErrorKind::TargetUnavailable;
+        e.wanted = true;
         e.released = false;
         if err.kind == route_cloud::ErrorKind::Throttled {
             // Retried when the gate reopens, not at a backoff that grew
@@ -184,14 +193,24 @@ impl RetryBook {
         }
     }
 
-    /// Forgets operations the latest plan no longer wants.
-    pub fn retain(&mut self, wanted: &HashSet<OpKey>) {
-        self.entries.retain(|k, _| wanted.contains(k));
+    /// Forgets operations the latest plan no longer wants, except a
+    /// creation refused for its instance's state while its backoff runs: a
+    /// Node whose route is wanted, then not (a pod CIDR conflict for a
+    /// moment), then again must not resend it to the stopped instance early.
+    pub fn retain(&mut self, wanted: &HashSet<OpKey>, now: Instant) {
+        self.entries.retain(|k, e| {
+            e.wanted = wanted.contains(k);
+            e.wanted || (e.target_unavailable && e.next_at > now)
+        });
     }
 
     /// When the earliest pending retry is due.
     pub fn next_due(&self) -> Option<Instant> {
-        self.entries.values().map(|e| e.next_at).min()
+        self.entries
+            .values()
+            .filter(|e| e.wanted)
+            .map(|e| e.next_at)
+            .min()
     }
 
     /// When the loop must wake next for a retry, as seen at the end of a
@@ -203,7 +222,7 @@ impl RetryBook {
     /// for room (once) all count.
     pub fn next_wake(&mut self, started: Instant) -> Option<Instant> {
         let mut wake: Option<Instant> = None;
-        for e in self.entries.values_mut() {
+        for e in self.entries.values_mut().filter(|e| e.wanted) {
             let at = if std::mem::take(&mut e.released) {
                 e.next_at.min(started)
             } else if e.next_at > started {
@@ -218,7 +237,7 @@ impl RetryBook {
 
     /// Operations waiting for a retry.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.entries.values().filter(|e| e.wanted).count()
     }
 
     /// No operation is waiting.
@@ -343,6 +362,36 @@ mod tests {
             .map(|_| (b.failed(key(), &refused, t0, 0.0) - t0).as_secs())
             .collect();
         assert_eq!(waits, [60, 120, 240, 300]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refusal_for_a_stopped_instance_outlives_a_moment_the_route_is_not_wanted() {
+        // Regression (checker seed 8630): the Node's pod CIDR was in a
+        // conflict for 10 s, the book forgot the refusal, and the creation
+        // went to the stopped instance again 30 s after the first.
+        let mut b = RetryBook::new(BackoffConfig {
+            jitter: 0.0,
+            ..Default::default()
+        });
+        let t0 = Instant::now();
+        let refused = CloudError::new(ErrorKind::TargetUnavailable, "IncorrectInstanceState");
+        let due = b.failed(key(), &refused, t0, 0.0);
+        let later = t0 + Duration::from_secs(30);
+        b.retain(&HashSet::new(), later);
+        assert_eq!(b.len(), 0, "not counted while not wanted");
+        assert_eq!(b.next_wake(later), None, "nor woken for");
+        b.retain(&HashSet::from([key()]), later);
+        assert!(!b.is_due(&key(), later), "still backing off");
+        assert!(b.is_due(&key(), due));
+        // A plain failure is forgotten with the want.
+        let transient = CloudError::new(ErrorKind::Transient, "boom");
+        let other = OpKey::Create {
+            uid: "v".into(),
+            destination: "10.0.1.0/24".into(),
+        };
+        b.failed(other.clone(), &transient, t0, 0.0);
+        b.retain(&HashSet::from([key()]), t0);
+        assert!(b.is_due(&other, t0));
     }
 
     #[tokio::test(start_paused = true)]

@@ -104,6 +104,22 @@ fn blackhole_of_a_stopped_instance_is_not_rewritten_every_pass_seed_3() {
     pinned(3, "instance_stop");
 }
 
+/// Shrunk (10,000 seeds with every class on): n2's instance stops at 86 s
+/// and refuses routes (as EC2 does); n2 is re-created with 10.244.9.0/24
+/// at 113.2 s, whose creation is refused; at 132.7 s n1 takes
+/// 10.244.9.128/25, so n2's CIDR is in a conflict and its creation is no
+/// longer planned, until n1 is re-created elsewhere at 143 s. The retry
+/// book had forgotten the refusal with the want, and the creation went to
+/// the stopped instance again 30 s after the first refusal.
+#[test]
+fn a_refusal_for_a_stopped_instance_outlives_a_pod_cidr_conflict_seed_8630() {
+    // Every class of its day: the sequence is the seed's under all 16.
+    pinned(
+        8630,
+        "recreate,new_instance,late_data,address_change,instance_stop,behind_back,foreign,odd_pod_cidrs,errors,timeouts,throttle,lag,slow,leader,late_renewal,refuse_stopped",
+    );
+}
+
 /// Eleven steps remain after shrinking: Nodes created and deleted around
 /// two throttle storms (one request per 9 s for 30 s from 3.4 s, one per
 /// 18 s for 44 s from 153 s). After the last storm ends at 197 s, calls
