@@ -57,6 +57,9 @@ pub struct ControllerConfig {
     pub deletion_grace: Duration,
 }
 
+/// The longest wait before condition patches that failed are retried.
+const STATUS_RETRY_MAX: Duration = Duration::from_secs(30);
+
 /// The default of `--route-deletion-grace`.
 pub const DEFAULT_DELETION_GRACE: Duration = Duration::from_secs(2);
 
@@ -91,6 +94,9 @@ pub struct Controller {
     warned: PlanWarnings,
     reports: Option<tokio::sync::mpsc::UnboundedSender<PassReport>>,
     first_sync: Option<Arc<AtomicBool>>,
+    /// Passes in a row whose condition patches failed, and when the next
+    /// pass rewrites them.
+    status_retry: (u32, Option<Instant>),
 }
 
 impl Controller {
@@ -127,6 +133,7 @@ impl Controller {
             warned: PlanWarnings::new(),
             reports: None,
             first_sync: None,
+            status_retry: (0, None),
         }
     }
 
@@ -401,7 +408,27 @@ impl Controller {
             self.metrics.route_confirmed(waited);
         }
         let concurrency = self.cfg.status_concurrency;
-        status::write_conditions(plan, outcome, &self.nodes, &self.status, fence, concurrency).await
+        let written =
+            status::write_conditions(plan, outcome, &self.nodes, &self.status, fence, concurrency)
+                .await;
+        self.status_retry = if written.failed == 0 {
+            (0, None)
+        } else {
+            // The patch is planned again from the Node's unchanged
+            // condition; without a pass of its own it would wait for the
+            // next Node event or the resync.
+            // Patches are cheap writes to the API server: an outage is
+            // over for the Nodes at most 30 s after it ends.
+            let failures = self.status_retry.0.saturating_add(1);
+            let wait = self.cfg.backoff.delay(failures).min(STATUS_RETRY_MAX);
+            warn!(
+                failed = written.failed,
+                retry_in_ms = wait.as_millis() as u64,
+                "could not update NetworkUnavailable conditions; retrying"
+            );
+            (failures, Some(Instant::now() + wait))
+        };
+        written.conditions
     }
 
     /// Step 8: records the pass and tells the scheduler when the earliest
@@ -434,10 +461,14 @@ impl Controller {
         let took = started.elapsed();
         self.metrics
             .pass_finished(trigger, kind, result, outcome.changed(), took);
-        let wake = match (self.book.next_wake(started), held.until) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        let wake = [
+            self.book.next_wake(started),
+            held.until,
+            self.status_retry.1,
+        ]
+        .into_iter()
+        .flatten()
+        .min();
         self.scheduler.retry_at(wake);
         if kind == PassKind::Full
             && let Some(f) = &self.first_sync

@@ -57,9 +57,9 @@ pub async fn write_conditions(
     writer: &Arc<dyn StatusWriter>,
     fence: &Fence,
     concurrency: usize,
-) -> Vec<(String, NetworkCondition)> {
+) -> Written {
     if !fence.is_open() {
-        return Vec::new();
+        return Written::default();
     }
     let failed = |i: usize| !outcome.creations[i].is_done();
     let wanted: Vec<(NodeRef, NetworkCondition)> = plan
@@ -96,6 +96,7 @@ pub async fn write_conditions(
         .buffer_unordered(concurrency.max(1))
         .collect()
         .await;
+    let failed = results.iter().filter(|(_, _, ok)| !*ok).count();
     let written: Vec<(NodeRef, NetworkCondition)> = results
         .into_iter()
         .filter(|(_, _, ok)| *ok)
@@ -106,7 +107,20 @@ pub async fn write_conditions(
             .iter()
             .map(|(n, c)| (n.name.as_str(), n.uid.as_str(), *c)),
     );
-    written.into_iter().map(|(n, c)| (n.name, c)).collect()
+    Written {
+        conditions: written.into_iter().map(|(n, c)| (n.name, c)).collect(),
+        failed,
+    }
+}
+
+/// What [`write_conditions`] did.
+#[derive(Debug, Default)]
+pub struct Written {
+    /// The conditions written, by Node name.
+    pub conditions: Vec<(String, NetworkCondition)>,
+    /// Patches that failed (API server unavailable, a conflict) or were cut
+    /// off by the fence: the loop passes again after a backoff to rewrite them.
+    pub failed: usize,
 }
 
 /// A failure to write to the cluster.
@@ -349,15 +363,18 @@ mod tests {
         )));
         let rec = Arc::new(RecordingStatusWriter::default());
         let writer: Arc<dyn StatusWriter> = rec.clone();
-        let written =
-            write_conditions(&plan, &done(&plan), &nodes, &writer, &Fence::new(true), 2).await;
+        let written = write_conditions(&plan, &done(&plan), &nodes, &writer, &Fence::new(true), 2)
+            .await
+            .conditions;
         assert_eq!(written, [("a".to_string(), NetworkCondition::RouteCreated)]);
         assert_eq!(rec.recorded().conditions.len(), 1);
         // The written condition is in the cache at once: the next plan
         // does not patch it again.
         let again = plan_for(&nodes);
         let written =
-            write_conditions(&again, &done(&again), &nodes, &writer, &Fence::new(true), 2).await;
+            write_conditions(&again, &done(&again), &nodes, &writer, &Fence::new(true), 2)
+                .await
+                .conditions;
         assert!(
             written.iter().all(|(n, _)| n != "a"),
             "a is not patched twice: {written:?}"
@@ -372,7 +389,7 @@ mod tests {
         let writer: Arc<dyn StatusWriter> = rec.clone();
         let closed = Fence::new(false);
         let written = write_conditions(&plan, &done(&plan), &nodes, &writer, &closed, 2).await;
-        assert!(written.is_empty());
+        assert!(written.conditions.is_empty());
         let w = Warning::invalid_pod_cidr(
             NodeRef {
                 name: "a".into(),

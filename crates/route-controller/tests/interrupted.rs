@@ -11,8 +11,8 @@ use std::time::Duration;
 use provider_memory::{MemoryCloud, MemoryConfig, Operation};
 use route_cloud::{CloudRoutes, ErrorKind, TokioClock};
 use route_controller::{
-    BackoffConfig, Controller, ControllerConfig, Fence, Mode, NodeEvent, NodeStore,
-    RecordingStatusWriter, Timing,
+    BackoffConfig, Controller, ControllerConfig, Fence, Mode, NodeEvent, NodeRef, NodeStore,
+    RecordingStatusWriter, StatusError, StatusWriter, Timing,
 };
 use route_core::{NetworkCondition, NodeView, PlanConfig, parse_cluster_cidrs};
 use tokio::sync::watch;
@@ -33,10 +33,36 @@ fn node(i: usize) -> NodeView {
     )
 }
 
+/// The recording writer, refusing condition patches while `down` (an API
+/// server outage).
+struct Api {
+    recorded: Arc<RecordingStatusWriter>,
+    down: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl StatusWriter for Api {
+    async fn set_condition(
+        &self,
+        node: &NodeRef,
+        cond: NetworkCondition,
+    ) -> Result<(), StatusError> {
+        if self.down.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(StatusError("the API server is unavailable".into()));
+        }
+        self.recorded.set_condition(node, cond).await
+    }
+
+    async fn warn(&self, node: &NodeRef, reason: &str, message: &str) -> Result<(), StatusError> {
+        self.recorded.warn(node, reason, message).await
+    }
+}
+
 struct Run {
     nodes: Arc<NodeStore>,
     cloud: MemoryCloud,
     status: Arc<RecordingStatusWriter>,
+    api: Arc<Api>,
     fence: Fence,
     shutdown: CancellationToken,
     _leader: watch::Sender<bool>,
@@ -69,6 +95,10 @@ impl Run {
         }
         nodes.apply(NodeEvent::InitDone);
         let status = Arc::new(RecordingStatusWriter::default());
+        let api = Arc::new(Api {
+            recorded: status.clone(),
+            down: std::sync::atomic::AtomicBool::new(false),
+        });
         let fence = Fence::leased(Arc::new(TokioClock::new()));
         fence.set_leader(true);
         fence.renewed(fence.mark(), RENEW_DEADLINE);
@@ -99,7 +129,7 @@ impl Run {
             cfg,
             nodes.clone(),
             provider,
-            status.clone(),
+            api.clone(),
             fence.clone(),
             None,
         );
@@ -108,6 +138,7 @@ impl Run {
             nodes,
             cloud,
             status,
+            api,
             fence,
             shutdown,
             _leader: leader,
@@ -353,5 +384,34 @@ async fn a_blackhole_whose_repair_the_cloud_refuses_is_retried_at_most_3_times_i
             .count();
         assert_eq!(warnings, 1, "{mode}: one Warning");
         assert!(run.calls(Operation::Create) > creates, "{mode}");
+    }
+}
+
+/// Condition patches that fail (the API server is unavailable for 20 s) are
+/// written again once it is back, without another Node event, in every mode.
+#[tokio::test(start_paused = true)]
+async fn condition_patches_refused_during_an_api_server_outage_are_written_once_it_is_back() {
+    for mode in Mode::ALL {
+        let cloud = MemoryCloud::new(MemoryConfig::default()).expect("valid");
+        let run = Run::start(mode, cloud, &[]);
+        let _renewer = Renewer::start(&run.fence);
+        sleep(Duration::from_secs(1)).await;
+        run.api
+            .down
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        run.nodes.apply(NodeEvent::Apply(node(0)));
+        sleep(Duration::from_secs(12)).await;
+        assert_eq!(run.routed(), 1, "{mode}: routed during the outage");
+        assert_eq!(run.status.condition_of("node-0"), None, "{mode}");
+        run.api
+            .down
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        // The retry backs off 1 s doubling while the outage lasts: 16 s at most here.
+        sleep(Duration::from_secs(20)).await;
+        assert_eq!(
+            run.status.condition_of("node-0"),
+            Some(NetworkCondition::RouteCreated),
+            "{mode}: written once the API server is back"
+        );
     }
 }

@@ -23,6 +23,8 @@ pub struct ApiServer {
     events_delivered: AtomicU64,
     condition_writes: AtomicU64,
     warnings: Mutex<BTreeMap<String, u64>>,
+    /// Status patches and Events fail (the API server is unavailable).
+    outage: std::sync::atomic::AtomicBool,
 }
 
 impl ApiServer {
@@ -34,6 +36,7 @@ impl ApiServer {
             events_delivered: AtomicU64::new(0),
             condition_writes: AtomicU64::new(0),
             warnings: Mutex::new(BTreeMap::new()),
+            outage: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -103,6 +106,21 @@ impl ApiServer {
         self.lock().get(name).cloned()
     }
 
+    /// From now on status patches and Events fail (`true`), or succeed again.
+    pub fn set_outage(&self, down: bool) {
+        self.outage.store(down, Ordering::SeqCst);
+    }
+
+    fn unavailable(&self) -> Result<(), StatusError> {
+        if self.outage.load(Ordering::SeqCst) {
+            Err(StatusError(
+                "the API server is unavailable (connection refused)".into(),
+            ))
+        } else {
+            Ok(())
+        }
+    }
+
     /// Watch events delivered so far.
     pub fn events_delivered(&self) -> u64 {
         self.events_delivered.load(Ordering::Relaxed)
@@ -129,6 +147,7 @@ impl StatusWriter for ApiServer {
         node: &NodeRef,
         cond: NetworkCondition,
     ) -> Result<(), StatusError> {
+        self.unavailable()?;
         let view = {
             let mut nodes = self.lock();
             match nodes.get_mut(&node.name) {
@@ -153,6 +172,7 @@ impl StatusWriter for ApiServer {
     }
 
     async fn warn(&self, _node: &NodeRef, reason: &str, _message: &str) -> Result<(), StatusError> {
+        self.unavailable()?;
         *self
             .warnings
             .lock()

@@ -249,6 +249,7 @@ enum Window {
     Throttle,
     Lag,
     Slow,
+    ApiOutage,
 }
 
 #[derive(Debug, Clone)]
@@ -436,6 +437,7 @@ impl Driver<'_> {
                 Window::Throttle => self.cloud.set_rate_limit(None),
                 Window::Lag => self.cloud.set_list_lag(0),
                 Window::Slow => self.set_latency(self.case.cloud.latency_ms),
+                Window::ApiOutage => self.api.set_outage(false),
             },
             Act::LeaseExpires => lock(&self.world).lease_held = false,
             Act::Regain => {
@@ -584,6 +586,10 @@ impl Driver<'_> {
             Step::Slow { ms, duration } => {
                 self.set_latency(ms);
                 self.later(at + duration, Act::End(Window::Slow));
+            }
+            Step::ApiOutage { duration } => {
+                self.api.set_outage(true);
+                self.later(at + duration, Act::End(Window::ApiOutage));
             }
             Step::LateRenewal { stall } => {
                 lock(&self.world).renewing = false;

@@ -61,11 +61,14 @@ pub struct Faults {
     /// `IncorrectInstanceState`) instead of accepting them as blackholes;
     /// drawn per run, so both behaviours are checked.
     pub refuse_stopped: bool,
+    /// The API server is unavailable for 5–120 s: status patches and
+    /// Warning Events fail.
+    pub api_outage: bool,
 }
 
 impl Faults {
     /// Every class, by its name on the command line.
-    pub const NAMES: [&'static str; 16] = [
+    pub const NAMES: [&'static str; 17] = [
         "recreate",
         "new_instance",
         "late_data",
@@ -82,6 +85,7 @@ impl Faults {
         "leader",
         "late_renewal",
         "refuse_stopped",
+        "api_outage",
     ];
 
     /// No fault class: Nodes come and go, nothing else happens.
@@ -102,6 +106,7 @@ impl Faults {
         leader: false,
         late_renewal: false,
         refuse_stopped: false,
+        api_outage: false,
     };
 
     /// Every fault class.
@@ -122,6 +127,7 @@ impl Faults {
         leader: true,
         late_renewal: true,
         refuse_stopped: true,
+        api_outage: true,
     };
 
     fn slot(&mut self, name: &str) -> Option<&mut bool> {
@@ -142,6 +148,7 @@ impl Faults {
             "leader" => &mut self.leader,
             "late_renewal" => &mut self.late_renewal,
             "refuse_stopped" => &mut self.refuse_stopped,
+            "api_outage" => &mut self.api_outage,
             _ => return None,
         })
     }
@@ -337,6 +344,12 @@ pub enum Step {
         /// Time without a renewal.
         stall: Duration,
     },
+    /// The API server is unavailable for a while: status patches and
+    /// Warning Events fail.
+    ApiOutage {
+        /// How long.
+        duration: Duration,
+    },
 }
 
 impl Step {
@@ -350,7 +363,8 @@ impl Step {
             | Step::Lag { duration, .. }
             | Step::Slow { duration, .. }
             | Step::LeaderLoss { duration }
-            | Step::LateRenewal { stall: duration } => Some(*duration),
+            | Step::LateRenewal { stall: duration }
+            | Step::ApiOutage { duration } => Some(*duration),
             Step::Timeouts { .. } => Some(Duration::ZERO),
             _ => None,
         }
@@ -423,6 +437,12 @@ impl fmt::Display for Step {
             Step::LateRenewal { stall } => {
                 write!(f, "no Lease renewal for {stall:?}, then a late one")
             }
+            Step::ApiOutage { duration } => {
+                write!(
+                    f,
+                    "the API server refuses status patches and Events for {duration:?}"
+                )
+            }
         }
     }
 }
@@ -493,7 +513,7 @@ struct Gen {
     ips: u32,
     extras: u32,
     /// Per window kind, when the current window ends (windows of one kind never overlap).
-    busy: [Duration; 8],
+    busy: [Duration; 9],
 }
 
 impl Gen {
@@ -741,6 +761,7 @@ impl Gen {
             (f.slow, 4),
             (f.leader, 5),
             (f.late_renewal, 6),
+            (f.api_outage, 7),
         ] {
             if on {
                 choices.push(c);
@@ -824,13 +845,20 @@ impl Gen {
                 }
                 self.push(at, Step::LeaderLoss { duration });
             }
-            _ => {
+            6 => {
                 // Past the renew deadline (10 s), up to past the Lease.
                 let stall = self.secs(11, 40);
                 if !self.window(7, at, stall) {
                     return;
                 }
                 self.push(at, Step::LateRenewal { stall });
+            }
+            _ => {
+                let duration = self.secs(5, 120);
+                if !self.window(8, at, duration) {
+                    return;
+                }
+                self.push(at, Step::ApiOutage { duration });
             }
         }
     }
@@ -849,7 +877,7 @@ pub fn generate(seed: u64, faults: Faults, mode: Option<Mode>) -> Case {
         instances: 0,
         ips: 0,
         extras: 0,
-        busy: [Duration::ZERO; 8],
+        busy: [Duration::ZERO; 9],
     };
     let cloud = CloudShape {
         latency_ms: g.rng.random_range(0..=200),
