@@ -16,7 +16,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Controller, TempDir, free_port, http_get, metric_sum};
+use common::{Controller, TempDir, free_port, http_get, metric_sum, pod_routes, signal};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Node};
 use kube::Api;
@@ -24,25 +24,12 @@ use kube::api::ListParams;
 use provider_aws::cluster_tag_key;
 use provider_aws::testing::{
     Client, Instance, Network, Proxy, client, create_network, create_route_table, moto_endpoint,
-    run_instances, table_routes, unique_cluster,
+    run_instances, unique_cluster,
 };
 use test_cluster::{ControlPlane, StartOptions, TestCluster, TestNode, wait_until};
 
 const NAMESPACE: &str = "default";
 const LEASE: &str = "cloud-route-controller";
-
-/// The `10.244.*` routes of one table as (destination, target), sorted.
-async fn pod_routes(ec2: &Client, table: &str) -> Option<Vec<(String, String)>> {
-    let mut v: Vec<(String, String)> = table_routes(ec2, table)
-        .await
-        .ok()?
-        .into_iter()
-        .filter(|(d, _, _)| d.starts_with("10.244."))
-        .map(|(d, t, _)| (d, t))
-        .collect();
-    v.sort();
-    Some(v)
-}
 
 /// One Node per instance, `<prefix>-<i>` with pod CIDR `10.244.<i>.0/24`.
 async fn create_nodes(nodes: &Api<Node>, prefix: &str, instances: &[Instance]) {
@@ -90,15 +77,6 @@ const AWS_ENV: [(&str, &str); 3] = [
     ("AWS_REGION", "us-east-1"),
 ];
 
-fn signal(ctl: &Controller, sig: &str) {
-    let pid = ctl.child.id().to_string();
-    let ok = std::process::Command::new("kill")
-        .args([sig, &pid])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(ok, "kill {sig} {pid}");
-}
-
 /// The Lease's renewTime, as text.
 async fn renew_time(leases: &Api<Lease>) -> Option<String> {
     let spec = leases.get_opt(LEASE).await.ok()??.spec?;
@@ -119,6 +97,45 @@ async fn pause_after_a_renewal(ctl: &Controller, leases: &Api<Lease>, pause: Dur
     tokio::time::sleep(pause).await;
     signal(ctl, "-CONT");
     Instant::now()
+}
+
+/// One controller per mode over the same Nodes, each with a cluster of its
+/// own whose first route table is created and tagged here; `extra` flags
+/// after the common ones.
+async fn start_per_mode(
+    kubeconfig: &std::path::Path,
+    dir: &TempDir,
+    e: &Ec2,
+    extra: &[&str],
+) -> Vec<(&'static str, String, String, Controller)> {
+    let cfg = aws_config(dir, &e.proxy.url(), 100);
+    let mut runs = Vec::new();
+    for mode in ["periodic", "watch", "incremental"] {
+        let cluster = format!("{}-{mode}", e.cluster);
+        let tag = cluster_tag_key(&cluster);
+        let table = create_route_table(&e.ec2, &e.net.vpc_id, &[(&tag, "owned")])
+            .await
+            .expect("table");
+        let mut args = vec![
+            "--cluster-cidr",
+            "10.244.0.0/16",
+            "--cluster-name",
+            &cluster,
+            "--cloud-provider",
+            "aws",
+            "--cloud-config",
+            &cfg,
+            "--reconcile-mode",
+            mode,
+            "--leader-elect=false",
+            "--metrics-bind-address",
+            "0",
+        ];
+        args.extend_from_slice(extra);
+        let ctl = Controller::start_with_env(kubeconfig, dir.path(), mode, &args, &AWS_ENV);
+        runs.push((mode, tag, table, ctl));
+    }
+    runs
 }
 
 struct Ec2 {
@@ -314,41 +331,13 @@ async fn a_route_table_tagged_at_runtime_is_routed_within_the_discovery_period_i
         .expect("instances");
     create_nodes(&c.nodes(), "zone", &instances).await;
     let dir = TempDir::new("aws-discovery");
-    let cfg = aws_config(&dir, &e.proxy.url(), 100);
-    // One cluster per mode, each with its first table in the same VPC.
-    let modes = ["periodic", "watch", "incremental"];
-    let mut runs = Vec::new();
-    for mode in modes {
-        let cluster = format!("{}-{mode}", e.cluster);
-        let tag = cluster_tag_key(&cluster);
-        let first = create_route_table(&e.ec2, &e.net.vpc_id, &[(&tag, "owned")])
-            .await
-            .expect("table");
-        let ctl = Controller::start_with_env(
-            c.kubeconfig_path(),
-            dir.path(),
-            mode,
-            &[
-                "--cluster-cidr",
-                "10.244.0.0/16",
-                "--cluster-name",
-                &cluster,
-                "--cloud-provider",
-                "aws",
-                "--cloud-config",
-                &cfg,
-                "--reconcile-mode",
-                mode,
-                "--route-target-discovery-period",
-                "5s",
-                "--leader-elect=false",
-                "--metrics-bind-address",
-                "0",
-            ],
-            &AWS_ENV,
-        );
-        runs.push((mode, tag, first, ctl));
-    }
+    let runs = start_per_mode(
+        c.kubeconfig_path(),
+        &dir,
+        &e,
+        &["--route-target-discovery-period", "5s"],
+    )
+    .await;
     let all = expected(&instances);
     for (mode, _, first, ctl) in &runs {
         wait_until(
@@ -412,43 +401,16 @@ async fn a_terminated_instance_whose_replacement_ec2_refuses_costs_at_most_3_rep
     let instances = run_instances(&e.ec2, &e.net, 2).await.expect("instances");
     create_nodes(&nodes, "refused", &instances).await;
     let dir = TempDir::new("aws-refused");
-    let cfg = aws_config(&dir, &e.proxy.url(), 100);
-    let modes = ["periodic", "watch", "incremental"];
-    let mut runs = Vec::new();
-    for mode in modes {
-        let cluster = format!("{}-{mode}", e.cluster);
-        let tag = cluster_tag_key(&cluster);
-        let table = create_route_table(&e.ec2, &e.net.vpc_id, &[(&tag, "owned")])
-            .await
-            .expect("table");
-        let ctl = Controller::start_with_env(
-            plane.kubeconfig(),
-            dir.path(),
-            mode,
-            &[
-                "--cluster-cidr",
-                "10.244.0.0/16",
-                "--cluster-name",
-                &cluster,
-                "--cloud-provider",
-                "aws",
-                "--cloud-config",
-                &cfg,
-                "--reconcile-mode",
-                mode,
-                // watch and incremental see a blackhole at a list.
-                "--min-resync-period",
-                "20s",
-                "--leader-elect=false",
-                "--metrics-bind-address",
-                "0",
-            ],
-            &AWS_ENV,
-        );
-        runs.push((mode, table, ctl));
-    }
+    // watch and incremental see a blackhole at a list: resync every 20-40 s.
+    let runs = start_per_mode(
+        plane.kubeconfig(),
+        &dir,
+        &e,
+        &["--min-resync-period", "20s"],
+    )
+    .await;
     let all = expected(&instances);
-    for (mode, table, ctl) in &runs {
+    for (mode, _, table, ctl) in &runs {
         wait_until(Duration::from_secs(120), "2 routes", || async {
             (pod_routes(&e.ec2, table).await? == all).then_some(())
         })
@@ -463,7 +425,7 @@ async fn a_terminated_instance_whose_replacement_ec2_refuses_costs_at_most_3_rep
     e.proxy.stop_instance(victim);
     tokio::time::sleep(Duration::from_secs(300)).await;
     let log = e.proxy.log();
-    for (mode, table, ctl) in &runs {
+    for (mode, _, table, ctl) in &runs {
         let attempts = log[mark..]
             .iter()
             .filter(|r| {
@@ -492,7 +454,7 @@ async fn a_terminated_instance_whose_replacement_ec2_refuses_costs_at_most_3_rep
         .map(|ev| ev.count.unwrap_or(1))
         .sum::<i32>();
     assert_eq!(warned, 3, "one Warning per controller (mode)");
-    for (mode, _, mut ctl) in runs {
+    for (mode, _, _, mut ctl) in runs {
         assert!(ctl.is_running(), "{mode}");
         let text = ctl.log_text();
         assert_eq!(ctl.stop(), Some(0), "{mode}: {text}");

@@ -15,12 +15,11 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Controller, TempDir, cleanup_deletes};
+use common::{Controller, TempDir, cleanup_deletes, pod_routes};
 use provider_aws::cluster_tag_key;
 use provider_aws::testing::{
-    Client, Proxy, add_route, add_second_interface, client, create_network, create_peering,
-    create_route_table, create_transit_gateway, moto_endpoint, run_instances, table_routes,
-    unique_cluster,
+    Proxy, add_route, add_second_interface, client, create_network, create_peering,
+    create_route_table, create_transit_gateway, moto_endpoint, run_instances, unique_cluster,
 };
 use test_cluster::{TestCluster, TestNode, wait_until};
 
@@ -28,19 +27,6 @@ const NODES: usize = 100;
 const DELETED: usize = 10;
 /// Foreign destinations inside the cluster CIDR, in every table.
 const FOREIGN: [&str; 3] = ["10.244.200.0/24", "10.244.201.0/24", "10.244.202.0/24"];
-
-/// The `10.244.*` routes of one table as (destination, target), sorted.
-async fn pod_routes(ec2: &Client, table: &str) -> Option<Vec<(String, String)>> {
-    let mut v: Vec<(String, String)> = table_routes(ec2, table)
-        .await
-        .ok()?
-        .into_iter()
-        .filter(|(d, _, _)| d.starts_with("10.244."))
-        .map(|(d, t, _)| (d, t))
-        .collect();
-    v.sort();
-    Some(v)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_zone_tables_route_100_nodes_follow_10_deletions_and_cleanup_leaves_foreign_routes() {

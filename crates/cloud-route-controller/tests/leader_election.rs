@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use cloud_sim::wire::LogEntry;
 use cloud_sim::{AdminClient, SimServer};
 use common::{
-    Controller, TempDir, free_port, http_get_async, metric_sum, sim_cloud_config, wait_http,
+    Controller, TempDir, free_port, http_get_async, metric_sum, signal, sim_cloud_config, wait_http,
 };
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
@@ -269,15 +269,6 @@ async fn only_the_leader_mutates_and_leadership_moves_on_stop_and_on_kill() {
     assert!(!log.iter().any(|e| e.op == Operation::Delete), "{log:?}");
     let log_a2 = a2.ctl.log_text();
     assert_eq!(a2.ctl.stop(), Some(0), "{log_a2}");
-}
-
-fn signal(ctl: &Controller, sig: &str) {
-    let pid = ctl.child.id().to_string();
-    let ok = std::process::Command::new("kill")
-        .args([sig, &pid])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(ok, "kill {sig} {pid}");
 }
 
 /// A leader stopped (SIGSTOP) past its renew deadline, with a creation

@@ -263,3 +263,30 @@ pub async fn cleanup_deletes(args: &[&str], env: &[(&str, &str)], owned: usize) 
     );
     stdout
 }
+
+/// Sends `sig` (`-STOP`, `-CONT`, ...) to the controller's process.
+pub fn signal(ctl: &Controller, sig: &str) {
+    let pid = ctl.child.id().to_string();
+    let ok = Command::new("kill")
+        .args([sig, &pid])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "kill {sig} {pid}");
+}
+
+/// The `10.244.*` routes of one EC2 route table as (destination, target),
+/// sorted; `None` while the table cannot be read.
+pub async fn pod_routes(
+    ec2: &provider_aws::testing::Client,
+    table: &str,
+) -> Option<Vec<(String, String)>> {
+    let mut v: Vec<(String, String)> = provider_aws::testing::table_routes(ec2, table)
+        .await
+        .ok()?
+        .into_iter()
+        .filter(|(d, _, _)| d.starts_with("10.244."))
+        .map(|(d, t, _)| (d, t))
+        .collect();
+    v.sort();
+    Some(v)
+}
