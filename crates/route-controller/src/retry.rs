@@ -19,12 +19,15 @@ use tokio::time::Instant;
 /// Identifies one cloud operation across passes.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum OpKey {
-    /// Create a route for this node (by UID) and destination.
+    /// Create a route for this node (by UID) and destination in one route
+    /// target (table): each table's creation fails and retries on its own.
     Create {
         /// Node UID.
         uid: String,
         /// Destination CIDR.
         destination: String,
+        /// The route target (table, router); empty with a single table.
+        table: String,
     },
     /// Delete this listed route.
     Delete {
@@ -34,6 +37,8 @@ pub enum OpKey {
         destination: String,
         /// Target node.
         target: String,
+        /// The route target (table, router); empty with a single table.
+        table: String,
     },
 }
 
@@ -43,6 +48,7 @@ impl OpKey {
         OpKey::Create {
             uid: c.name_hint.clone(),
             destination: c.route.destination.to_string(),
+            table: c.route.target.to_string(),
         }
     }
 
@@ -52,6 +58,7 @@ impl OpKey {
             name: d.route.name.to_string(),
             destination: d.route.destination.to_string(),
             target: d.route.target_node.to_string(),
+            table: d.route.target.to_string(),
         }
     }
 }
@@ -255,6 +262,7 @@ mod tests {
         OpKey::Create {
             uid: "u".into(),
             destination: "10.0.0.0/24".into(),
+            table: String::new(),
         }
     }
 
@@ -300,6 +308,7 @@ mod tests {
             name: "stray".into(),
             destination: "10.0.0.0/24".into(),
             target: "gone".into(),
+            table: String::new(),
         };
         b.failed(deletion.clone(), &err, t0, 0.0);
         let t1 = t0 + Duration::from_secs(1);
@@ -388,6 +397,7 @@ mod tests {
         let other = OpKey::Create {
             uid: "v".into(),
             destination: "10.0.1.0/24".into(),
+            table: String::new(),
         };
         b.failed(other.clone(), &transient, t0, 0.0);
         b.retain(&HashSet::from([key()]), t0);

@@ -415,3 +415,32 @@ async fn condition_patches_refused_during_an_api_server_outage_are_written_once_
         );
     }
 }
+
+/// Found on moto (three tables, one `CreateRoute` answered HTTP 500): the
+/// retry of a Node's creation was keyed by Node and destination only, so
+/// the same creation succeeding in another table erased the failed one's
+/// retry, and in `incremental` nothing sent it again.
+#[tokio::test(start_paused = true)]
+async fn a_creation_that_failed_in_one_table_is_retried_after_it_succeeded_in_the_others() {
+    for mode in Mode::ALL {
+        let cloud = MemoryCloud::new(MemoryConfig {
+            targets: vec!["rtb-a".into(), "rtb-b".into(), "rtb-c".into()],
+            max_concurrent_operations: 1,
+            ..MemoryConfig::default()
+        })
+        .expect("valid");
+        let run = Run::start(mode, cloud, &[]);
+        let _renewer = Renewer::start(&run.fence);
+        sleep(Duration::from_secs(1)).await;
+        // One at a time, the first of the three creations fails.
+        run.cloud
+            .fail_next(Operation::Create, 1, ErrorKind::Transient);
+        run.nodes.apply(NodeEvent::Apply(node(0)));
+        // Periodic creates at its next period (10 s) and retries at the
+        // one after; the others retry after the 1 s backoff.
+        sleep(Duration::from_secs(25)).await;
+        for t in ["rtb-a", "rtb-b", "rtb-c"] {
+            assert_eq!(run.cloud.routes_in(CLUSTER, t).len(), 1, "{mode}: {t}");
+        }
+    }
+}
