@@ -39,7 +39,8 @@ trap cleanup EXIT
 step "control-plane binaries (kube-apiserver, etcd, kubectl; built once per machine, in the background)"
 cp_out=$(mktemp)
 set -m
-( scripts/build-controlplane.sh >"$cp_out" ) &
+# Niced: cargo's build is the longest path; Go takes the cycles it leaves.
+( nice -n 10 scripts/build-controlplane.sh >"$cp_out" ) &
 cp_pid=$!
 set +m
 bg_pids+=("$cp_pid")
@@ -60,8 +61,8 @@ if ! command -v podman >/dev/null; then
   fi
 fi
 set -m
-( scripts/build-gotool.sh helm >/dev/null && scripts/build-gotool.sh promtool >/dev/null \
-  && scripts/build-gotool.sh azure-wire-check >/dev/null ) &
+( nice -n 10 scripts/build-gotool.sh helm >/dev/null && nice -n 10 scripts/build-gotool.sh promtool >/dev/null \
+  && nice -n 10 scripts/build-gotool.sh azure-wire-check >/dev/null ) &
 tools_pid=$!
 set +m
 bg_pids+=("$tools_pid")
