@@ -40,9 +40,6 @@ pub struct Absorbed {
     /// uncertain; it has been forgotten and a full pass must follow. An
     /// operation abandoned by the fence without its answer does the same.
     pub uncertain: bool,
-    /// The fence cut off operations that were not sent: a pass must follow
-    /// as soon as this replica may write again, whatever the mode.
-    pub redo: bool,
 }
 
 /// Folds `outcome` of `plan` into `state` at `now`. `nodes` names the Nodes
@@ -97,12 +94,12 @@ pub fn absorb(
                     ));
                 }
             }
-            OpResult::Cancelled => out.redo = true,
             OpResult::Abandoned => {
                 out.uncertain = true;
                 holds.deletion_landed(plan, i, now);
             }
-            OpResult::Deferred | OpResult::Blocked => {}
+            // Not sent: the loop redoes it (`Outcome::fenced`), nothing to fold.
+            OpResult::Cancelled | OpResult::Deferred | OpResult::Blocked => {}
         }
     }
     for (c, r) in plan.creations.iter().zip(&outcome.creations) {
@@ -142,7 +139,6 @@ pub fn absorb(
                     at - now,
                 ));
             }
-            OpResult::Cancelled => out.redo = true,
             OpResult::Abandoned => {
                 out.uncertain = true;
                 // Like a lost answer: the replacement may have landed.
@@ -150,7 +146,7 @@ pub fn absorb(
                     holds.repaired(c, now);
                 }
             }
-            OpResult::Deferred | OpResult::Blocked => {}
+            OpResult::Cancelled | OpResult::Deferred | OpResult::Blocked => {}
         }
     }
     if out.uncertain {
