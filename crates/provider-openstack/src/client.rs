@@ -493,6 +493,10 @@ pub(crate) fn classify(
         // OverQuota is the route quota (quota_router_route, Neutron >= 2026.2);
         // RoutesExhausted the older per-router max_routes.
         _ if kind_name == "OverQuota" || kind_name == "RoutesExhausted" => ErrorKind::QuotaExceeded,
+        // The Node's port holds `max_allowed_address_pair` pairs already:
+        // that port takes no more until an operator frees or raises some,
+        // whatever happens to routes elsewhere.
+        _ if kind_name == "AllowedAddressPairExhausted" => ErrorKind::TargetUnavailable,
         429 => ErrorKind::Throttled,
         413 if retry_after.is_some() => ErrorKind::Throttled,
         401 | 403 => ErrorKind::Permanent,
@@ -541,6 +545,15 @@ mod tests {
             None,
         );
         assert_eq!(old_quota.kind, ErrorKind::QuotaExceeded);
+        assert_eq!(
+            c(
+                400,
+                r#"{"NeutronError": {"type": "AllowedAddressPairExhausted", "message": "The number of allowed address pair exceeds the maximum 10.", "detail": ""}}"#,
+                None,
+            )
+            .kind,
+            ErrorKind::TargetUnavailable
+        );
         let rev = c(
             412,
             r#"{"NeutronError": {"type": "RevisionNumberConstraintFailed", "message": "Constrained to 1, but current revision is 3", "detail": ""}}"#,

@@ -30,6 +30,14 @@
 //! still one of its InternalIPs, or only the next hop when it is not. So any
 //! address comparison sees a change exactly when the next hop is stale and
 //! the controller re-creates the route with the new address.
+//!
+//! **Forwarding prerequisite.** Neutron port security drops a Node's pod
+//! traffic unless the pod CIDR is an allowed address pair on the Node's port.
+//! Every creation therefore also adds the pair on the port that carries the
+//! next hop, every deletion removes it, and `list_routes` leaves out a
+//! current Node's route whose port lacks it, so the next pass re-creates it
+//! (see [`ports`] for what is skipped and how foreign pairs stay intact). A
+//! creation whose port step failed is a failed creation.
 
 pub mod config;
 pub mod index;
@@ -37,6 +45,7 @@ pub mod index;
 pub mod testing;
 
 mod client;
+mod ports;
 
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
@@ -126,6 +135,11 @@ pub struct OpenStackRoutes {
     /// Whole-list writes of this process to one router go one at a time; a
     /// 412 then only comes from another writer.
     write_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Neutron's extension aliases, read once.
+    extensions: OnceCell<HashSet<String>>,
+    /// Each router's interface networks (where its next hops' ports are),
+    /// refreshed by every list that checks ports.
+    router_networks: Mutex<HashMap<String, Vec<String>>>,
 }
 
 impl std::fmt::Debug for OpenStackRoutes {
@@ -144,7 +158,7 @@ pub mod ops {
     pub const AUTH: &str = "auth";
     /// `GET /v2.0/routers?name=` (once, when the router is configured by name).
     pub const FIND_ROUTER: &str = "find_router";
-    /// `GET /v2.0/extensions/extraroute-atomic` (once).
+    /// `GET /v2.0/extensions` (once: `extraroute-atomic`, `allowed-address-pairs`).
     pub const EXTENSIONS: &str = "extensions";
     /// `GET /v2.0/routers/{id}` for a list.
     pub const LIST: &str = "list";
@@ -158,6 +172,14 @@ pub mod ops {
     pub const UPDATE_ROUTER: &str = "update_router";
     /// Every operation that changes the router.
     pub const WRITES: [&str; 3] = [ADD_EXTRAROUTES, REMOVE_EXTRAROUTES, UPDATE_ROUTER];
+    /// `GET /v2.0/ports?device_id=<router>...`: the routers' interface networks.
+    pub const ROUTER_PORTS: &str = "router_ports";
+    /// `GET /v2.0/ports?network_id=...&fixed_ips=ip_address=...`: the next hops' ports.
+    pub const LIST_PORTS: &str = "list_ports";
+    /// `GET /v2.0/ports/{id}` after a revision conflict on the port.
+    pub const GET_PORT: &str = "get_port";
+    /// `PUT /v2.0/ports/{id}` with the whole `allowed_address_pairs` list.
+    pub const UPDATE_PORT: &str = "update_port";
 }
 
 impl OpenStackRoutes {
@@ -186,6 +208,8 @@ impl OpenStackRoutes {
             path: OnceCell::new(),
             last_seen: Mutex::new(HashMap::new()),
             write_locks: Mutex::new(HashMap::new()),
+            extensions: OnceCell::new(),
+            router_networks: Mutex::new(HashMap::new()),
         })
     }
 
@@ -268,25 +292,13 @@ impl OpenStackRoutes {
                     UpdateMode::Atomic => Ok(Path::Atomic),
                     UpdateMode::WholeList => Ok(Path::WholeList),
                     UpdateMode::Auto => {
-                        let r = self
-                            .http
-                            .call(
-                                ops::EXTENSIONS,
-                                Method::GET,
-                                "/extensions/extraroute-atomic",
-                                None,
-                                None,
-                            )
-                            .await;
-                        match r {
-                            Ok(_) => Ok(Path::Atomic),
-                            Err(e) if e.kind == ErrorKind::NotFound => {
-                                tracing::info!(
-                                    "Neutron has no extraroute-atomic extension; using whole-list router updates"
-                                );
-                                Ok(Path::WholeList)
-                            }
-                            Err(e) => Err(e),
+                        if self.extensions().await?.contains("extraroute-atomic") {
+                            Ok(Path::Atomic)
+                        } else {
+                            tracing::info!(
+                                "Neutron has no extraroute-atomic extension; using whole-list router updates"
+                            );
+                            Ok(Path::WholeList)
                         }
                     }
                 }
@@ -669,6 +681,14 @@ impl OpenStackRoutes {
     async fn apply(&self, batch: &Batch) -> Result<BatchResult, CloudError> {
         let n = batch.delete.len() + batch.create.len();
         let mut results: BatchResult = (0..n).map(|_| Ok(None)).collect();
+        if n == 0 {
+            return Ok(results);
+        }
+        // Read before any write, so a failure here changes nothing: the
+        // write path and the port step both depend on it.
+        self.extensions().await?;
+        // Each planned change's router and raw route, for the port step.
+        let mut placed: HashMap<usize, (String, RawRoute)> = HashMap::new();
         // Per router, in order of first appearance: removals and additions,
         // each with its slot in `results`.
         let mut groups: Vec<RouterWrite> = Vec::new();
@@ -692,7 +712,10 @@ impl OpenStackRoutes {
                 Err(e) => Err(e),
             };
             match raw {
-                Ok((id, raw)) => group(&mut groups, &id).remove.push((slot, raw)),
+                Ok((id, raw)) => {
+                    placed.insert(slot, (id.clone(), raw.clone()));
+                    group(&mut groups, &id).remove.push((slot, raw));
+                }
                 Err(e) => results[slot] = Err(e),
             }
         }
@@ -716,6 +739,7 @@ impl OpenStackRoutes {
                                 },
                             );
                     }
+                    placed.insert(slot, (id.clone(), raw.clone()));
                     group(&mut groups, &id).add.push((slot, raw));
                 }
                 Err(e) => results[slot] = Err(e),
@@ -761,7 +785,78 @@ impl OpenStackRoutes {
                 };
             }
         }
+        let changes = self.pair_changes(batch, &results, &placed).await;
+        for (slot, e) in self.apply_pairs(&changes).await {
+            results[slot] = Err(e);
+        }
         Ok(results)
+    }
+
+    /// The port step of the changes that reached their routers: add the pair
+    /// of each created route; remove the pair of each deleted route that is
+    /// no blackhole (its Node and port are gone) and that no managed router
+    /// still holds as last seen (the pair serves every router's copy).
+    async fn pair_changes(
+        &self,
+        batch: &Batch,
+        results: &BatchResult,
+        placed: &HashMap<usize, (String, RawRoute)>,
+    ) -> Vec<ports::PairChange> {
+        let mut changes = Vec::new();
+        let routers = self.router_ids().await.unwrap_or_default();
+        let still_held = |raw: &RawRoute| {
+            routers.iter().any(|id| {
+                self.remembered(id)
+                    .is_none_or(|s| s.routes.iter().any(|r| r == raw))
+            })
+        };
+        let parts = |raw: &RawRoute| {
+            Some((
+                route_core::Cidr::parse(&raw.destination).ok()?,
+                raw.nexthop.trim().parse::<IpAddr>().ok()?,
+            ))
+        };
+        for (slot, route) in batch.delete.iter().enumerate() {
+            if route.blackhole || results[slot].is_err() {
+                continue;
+            }
+            if let Some((router, raw)) = placed.get(&slot)
+                && let Some((cidr, hop)) = parts(raw)
+                && !still_held(raw)
+            {
+                changes.push(ports::PairChange {
+                    slot,
+                    router: router.clone(),
+                    cidr,
+                    hop,
+                    server: None,
+                    add: false,
+                });
+            }
+        }
+        for (j, (_hint, route)) in batch.create.iter().enumerate() {
+            let slot = batch.delete.len() + j;
+            if !matches!(results[slot], Ok(Some(_))) {
+                continue;
+            }
+            if let Some((router, raw)) = placed.get(&slot)
+                && let Some((cidr, hop)) = parts(raw)
+            {
+                changes.push(ports::PairChange {
+                    slot,
+                    router: router.clone(),
+                    cidr,
+                    hop,
+                    server: route
+                        .target_provider_id
+                        .as_deref()
+                        .and_then(ports::server_id)
+                        .map(str::to_string),
+                    add: true,
+                });
+            }
+        }
+        changes
     }
 }
 
@@ -852,6 +947,16 @@ impl CloudRoutes for OpenStackRoutes {
         for id in &ids {
             states.push((id, self.get_router(ops::LIST, id).await?));
         }
+        // A route whose Node's port would drop the pods' traffic is not
+        // there yet: listed as missing, the next pass re-creates it.
+        let lacking = self.routes_lacking_pairs(&states).await?;
+        if !lacking.is_empty() {
+            tracing::info!(
+                cluster,
+                routes = lacking.len(),
+                "routes whose next hop's port lacks the pod CIDR as an allowed address pair are listed as missing"
+            );
+        }
         // Forget created targets whose routes are all gone, on every router.
         {
             let hops: HashSet<IpAddr> = states
@@ -870,6 +975,7 @@ impl CloudRoutes for OpenStackRoutes {
                 state
                     .routes
                     .iter()
+                    .filter(|r| !lacking.contains(&((*id).clone(), (*r).clone())))
                     .filter_map(|r| self.to_route(r))
                     .map(|r| r.in_target(id.as_str())),
             );
