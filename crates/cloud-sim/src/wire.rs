@@ -269,6 +269,8 @@ impl From<WireCapabilities> for Capabilities {
             max_routes: w.max_routes,
             needs: w.needs,
             replaces_blackholes: w.replaces_blackholes,
+            // The wire protocol has no forwarding check.
+            checks_forwarding: false,
         }
     }
 }

@@ -1170,6 +1170,7 @@ impl CloudRoutes for Ec2Routes {
             needs: TargetNeeds::ProviderId,
             // A creation over a listed blackhole is one `ReplaceRoute`.
             replaces_blackholes: true,
+            checks_forwarding: false,
         }
     }
 

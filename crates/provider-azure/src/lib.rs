@@ -728,6 +728,7 @@ impl CloudRoutes for AzureRoutes {
             // The next hop is the Node's InternalIP of the route's family.
             needs: TargetNeeds::InternalIp,
             replaces_blackholes: false,
+            checks_forwarding: false,
         }
     }
 

@@ -652,6 +652,7 @@ impl CloudRoutes for GceRoutes {
             max_routes: (self.config.max_routes > 0).then_some(self.config.max_routes),
             needs: TargetNeeds::ProviderId,
             replaces_blackholes: false,
+            checks_forwarding: false,
         }
     }
 

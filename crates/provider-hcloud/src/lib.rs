@@ -446,6 +446,7 @@ impl CloudRoutes for HcloudRoutes {
             // hcloud's cloud-controller-manager the Node name is the server's.
             needs: TargetNeeds::Nothing,
             replaces_blackholes: false,
+            checks_forwarding: false,
         }
     }
 

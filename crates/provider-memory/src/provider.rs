@@ -296,6 +296,7 @@ impl CloudRoutes for MemoryCloud {
             max_routes: s.config.max_routes,
             needs: s.config.needs,
             replaces_blackholes: false,
+            checks_forwarding: false,
         }
     }
 

@@ -41,6 +41,10 @@ pub struct Capabilities {
     /// `create_route` for the destination of a blackhole replaces it in one
     /// call (AWS `ReplaceRoute`), so the planner sends no deletion first.
     pub replaces_blackholes: bool,
+    /// [`CloudRoutes::check_forwarding`] answers: the cloud drops pod
+    /// traffic a Node forwards unless something on its instance or
+    /// interface is set, and the provider can tell whether it is.
+    pub checks_forwarding: bool,
 }
 
 impl Default for Capabilities {
@@ -53,8 +57,45 @@ impl Default for Capabilities {
             max_routes: None,
             needs: TargetNeeds::Nothing,
             replaces_blackholes: false,
+            checks_forwarding: false,
         }
     }
+}
+
+/// What a provider found about one Node's forwarding prerequisite: what
+/// the cloud needs on the Node's instance or interface before it delivers
+/// the pod traffic the Node forwards (AWS: the source/destination check
+/// off; GCE: `canIpForward`; Azure: the NIC's `enableIPForwarding`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Forwarding {
+    /// In place.
+    Ready,
+    /// It was off and the provider turned it on again (the controller
+    /// tells the operator with a Warning: something turned it off).
+    Repaired {
+        /// What was repaired, for the Warning ("source/destination check on i-0abc").
+        what: String,
+    },
+    /// Off, and not the provider's to change (or the check was asked not to
+    /// repair): the routes are kept, so traffic flows the moment it is on.
+    Disabled {
+        /// What is off ("instance node-1 has canIpForward false").
+        what: String,
+        /// How the operator turns it on.
+        fix: String,
+    },
+}
+
+/// How [`CloudRoutes::check_forwarding`] may answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ForwardingCheck {
+    /// Read the cloud again, even for what the provider remembers (at start,
+    /// on the resync, and for prerequisites last found off). Without it the
+    /// provider answers from memory and reads only what it never saw.
+    pub fresh: bool,
+    /// Turn a prerequisite the provider owns back on (AWS). Off for `plan`,
+    /// which changes nothing.
+    pub repair: bool,
 }
 
 /// A set of changes applied in one call by providers whose API takes the whole
@@ -185,6 +226,25 @@ pub trait CloudRoutes: Send + Sync + 'static {
             ErrorKind::InvalidRequest,
             format!("the {} provider does not support batches", self.name()),
         ))
+    }
+
+    /// Checks the forwarding prerequisite of `nodes` (Nodes with pod CIDRs),
+    /// batched: a provider never sends one request per Node per pass. The
+    /// answer names Nodes by name; a Node it leaves out has no news (its
+    /// instance is not known yet, or it needs nothing). Only called when
+    /// [`Capabilities::checks_forwarding`]; the default answers nothing.
+    ///
+    /// A provider that must prepare an instance before its first route (AWS
+    /// turns the check off) still does so when creating the route; this is
+    /// how the controller learns that it was undone behind its back.
+    async fn check_forwarding(
+        &self,
+        cluster: &str,
+        nodes: &[Arc<NodeView>],
+        check: ForwardingCheck,
+    ) -> Result<Vec<(String, Forwarding)>, CloudError> {
+        let _ = (cluster, nodes, check);
+        Ok(Vec::new())
     }
 
     /// Shows the provider the Nodes that exist now; the controller calls it

@@ -10,9 +10,9 @@
 //! order data flows, and owns no logic of its own:
 //!
 //! ```text
-//! snapshot ─► plan ─► hold ─► warn ─► execute ─► absorb ─► status ─► finish
-//! (cloud I/O  (pure)  (pure)  (Events) (cloud I/O) (pure)  (nodes/status)
-//!  on a full pass)
+//! prerequisites ─► snapshot ─► plan ─► hold ─► warn ─► execute ─► absorb ─► status ─► finish
+//! (cloud I/O when   (cloud I/O  (pure)  (pure)  (Events) (cloud I/O) (pure)  (nodes/status)
+//!  a check is due)   on a full pass)
 //! ```
 
 use std::sync::Arc;
@@ -28,6 +28,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::absorb::{self, Absorbed};
 use crate::execute::{Executor, Fence, Outcome};
+use crate::forwarding::Prerequisites;
 use crate::hold::{Held, Holds};
 use crate::metrics::{Metrics, MetricsHandle, PassOutcome};
 use crate::nodes::{NodeRef, NodeStore};
@@ -92,6 +93,7 @@ pub struct Controller {
     holds: Holds,
     routes: RouteCache,
     warned: PlanWarnings,
+    prerequisites: Prerequisites,
     reports: Option<tokio::sync::mpsc::UnboundedSender<PassReport>>,
     first_sync: Option<Arc<AtomicBool>>,
     /// Passes in a row whose condition patches failed, and when the next
@@ -120,6 +122,7 @@ impl Controller {
         let holds = Holds::new(cfg.deletion_grace, cfg.backoff.max);
         let metrics = MetricsHandle::from(metrics);
         let executor = Executor::new(cloud, cfg.cluster_name.clone(), fence, metrics.clone());
+        let prerequisites = Prerequisites::new(cfg.timing.resync);
         Self {
             routes: RouteCache::new(cfg.mode),
             cfg,
@@ -131,6 +134,7 @@ impl Controller {
             book,
             holds,
             warned: PlanWarnings::new(),
+            prerequisites,
             reports: None,
             first_sync: None,
             status_retry: (0, None),
@@ -188,6 +192,7 @@ impl Controller {
                     f.store(false, Ordering::SeqCst);
                 }
                 self.scheduler.became_leader();
+                self.prerequisites.became_leader();
                 self.routes.forget();
             }
             if !self.executor.fence().is_open() {
@@ -241,6 +246,9 @@ impl Controller {
     pub async fn pass(&mut self, kind: PassKind, trigger: SyncTrigger) -> PassReport {
         let started = Instant::now();
         let mut report = PassReport::new(kind, trigger);
+        // 0. Prerequisites: what the cloud needs on a Node's instance before
+        //    it forwards pod traffic, when a check is due (cloud I/O).
+        self.check_prerequisites().await;
         // 1. Snapshot: the Nodes and the route table, cached or listed (cloud I/O).
         let use_cache = kind == PassKind::Cached && !self.holds.wants_listing(started);
         let snap =
@@ -275,6 +283,50 @@ impl Controller {
         // 8. Finish: metrics, and when the next pass is due.
         self.finish(&mut report, plan, outcome, &held, started);
         report
+    }
+
+    /// Step 0: asks the provider about the Nodes whose forwarding
+    /// prerequisite is due a check, records the findings on the Nodes'
+    /// views (the planner reads them) and emits their Warnings.
+    async fn check_prerequisites(&mut self) {
+        if !self.executor.cloud().capabilities().checks_forwarding {
+            return;
+        }
+        let nodes = self.nodes.snapshot();
+        let now = Instant::now();
+        let due = self.prerequisites.due(&nodes, now);
+        if due.is_empty() {
+            return;
+        }
+        let mut answers = Vec::new();
+        let mut failed = crate::forwarding::Due::default();
+        let asks = [(&due.fresh, true), (&due.new, false)];
+        for (asked, fresh) in asks.into_iter().filter(|(a, _)| !a.is_empty()) {
+            let check = route_cloud::ForwardingCheck {
+                fresh,
+                repair: true,
+            };
+            match self.executor.check_forwarding(asked, check).await {
+                Ok(found) => answers.extend(found),
+                Err(e) => {
+                    warn!(error = %e, nodes = asked.len(), fresh, "could not check the Nodes' forwarding prerequisites; asking again later");
+                    if fresh {
+                        failed.fresh = asked.clone();
+                    } else {
+                        failed.new = asked.clone();
+                    }
+                }
+            }
+        }
+        let found = self.prerequisites.absorb(&due, answers, Instant::now());
+        self.prerequisites.failed(&failed);
+        self.nodes.record_forwarding(
+            found
+                .changed
+                .iter()
+                .map(|(n, u, d)| (n.as_str(), u.as_str(), *d)),
+        );
+        self.emit(&found.warnings).await;
     }
 
     /// Step 3: prunes the retry book to what this plan still wants and asks
@@ -465,6 +517,7 @@ impl Controller {
             self.book.next_wake(started),
             held.until,
             self.status_retry.1,
+            self.prerequisites.next_wake(),
         ]
         .into_iter()
         .flatten()

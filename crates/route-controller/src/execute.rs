@@ -148,6 +148,23 @@ impl Executor {
         r
     }
 
+    /// Checks the forwarding prerequisite of `nodes` (through the throttle
+    /// gate, inside the fence: a repair is a write).
+    pub async fn check_forwarding(
+        &self,
+        nodes: &[Arc<route_core::NodeView>],
+        check: route_cloud::ForwardingCheck,
+    ) -> Result<Vec<(String, route_cloud::Forwarding)>, CloudError> {
+        let ticket = self.fence.guard(self.wait_gate()).await?;
+        self.fence.check()?;
+        let r = self
+            .fence
+            .guard(self.cloud.check_forwarding(&self.cluster, nodes, check))
+            .await?;
+        note(ticket, r.as_ref().map(|_| ()));
+        r
+    }
+
     async fn wait_gate(&self) -> Ticket<'_> {
         let t = self.gate.pass().await;
         if !t.held.is_zero() {

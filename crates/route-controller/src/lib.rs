@@ -21,6 +21,7 @@
 pub mod absorb;
 pub mod controller;
 pub mod execute;
+pub mod forwarding;
 pub mod hold;
 pub mod latency;
 pub mod metrics;

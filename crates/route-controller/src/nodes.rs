@@ -47,6 +47,8 @@ pub fn node_view(node: &Node) -> NodeView {
             .and_then(|s| s.conditions.as_ref())
             .and_then(|cs| cs.iter().find(|c| c.type_ == "NetworkUnavailable"))
             .map(|c| ConditionState::new(&c.status, c.reason.as_deref().unwrap_or_default())),
+        // Recorded by the controller, carried over by the cache.
+        forwarding_disabled: false,
     }
 }
 
@@ -129,7 +131,8 @@ impl NodeCache {
                 self.relist = Some(BTreeMap::new());
                 None
             }
-            NodeEvent::InitApply(v) => {
+            NodeEvent::InitApply(mut v) => {
+                carry_findings(self.nodes.get(v.name.as_str()), &mut v);
                 let name = v.name.clone();
                 let v = Arc::new(v);
                 match &mut self.relist {
@@ -152,7 +155,8 @@ impl NodeCache {
                 // watch was down produce no Delete event, only their absence.
                 Some(Trigger::Synced)
             }
-            NodeEvent::Apply(v) => {
+            NodeEvent::Apply(mut v) => {
+                carry_findings(self.nodes.get(v.name.as_str()), &mut v);
                 match self.nodes.get_mut(v.name.as_str()) {
                     // Most events are heartbeats that change nothing this
                     // cache keeps: the stored view stays where it is, so the
@@ -220,9 +224,31 @@ impl NodeCache {
         }
     }
 
+    /// Records what the provider found about a Node's forwarding
+    /// prerequisite; kept across the Node's updates (it is not Node data)
+    /// until the next finding.
+    pub fn record_forwarding(&mut self, name: &str, uid: &str, disabled: bool) {
+        if let Some(v) = self.nodes.get_mut(name)
+            && v.uid == uid
+            && v.forwarding_disabled != disabled
+        {
+            Arc::make_mut(v).forwarding_disabled = disabled;
+        }
+    }
+
     /// What the cache has absorbed and reported so far.
     pub fn stats(&self) -> CacheStats {
         self.stats
+    }
+}
+
+/// Carries what the controller recorded on the previous view of the same
+/// Node (same UID) over to a view built from the API object.
+fn carry_findings(old: Option<&Arc<NodeView>>, new: &mut NodeView) {
+    if let Some(old) = old
+        && old.uid == new.uid
+    {
+        new.forwarding_disabled = old.forwarding_disabled;
     }
 }
 
@@ -342,6 +368,17 @@ impl NodeStore {
     /// Trigger/absorb counters.
     pub fn stats(&self) -> CacheStats {
         self.lock().cache.stats()
+    }
+
+    /// Records the provider's forwarding findings: `(name, uid, disabled)`.
+    pub fn record_forwarding<'a>(
+        &self,
+        found: impl IntoIterator<Item = (&'a str, &'a str, bool)>,
+    ) {
+        let mut inner = self.lock();
+        for (name, uid, disabled) in found {
+            inner.cache.record_forwarding(name, uid, disabled);
+        }
     }
 
     /// Records conditions this controller just wrote, so the next pass does

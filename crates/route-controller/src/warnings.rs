@@ -35,17 +35,25 @@ pub enum Reason {
     /// A route was repaired and is a blackhole again (its instance is
     /// stopped or gone); repairs now back off.
     RouteBlackholed,
+    /// The cloud drops the pod traffic the Node forwards (a prerequisite on
+    /// its instance or interface is off and not ours to change).
+    ForwardingDisabled,
+    /// The provider found the Node's forwarding prerequisite off and turned
+    /// it back on.
+    ForwardingRepaired,
 }
 
 impl Reason {
     /// Every reason, in the order of the README's table.
-    pub const ALL: [Reason; 6] = [
+    pub const ALL: [Reason; 8] = [
         Reason::FailedToCreateRoute,
         Reason::FailedToDeleteRoute,
         Reason::PodCidrConflict,
         Reason::PodCidrOutsideClusterCidr,
         Reason::InvalidPodCidr,
         Reason::RouteBlackholed,
+        Reason::ForwardingDisabled,
+        Reason::ForwardingRepaired,
     ];
 
     /// The Event's `reason`.
@@ -57,6 +65,8 @@ impl Reason {
             Reason::PodCidrOutsideClusterCidr => "PodCIDROutsideClusterCIDR",
             Reason::InvalidPodCidr => "InvalidPodCIDR",
             Reason::RouteBlackholed => "RouteBlackholed",
+            Reason::ForwardingDisabled => "ForwardingDisabled",
+            Reason::ForwardingRepaired => "ForwardingRepaired",
         }
     }
 
@@ -80,6 +90,12 @@ impl Reason {
             }
             Reason::RouteBlackholed => {
                 "a route replaced after a blackhole is a blackhole again; further repairs back off (once per recurrence)"
+            }
+            Reason::ForwardingDisabled => {
+                "the cloud drops the pod traffic the Node forwards (GCE `canIpForward`, Azure `enableIPForwarding` off); the message names the fix (once, until it is fixed)"
+            }
+            Reason::ForwardingRepaired => {
+                "the Node's forwarding prerequisite was off and the controller turned it back on (AWS source/destination check; every repair)"
             }
         }
     }
@@ -192,6 +208,34 @@ impl Warning {
         Self {
             node,
             reason: Reason::RouteBlackholed,
+            message,
+        }
+    }
+}
+
+impl Warning {
+    /// `node`'s forwarding prerequisite is off: `what` is off, `fix` turns it on.
+    pub fn forwarding_disabled(node: NodeRef, what: &str, fix: &str) -> Self {
+        let message = format!(
+            "the route(s) to node {} are in place, but the cloud drops the pod traffic it forwards: {what}. {fix}",
+            node.name
+        );
+        Self {
+            node,
+            reason: Reason::ForwardingDisabled,
+            message,
+        }
+    }
+
+    /// `node`'s forwarding prerequisite was off; the provider repaired `what`.
+    pub fn forwarding_repaired(node: NodeRef, what: &str) -> Self {
+        let message = format!(
+            "{what} had been changed behind the controller's back, which stops pod traffic to node {}; turned back",
+            node.name
+        );
+        Self {
+            node,
+            reason: Reason::ForwardingRepaired,
             message,
         }
     }

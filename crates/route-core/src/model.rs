@@ -98,12 +98,13 @@ impl ConditionState {
 
 /// Static text for the values conditions nearly always carry, a copy otherwise.
 fn known_text(s: &str) -> Cow<'static, str> {
-    const KNOWN: [&str; 6] = [
+    const KNOWN: [&str; 7] = [
         "True",
         "False",
         "Unknown",
         "RouteCreated",
         "NoRouteCreated",
+        "ForwardingDisabled",
         "",
     ];
     match KNOWN.iter().find(|k| **k == s) {
@@ -129,6 +130,12 @@ pub struct NodeView {
     pub deleting: bool,
     /// The current `NetworkUnavailable` condition, if any.
     pub network_unavailable: Option<ConditionState>,
+    /// The cloud provider last found this Node's forwarding prerequisite
+    /// off (an instance that may not forward, a NIC without IP forwarding)
+    /// and cannot turn it on: the Node's routes are kept, but its condition
+    /// says `ForwardingDisabled`. Not Node data: the controller records it.
+    #[serde(default)]
+    pub forwarding_disabled: bool,
 }
 
 impl NodeView {
@@ -142,6 +149,7 @@ impl NodeView {
             provider_id: None,
             deleting: false,
             network_unavailable: None,
+            forwarding_disabled: false,
         }
     }
 

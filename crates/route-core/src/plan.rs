@@ -214,6 +214,12 @@ pub enum NetworkCondition {
     RouteCreated,
     /// Status `True`, reason `NoRouteCreated`, message "RouteController failed to create a route".
     NoRouteCreated,
+    /// Status `True`, reason `ForwardingDisabled`: every route is in place,
+    /// but the cloud drops the pod traffic the Node forwards, because a
+    /// prerequisite on its instance or interface is off (GCE
+    /// `canIpForward`, Azure `enableIPForwarding`) and it is not this
+    /// controller's to change. The Node's Warning Event names the fix.
+    ForwardingDisabled,
 }
 
 impl NetworkCondition {
@@ -221,7 +227,7 @@ impl NetworkCondition {
     pub fn status(self) -> &'static str {
         match self {
             NetworkCondition::RouteCreated => "False",
-            NetworkCondition::NoRouteCreated => "True",
+            NetworkCondition::NoRouteCreated | NetworkCondition::ForwardingDisabled => "True",
         }
     }
 
@@ -230,6 +236,7 @@ impl NetworkCondition {
         match self {
             NetworkCondition::RouteCreated => "RouteCreated",
             NetworkCondition::NoRouteCreated => "NoRouteCreated",
+            NetworkCondition::ForwardingDisabled => "ForwardingDisabled",
         }
     }
 
@@ -238,6 +245,21 @@ impl NetworkCondition {
         match self {
             NetworkCondition::RouteCreated => "RouteController created a route",
             NetworkCondition::NoRouteCreated => "RouteController failed to create a route",
+            NetworkCondition::ForwardingDisabled => {
+                "RouteController created a route, but the cloud drops the pod traffic this Node forwards (see the Node's Events for the fix)"
+            }
+        }
+    }
+
+    /// The condition of a Node whose routes are all in place (`routed`) or
+    /// not, given whether its forwarding prerequisite is known to be off.
+    /// A missing route says more than a disabled prerequisite: it is what
+    /// the controller works on.
+    pub fn wanted(routed: bool, forwarding_disabled: bool) -> Self {
+        match (routed, forwarding_disabled) {
+            (false, _) => NetworkCondition::NoRouteCreated,
+            (true, true) => NetworkCondition::ForwardingDisabled,
+            (true, false) => NetworkCondition::RouteCreated,
         }
     }
 
@@ -266,6 +288,10 @@ pub struct NodeOutcome {
     pub unroutable: bool,
     /// The condition as last seen on the Node.
     pub current: Option<ConditionState>,
+    /// The provider found the Node's forwarding prerequisite off
+    /// ([`NodeView::forwarding_disabled`]).
+    #[serde(default)]
+    pub forwarding_disabled: bool,
 }
 
 impl NodeOutcome {
@@ -278,11 +304,7 @@ impl NodeOutcome {
     /// The condition the node should carry once the creations have run,
     /// given which of them failed; `None` when the node already says so.
     pub fn condition_after(&self, failed: impl Fn(usize) -> bool) -> Option<NetworkCondition> {
-        let want = if self.routed_after(failed) {
-            NetworkCondition::RouteCreated
-        } else {
-            NetworkCondition::NoRouteCreated
-        };
+        let want = NetworkCondition::wanted(self.routed_after(failed), self.forwarding_disabled);
         (!want.already_set(self.current.as_ref())).then_some(want)
     }
 }

@@ -264,11 +264,7 @@ fn plan_targets<N: Borrow<NodeView>>(
         }
     }
     joined.nodes.retain(|n| {
-        let want = if n.unroutable {
-            NetworkCondition::NoRouteCreated
-        } else {
-            NetworkCondition::RouteCreated
-        };
+        let want = NetworkCondition::wanted(!n.unroutable, n.forwarding_disabled);
         !n.creations.is_empty() || !want.already_set(n.current.as_ref())
     });
     joined
@@ -580,11 +576,7 @@ fn decide<N: Borrow<NodeView>, R: Borrow<Route>>(
         // a settled cluster as small as what changed, not as large as the
         // cluster (every pass of every mode builds one).
         let settled = creations.is_empty() && {
-            let want = if unroutable {
-                NetworkCondition::NoRouteCreated
-            } else {
-                NetworkCondition::RouteCreated
-            };
+            let want = NetworkCondition::wanted(!unroutable, n.forwarding_disabled);
             want.already_set(n.network_unavailable.as_ref())
         };
         let managed = !n.pod_cidrs.is_empty() || i.targeted;
@@ -602,6 +594,7 @@ fn decide<N: Borrow<NodeView>, R: Borrow<Route>>(
                 creations,
                 unroutable,
                 current: n.network_unavailable.clone(),
+                forwarding_disabled: n.forwarding_disabled,
             });
         }
     }

@@ -608,6 +608,9 @@ fn condition_case(i: usize) {
                 "NoRouteCreated",
                 "RouteController failed to create a route",
             ),
+            NetworkCondition::ForwardingDisabled => {
+                panic!("{}: upstream has no ForwardingDisabled condition", case.name)
+            }
         };
         assert_eq!(
             (c.status(), c.reason(), c.message()),

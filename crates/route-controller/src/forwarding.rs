@@ -1,0 +1,264 @@
+//! Forwarding prerequisites: which Nodes the provider is asked about, and
+//! what its answers change.
+//!
+//! A route in a table is not yet a pod network: the cloud also drops the
+//! pod traffic a Node forwards unless its instance or interface allows it
+//! (AWS: the source/destination check off; GCE: `canIpForward`; Azure: the
+//! NIC's `enableIPForwarding`). [`Prerequisites`] owns what the controller
+//! learned about each Node (by UID) and when to ask again:
+//!
+//! - a Node never asked about is asked once, answered from the provider's
+//!   memory where it has one (no request after the first per instance);
+//! - every Node is read afresh at the first pass after gaining leadership
+//!   and then once per resync interval, where the provider also repairs
+//!   what it owns (AWS turns the check off again, with a Warning);
+//! - a Node found disabled is read afresh every [`RECHECK`], so its
+//!   condition clears within minutes of the operator's fix.
+//!
+//! A disabled prerequisite keeps the Node's routes (they carry traffic the
+//! moment it is fixed) and makes its condition `ForwardingDisabled`; the
+//! Warning that names the fix is emitted once per streak. The NodeStore
+//! carries the finding on the Node's view, where the planner reads it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use route_cloud::Forwarding;
+use route_core::NodeView;
+use tokio::time::Instant;
+
+use crate::nodes::NodeRef;
+use crate::warnings::Warning;
+
+/// How often a prerequisite found off is read again.
+pub const RECHECK: Duration = Duration::from_secs(300);
+
+/// A Node asked about: when its prerequisite, found disabled, is read
+/// again (whether it is disabled lives on the Node's view).
+#[derive(Debug, Clone, Copy)]
+struct Known {
+    recheck: Option<Instant>,
+}
+
+/// The Nodes one pass asks about.
+#[derive(Debug, Default)]
+pub struct Due {
+    /// Read afresh (and repaired where the provider owns it).
+    pub fresh: Vec<Arc<NodeView>>,
+    /// Never asked: the provider may answer from memory.
+    pub new: Vec<Arc<NodeView>>,
+}
+
+impl Due {
+    /// Nothing to ask.
+    pub fn is_empty(&self) -> bool {
+        self.fresh.is_empty() && self.new.is_empty()
+    }
+}
+
+/// What the answers change.
+#[derive(Debug, Default)]
+pub struct Findings {
+    /// Warning Events to emit.
+    pub warnings: Vec<Warning>,
+    /// `(name, uid, disabled)` for the Node views, where it changed.
+    pub changed: Vec<(String, String, bool)>,
+}
+
+/// The controller's memory of forwarding prerequisites. Owned by the
+/// reconcile task; no I/O.
+#[derive(Debug)]
+pub struct Prerequisites {
+    resync: Duration,
+    /// When every Node is read afresh; `None`: at the next pass.
+    next_full: Option<Instant>,
+    known: HashMap<String, Known>,
+}
+
+impl Prerequisites {
+    /// Reads every Node afresh every `resync` (the controller's resync
+    /// interval), and at the first pass.
+    pub fn new(resync: Duration) -> Self {
+        Self {
+            resync,
+            next_full: None,
+            known: HashMap::new(),
+        }
+    }
+
+    /// A new leader reads everything afresh: another replica may have
+    /// repaired or missed what this one remembers.
+    pub fn became_leader(&mut self) {
+        self.next_full = None;
+    }
+
+    /// The Nodes to ask about now, out of `nodes` (all of them). Nodes
+    /// without pod CIDRs or being deleted get no route, so they are not asked.
+    pub fn due(&mut self, nodes: &[Arc<NodeView>], now: Instant) -> Due {
+        let full = self.next_full.is_none_or(|t| now >= t);
+        if full {
+            self.next_full = Some(now + self.resync);
+            let live: std::collections::HashSet<&str> =
+                nodes.iter().map(|n| n.uid.as_str()).collect();
+            self.known.retain(|uid, _| live.contains(uid.as_str()));
+        }
+        let mut due = Due::default();
+        for n in nodes.iter().filter(|n| !n.pod_cidrs.is_empty() && !n.deleting) {
+            match self.known.get(&n.uid) {
+                _ if full => due.fresh.push(n.clone()),
+                None => due.new.push(n.clone()),
+                Some(k) if k.recheck.is_some_and(|t| now >= t) => due.fresh.push(n.clone()),
+                Some(_) => {}
+            }
+        }
+        due
+    }
+
+    /// Takes the provider's answers about `asked`. A Node it did not answer
+    /// about keeps what was known (a new one counts as asked, so it is not
+    /// asked on every pass).
+    pub fn absorb(
+        &mut self,
+        asked: &Due,
+        answers: Vec<(String, Forwarding)>,
+        now: Instant,
+    ) -> Findings {
+        let by_name: HashMap<&str, &Arc<NodeView>> = asked
+            .fresh
+            .iter()
+            .chain(&asked.new)
+            .map(|n| (n.name.as_str(), n))
+            .collect();
+        for n in by_name.values() {
+            self.known.entry(n.uid.clone()).or_insert(Known {
+                recheck: n.forwarding_disabled.then_some(now + RECHECK),
+            });
+        }
+        let mut out = Findings::default();
+        for (name, answer) in answers {
+            let Some(n) = by_name.get(name.as_str()) else {
+                continue;
+            };
+            let node = NodeRef {
+                name: n.name.clone(),
+                uid: n.uid.clone(),
+            };
+            let known = self.known.get_mut(&n.uid).expect("inserted above");
+            let was = n.forwarding_disabled;
+            let disabled = match &answer {
+                Forwarding::Ready => false,
+                Forwarding::Repaired { what } => {
+                    out.warnings.push(Warning::forwarding_repaired(node, what));
+                    false
+                }
+                Forwarding::Disabled { what, fix } => {
+                    if !was {
+                        out.warnings
+                            .push(Warning::forwarding_disabled(node, what, fix));
+                    }
+                    true
+                }
+            };
+            *known = Known {
+                recheck: disabled.then_some(now + RECHECK),
+            };
+            if disabled != was {
+                out.changed.push((n.name.clone(), n.uid.clone(), disabled));
+            }
+        }
+        out
+    }
+
+    /// A Node whose check failed (the cloud did not answer) is asked again
+    /// at the next pass that reads afresh; until then it keeps what was known.
+    pub fn failed(&mut self, asked: &Due) {
+        if !asked.fresh.is_empty() {
+            self.next_full = None;
+        }
+        for n in &asked.new {
+            self.known.remove(&n.uid);
+        }
+    }
+
+    /// When a pass must run for a recheck or the full read, if no other
+    /// reason runs one first.
+    pub fn next_wake(&self) -> Option<Instant> {
+        self.known
+            .values()
+            .filter_map(|k| k.recheck)
+            .chain(self.next_full)
+            .min()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str) -> Arc<NodeView> {
+        Arc::new(NodeView::new(name, format!("uid-{name}"), &["10.0.1.0/24"]))
+    }
+
+    fn disabled() -> Forwarding {
+        Forwarding::Disabled {
+            what: "canIpForward is false".into(),
+            fix: "recreate it".into(),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_node_is_read_afresh_at_start_then_only_new_ones_until_the_resync() {
+        let mut p = Prerequisites::new(Duration::from_secs(3600));
+        let nodes = vec![node("a"), node("b")];
+        let now = Instant::now();
+        let due = p.due(&nodes, now);
+        assert_eq!((due.fresh.len(), due.new.len()), (2, 0));
+        p.absorb(&due, vec![("a".into(), Forwarding::Ready)], now);
+        let more = vec![node("a"), node("b"), node("c")];
+        let due = p.due(&more, now + Duration::from_secs(10));
+        assert_eq!(due.fresh.len(), 0);
+        assert_eq!(due.new.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(), ["c"]);
+        p.absorb(&due, vec![], now);
+        assert!(p.due(&more, now + Duration::from_secs(20)).is_empty());
+        assert_eq!(p.due(&more, now + Duration::from_secs(3600)).fresh.len(), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_disabled_prerequisite_is_warned_once_and_read_again_every_recheck() {
+        let mut p = Prerequisites::new(Duration::from_secs(12 * 3600));
+        let now = Instant::now();
+        let due = p.due(&[node("a")], now);
+        let f = p.absorb(&due, vec![("a".into(), disabled())], now);
+        assert_eq!(f.warnings.len(), 1);
+        assert_eq!(f.changed, [("a".into(), "uid-a".into(), true)]);
+        assert_eq!(p.next_wake(), Some(now + RECHECK));
+        // The store now carries the finding on the view.
+        let mut seen = NodeView::new("a", "uid-a", &["10.0.1.0/24"]);
+        seen.forwarding_disabled = true;
+        let seen = vec![Arc::new(seen)];
+        assert!(p.due(&seen, now + Duration::from_secs(60)).is_empty());
+        let due = p.due(&seen, now + RECHECK);
+        assert_eq!(due.fresh.len(), 1);
+        let f = p.absorb(&due, vec![("a".into(), disabled())], now + RECHECK);
+        assert!(f.warnings.is_empty(), "once per streak");
+        assert!(f.changed.is_empty());
+        let f = p.absorb(&due, vec![("a".into(), Forwarding::Ready)], now + RECHECK);
+        assert_eq!(f.changed, [("a".into(), "uid-a".into(), false)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_repair_is_warned_every_time() {
+        let mut p = Prerequisites::new(Duration::from_secs(3600));
+        let now = Instant::now();
+        let nodes = [node("a")];
+        for i in 0..2 {
+            let at = now + Duration::from_secs(3600 * i);
+            let due = p.due(&nodes, at);
+            let what = "source/destination check on i-1".to_string();
+            let f = p.absorb(&due, vec![("a".into(), Forwarding::Repaired { what })], at);
+            assert_eq!(f.warnings.len(), 1);
+            assert!(f.changed.is_empty());
+        }
+    }
+}
