@@ -277,6 +277,28 @@ fn default_timeout() -> u64 {
     30
 }
 
+/// Refuses upstream's node security group options (`manage-security-groups`,
+/// `node-security-group` and the like, in any spelling) with the reason,
+/// instead of serde's bare "unknown field": an operator porting an upstream
+/// config must learn that the rules are theirs to keep.
+fn refuse_security_groups(text: &str) -> Result<(), ConfigError> {
+    let Ok(serde_yaml_ng::Value::Mapping(m)) = serde_yaml_ng::from_str(text) else {
+        // Not a mapping: the typed parse reports it.
+        return Ok(());
+    };
+    for key in m.keys().filter_map(|k| k.as_str()) {
+        let k = key.to_ascii_lowercase().replace('-', "_");
+        if k.contains("security_group") {
+            return Err(ConfigError::Invalid(format!(
+                "{key}: managing the Nodes' security groups is not supported; \
+                 keep a rule that admits the pod CIDRs (or the cluster CIDR) on the Nodes' security group yourself \
+                 (see the provider's README, Forwarding prerequisite)"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// A configuration that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -323,6 +345,7 @@ impl OpenStackConfig {
     /// Parses YAML (JSON is YAML too), fills secrets from the environment and
     /// validates.
     pub fn from_yaml(text: &str) -> Result<Self, ConfigError> {
+        refuse_security_groups(text)?;
         let mut c: Self =
             serde_yaml_ng::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
         c.fill_from_env(|k| std::env::var(k).ok());
@@ -536,6 +559,21 @@ router_id: 5a1c
                 OpenStackConfig::from_yaml(bad).is_err(),
                 "{bad} was accepted"
             );
+        }
+    }
+
+    #[test]
+    fn upstream_node_security_group_options_are_refused_with_the_reason() {
+        for key in [
+            "manage_security_groups: true",
+            "manage-security-groups: true",
+            "node_security_group: 4b1c",
+            "Node-Security-Group: 4b1c",
+        ] {
+            let yaml = format!("auth_type: noauth\nendpoint: http://x\nrouter_id: a\n{key}\n");
+            let e = OpenStackConfig::from_yaml(&yaml).unwrap_err().to_string();
+            assert!(e.contains("not supported"), "{key}: {e}");
+            assert!(e.contains("security group"), "{key}: {e}");
         }
     }
 

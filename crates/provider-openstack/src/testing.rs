@@ -267,6 +267,114 @@ impl Admin {
         Ok(())
     }
 
+    /// Creates a port on the router's network with `fixed_ips` (addresses on
+    /// its subnets), port security on or off and `pairs` as its
+    /// `allowed_address_pairs`: a Node's port. Returns its id.
+    pub async fn create_port(
+        &self,
+        router: &TestRouter,
+        device_id: &str,
+        fixed_ips: &[&str],
+        port_security: bool,
+        pairs: Value,
+    ) -> Result<String, String> {
+        let ips: Vec<Value> = fixed_ips
+            .iter()
+            .map(|ip| json!({"ip_address": ip}))
+            .collect();
+        let mut port = json!({"network_id": router.network_id, "project_id": router.project_id,
+                              "device_id": device_id, "fixed_ips": ips,
+                              "port_security_enabled": port_security});
+        // Neutron refuses pairs on a port without port security.
+        if port_security {
+            port["allowed_address_pairs"] = pairs;
+        }
+        let p = self
+            .create("/ports", json!({ "port": port }), "port")
+            .await?;
+        p["id"]
+            .as_str()
+            .map(str::to_string)
+            .ok_or_else(|| format!("the new port has no id: {p}"))
+    }
+
+    /// A port as the server holds it.
+    pub async fn port(&self, id: &str) -> Result<Value, String> {
+        let (status, v) = self
+            .request(reqwest::Method::GET, &format!("/ports/{id}"), None, None)
+            .await?;
+        if status != 200 {
+            return Err(format!("GET port {id}: {status} {v}"));
+        }
+        Ok(v["port"].clone())
+    }
+
+    /// A port's `allowed_address_pairs` as `ip_address` strings, in order.
+    pub async fn pair_ips(&self, id: &str) -> Result<Vec<String>, String> {
+        Ok(self.port(id).await?["allowed_address_pairs"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
+            .iter()
+            .filter_map(|p| p["ip_address"].as_str().map(str::to_string))
+            .collect())
+    }
+
+    /// Replaces a port's `allowed_address_pairs` as another tool would.
+    pub async fn set_pairs(&self, id: &str, pairs: Value) -> Result<(), String> {
+        let (status, v) = self
+            .request(
+                reqwest::Method::PUT,
+                &format!("/ports/{id}"),
+                Some(json!({"port": {"allowed_address_pairs": pairs}})),
+                None,
+            )
+            .await?;
+        if status != 200 {
+            return Err(format!("PUT port {id}: {status} {v}"));
+        }
+        Ok(())
+    }
+
+    /// A second router in `router`'s project, attached to the same network
+    /// through a port at `ip`, so next hops on that network are valid for
+    /// both routers.
+    pub async fn create_sibling_router(
+        &self,
+        router: &TestRouter,
+        name: &str,
+        ip: &str,
+    ) -> Result<String, String> {
+        let r = self
+            .create(
+                "/routers",
+                json!({"router": {"name": name, "project_id": router.project_id}}),
+                "router",
+            )
+            .await?;
+        let id = r["id"].as_str().unwrap_or_default().to_string();
+        let port = self
+            .create(
+                "/ports",
+                json!({"port": {"network_id": router.network_id, "project_id": router.project_id,
+                                "fixed_ips": [{"ip_address": ip}]}}),
+                "port",
+            )
+            .await?;
+        let (status, v) = self
+            .request(
+                reqwest::Method::PUT,
+                &format!("/routers/{id}/add_router_interface"),
+                Some(json!({"port_id": port["id"]})),
+                None,
+            )
+            .await?;
+        if status != 200 {
+            return Err(format!("add_router_interface port {ip}: {status} {v}"));
+        }
+        Ok(id)
+    }
+
     /// Sets the project's route quota (routes per router).
     pub async fn set_route_quota(&self, project_id: &str, routes: i64) -> Result<(), String> {
         let (status, v) = self

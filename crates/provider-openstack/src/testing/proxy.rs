@@ -32,6 +32,10 @@ struct ProxyState {
     requests: AtomicU64,
     injected: AtomicU64,
     failing: Mutex<Option<Failing>>,
+    /// The request to hold back: (method, part of the path).
+    hold: Mutex<Option<(String, String)>>,
+    held: AtomicU64,
+    release: tokio::sync::Notify,
 }
 
 /// A poisoned lock only means another request handler panicked; the
@@ -122,6 +126,26 @@ impl Proxy {
     }
 }
 
+impl Proxy {
+    /// Holds the next request with HTTP `method` whose path contains
+    /// `path_part` until [`Proxy::release`], then forwards it: the window
+    /// in which a test changes the server between a client's read and its
+    /// write.
+    pub fn hold_next(&self, method: &str, path_part: &str) {
+        *lock(&self.state.hold) = Some((method.to_string(), path_part.to_string()));
+    }
+
+    /// Requests held back so far.
+    pub fn held(&self) -> u64 {
+        self.state.held.load(Ordering::SeqCst)
+    }
+
+    /// Forwards the held request (or the next one to be held).
+    pub fn release(&self) {
+        self.state.release.notify_one();
+    }
+}
+
 impl Drop for Proxy {
     fn drop(&mut self) {
         self.accept.abort();
@@ -145,6 +169,20 @@ async fn handle(
         }
         answer
     };
+    let hold = {
+        let mut hold = lock(&st.hold);
+        let hit = hold.as_ref().is_some_and(|(m, p)| {
+            req.method().as_str() == m && req.uri().path().contains(p.as_str())
+        });
+        if hit {
+            *hold = None;
+        }
+        hit
+    };
+    if hold {
+        st.held.fetch_add(1, Ordering::SeqCst);
+        st.release.notified().await;
+    }
     let (parts, body) = req.into_parts();
     let body = body
         .collect()
