@@ -298,6 +298,80 @@ impl Admin {
             .ok_or_else(|| format!("the new port has no id: {p}"))
     }
 
+    /// Creates many Node ports in one bulk request: `(device_id, fixed IP,
+    /// allowed_address_pairs)` each, port security on. Returns their ids
+    /// in order.
+    pub async fn create_ports(
+        &self,
+        router: &TestRouter,
+        ports: &[(String, String, Value)],
+    ) -> Result<Vec<String>, String> {
+        let body: Vec<Value> = ports
+            .iter()
+            .map(|(device, ip, pairs)| {
+                json!({"network_id": router.network_id, "project_id": router.project_id,
+                       "device_id": device, "fixed_ips": [{"ip_address": ip}],
+                       "allowed_address_pairs": pairs})
+            })
+            .collect();
+        let (status, v) = self
+            .request(
+                reqwest::Method::POST,
+                "/ports",
+                Some(json!({ "ports": body })),
+                None,
+            )
+            .await?;
+        if status != 201 {
+            return Err(format!("POST /ports (bulk): {status} {v}"));
+        }
+        v["ports"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
+            .iter()
+            .map(|p| {
+                p["id"]
+                    .as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| format!("a new port has no id: {p}"))
+            })
+            .collect()
+    }
+
+    /// Every port of the router's network: id → its `allowed_address_pairs`
+    /// as read (one request).
+    pub async fn pairs_on_network(
+        &self,
+        router: &TestRouter,
+    ) -> Result<std::collections::HashMap<String, Vec<Value>>, String> {
+        let path = format!(
+            "/ports?network_id={}&fields=id&fields=allowed_address_pairs",
+            router.network_id
+        );
+        let (status, v) = self
+            .request(reqwest::Method::GET, &path, None, None)
+            .await?;
+        if status != 200 {
+            return Err(format!("GET {path}: {status} {v}"));
+        }
+        Ok(v["ports"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
+            .iter()
+            .filter_map(|p| {
+                Some((
+                    p["id"].as_str()?.to_string(),
+                    p["allowed_address_pairs"]
+                        .as_array()
+                        .cloned()
+                        .unwrap_or_default(),
+                ))
+            })
+            .collect())
+    }
+
     /// A port as the server holds it.
     pub async fn port(&self, id: &str) -> Result<Value, String> {
         let (status, v) = self

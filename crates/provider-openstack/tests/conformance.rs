@@ -4,7 +4,11 @@
 //! IPv4 and an IPv6 subnet, in a project of its own whose route quota is
 //! lowered for the quota check. The provider talks to the server through
 //! the testing [`Proxy`], which injects Neutron's error answers and counts
-//! the requests the server saw: no exemptions.
+//! the requests the server saw: no exemptions. On the atomic path each Node
+//! has a port with port security on, so every check also runs the port step
+//! (the pod CIDR as an allowed address pair); on the whole-list path no port
+//! carries the next hops, the step's skip, which also keeps the two suites
+//! within their time on a loaded machine.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -67,6 +71,21 @@ async fn subject(mode: UpdateMode) -> Subject {
         .set_route_quota(&router.project_id, i64::try_from(QUOTA).unwrap_or(i64::MAX))
         .await
         .expect("a route quota");
+    for i in (0..2u8).filter(|_| mode == UpdateMode::Auto) {
+        admin
+            .create_port(
+                &router,
+                &format!("srv-node-{i}"),
+                &[
+                    &format!("10.0.0.{}", i + 5),
+                    &format!("fd00:0:0:1::{}", i + 5),
+                ],
+                true,
+                serde_json::json!([]),
+            )
+            .await
+            .expect("a Node port");
+    }
     let nodes: Vec<NodeView> = (0..2u8)
         .map(|i| {
             NodeView::new(format!("node-{i}"), format!("uid-{i}"), &[]).with_addresses(vec![
