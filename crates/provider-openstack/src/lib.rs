@@ -896,6 +896,7 @@ impl CloudRoutes for OpenStackRoutes {
             // The next hop is the node's InternalIP of the route's family.
             needs: TargetNeeds::InternalIp,
             replaces_blackholes: false,
+            checks_forwarding: false,
         }
     }
 
