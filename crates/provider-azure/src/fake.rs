@@ -21,6 +21,8 @@
 //! | `POST /{tenant}/oauth2/v2.0/token` with `grant_type=client_credentials` and `client_secret`, or `client_assertion_type=urn:ietf:params:oauth:client-assertion-type:jwt-bearer` + `client_assertion` (workload identity), `scope=<arm>/.default`; answer `{token_type, expires_in, access_token}`; `400/401 invalid_client` | Microsoft identity platform, "OAuth 2.0 client credentials flow" (shared secret and federated credential) |
 //! | `GET /metadata/identity/oauth2/token?api-version=2018-02-01&resource=` with `Metadata: true`; `expires_in` as a string | "How to use managed identities for Azure resources on an Azure VM to acquire an access token" (IMDS) |
 //! | `400 MissingApiVersionParameter` without `api-version`, `401 InvalidAuthenticationToken` without a valid bearer token | ARM's common error answers |
+//! | `GET .../providers/Microsoft.Compute/virtualMachines/{name}?api-version=`: `properties.networkProfile.networkInterfaces[]` as `{id, properties: {primary}}` (`primary` left out when the VM has one NIC), `vmId`, `hardwareProfile`, `provisioningState`; `404 ResourceNotFound` | Azure REST API reference, Compute, "Virtual Machines - Get" (`NetworkInterfaceReference`) |
+//! | `GET .../providers/Microsoft.Network/networkInterfaces/{name}?api-version=`: `etag`, `properties.enableIPForwarding` (on unless [`FakeAzure::set_ip_forwarding`] turned it off), `primary`, `virtualMachine.id`, `ipConfigurations[].properties.{privateIPAddress, primary, privateIPAddressVersion}`; `404 ResourceNotFound` | Azure REST API reference, Virtual Network, "Network Interfaces - Get" |
 //!
 //! The wire format is checked by the official Azure SDK for Go, not only by
 //! this crate's client: `tests/official_sdk_wire.rs` runs
@@ -129,6 +131,25 @@ struct OperationState {
     outcome: Option<Option<String>>,
 }
 
+/// A standalone VM: its NICs by name, in `networkProfile` order.
+#[derive(Debug, Clone)]
+struct VmState {
+    name: String,
+    nics: Vec<(String, bool)>,
+    id: u64,
+}
+
+/// A NIC: what "Network Interfaces - Get" reports.
+#[derive(Debug, Clone)]
+struct NicState {
+    name: String,
+    vm: Option<String>,
+    primary: bool,
+    ip_forwarding: bool,
+    private_ip: String,
+    etag: u64,
+}
+
 #[derive(Debug)]
 struct Injected {
     endpoint: String,
@@ -179,6 +200,8 @@ struct FakeState {
     config: FakeConfig,
     base: String,
     tables: BTreeMap<String, TableState>,
+    vms: BTreeMap<String, VmState>,
+    nics: BTreeMap<String, NicState>,
     operations: BTreeMap<String, OperationState>,
     next_id: u64,
     reads: Bucket,
@@ -231,6 +254,93 @@ impl FakeState {
             "/subscriptions/{}/resourceGroups/{}/providers/Microsoft.Network/routeTables/{name}",
             self.config.subscription, self.config.resource_group
         )
+    }
+
+    fn group_id(&self) -> String {
+        format!(
+            "/subscriptions/{}/resourceGroups/{}",
+            self.config.subscription, self.config.resource_group
+        )
+    }
+
+    fn vm_id(&self, name: &str) -> String {
+        format!(
+            "{}/providers/Microsoft.Compute/virtualMachines/{name}",
+            self.group_id()
+        )
+    }
+
+    fn nic_id(&self, name: &str) -> String {
+        format!(
+            "{}/providers/Microsoft.Network/networkInterfaces/{name}",
+            self.group_id()
+        )
+    }
+
+    fn vm_json(&self, vm: &VmState) -> Value {
+        let single = vm.nics.len() == 1;
+        let nics: Vec<Value> = vm
+            .nics
+            .iter()
+            .map(|(nic, primary)| {
+                if single {
+                    json!({"id": self.nic_id(nic)})
+                } else {
+                    json!({"id": self.nic_id(nic), "properties": {"primary": primary}})
+                }
+            })
+            .collect();
+        json!({
+            "name": vm.name,
+            "id": self.vm_id(&vm.name),
+            "type": "Microsoft.Compute/virtualMachines",
+            "location": self.config.location,
+            "properties": {
+                "vmId": format!("00000000-0000-0000-0001-{:012x}", vm.id),
+                "hardwareProfile": {"vmSize": "Standard_D2s_v5"},
+                "storageProfile": {"osDisk": {"osType": "Linux", "name": format!("{}_OsDisk", vm.name)}},
+                "osProfile": {"computerName": vm.name, "adminUsername": "azureuser"},
+                "networkProfile": {"networkInterfaces": nics},
+                "provisioningState": "Succeeded",
+            }
+        })
+    }
+
+    fn nic_json(&self, nic: &NicState) -> Value {
+        let id = self.nic_id(&nic.name);
+        let mut properties = json!({
+            "provisioningState": "Succeeded",
+            "resourceGuid": format!("00000000-0000-0000-0002-{:012x}", nic.etag),
+            "ipConfigurations": [{
+                "name": "ipconfig1",
+                "id": format!("{id}/ipConfigurations/ipconfig1"),
+                "etag": etag(nic.etag),
+                "type": "Microsoft.Network/networkInterfaces/ipConfigurations",
+                "properties": {
+                    "provisioningState": "Succeeded",
+                    "privateIPAddress": nic.private_ip,
+                    "privateIPAllocationMethod": "Dynamic",
+                    "privateIPAddressVersion": "IPv4",
+                    "primary": true,
+                    "subnet": {"id": format!("{}/providers/Microsoft.Network/virtualNetworks/k8s-vnet/subnets/nodes", self.group_id())},
+                },
+            }],
+            "enableAcceleratedNetworking": false,
+            "enableIPForwarding": nic.ip_forwarding,
+            "nicType": "Standard",
+        });
+        if let Some(vm) = &nic.vm {
+            properties["primary"] = json!(nic.primary);
+            properties["virtualMachine"] = json!({"id": self.vm_id(vm)});
+        }
+        json!({
+            "name": nic.name,
+            "id": id,
+            "etag": etag(nic.etag),
+            "type": "Microsoft.Network/networkInterfaces",
+            "location": self.config.location,
+            "properties": properties,
+        })
     }
 
     fn table_json(&self, t: &TableState) -> Value {
@@ -351,6 +461,8 @@ impl FakeAzure {
             config,
             base: format!("http://{addr}"),
             tables: BTreeMap::new(),
+            vms: BTreeMap::new(),
+            nics: BTreeMap::new(),
             operations: BTreeMap::new(),
             next_id: 0,
             issued: HashSet::new(),
@@ -425,6 +537,86 @@ impl FakeAzure {
                 running: None,
             },
         );
+    }
+
+    /// Adds a standalone VM with one NIC, `<name>-nic`, whose IP forwarding
+    /// is on and whose address is `private_ip`. Answers the Node
+    /// `spec.providerID` of the VM.
+    pub fn add_vm(&self, name: &str, private_ip: &str) -> String {
+        let nic = format!("{name}-nic");
+        let mut s = self.lock();
+        let n = s.next();
+        s.nics.insert(
+            nic.to_ascii_lowercase(),
+            NicState {
+                name: nic.clone(),
+                vm: Some(name.into()),
+                primary: true,
+                ip_forwarding: true,
+                private_ip: private_ip.into(),
+                etag: n,
+            },
+        );
+        s.vms.insert(
+            name.to_ascii_lowercase(),
+            VmState {
+                name: name.into(),
+                nics: vec![(nic, true)],
+                id: n,
+            },
+        );
+        format!("azure://{}", s.vm_id(name))
+    }
+
+    /// Attaches one more NIC, `nic`, to `vm`; `primary` makes it the VM's
+    /// primary NIC (and the others secondary). IP forwarding off, as Azure
+    /// creates a NIC. `false` when there is no such VM.
+    pub fn attach_nic(&self, vm: &str, nic: &str, primary: bool) -> bool {
+        let mut s = self.lock();
+        let Some(v) = s.vms.get_mut(&vm.to_ascii_lowercase()) else {
+            return false;
+        };
+        if primary {
+            for (_, p) in &mut v.nics {
+                *p = false;
+            }
+        }
+        v.nics.push((nic.into(), primary));
+        let flags: Vec<(String, bool)> = v.nics.clone();
+        for (name, p) in &flags {
+            if let Some(other) = s.nics.get_mut(&name.to_ascii_lowercase()) {
+                other.primary = *p;
+            }
+        }
+        let n = s.next();
+        s.nics.insert(
+            nic.to_ascii_lowercase(),
+            NicState {
+                name: nic.into(),
+                vm: Some(vm.into()),
+                primary,
+                ip_forwarding: false,
+                private_ip: format!("10.1.{}.{}", (n >> 8) & 0xff, n & 0xff),
+                etag: n,
+            },
+        );
+        true
+    }
+
+    /// Sets a NIC's `enableIPForwarding`, as `az network nic update
+    /// --ip-forwarding` would (the NIC's ETag changes); `false` when there
+    /// is no such NIC.
+    pub fn set_ip_forwarding(&self, nic: &str, on: bool) -> bool {
+        let mut s = self.lock();
+        let n = s.next();
+        match s.nics.get_mut(&nic.to_ascii_lowercase()) {
+            Some(state) => {
+                state.ip_forwarding = on;
+                state.etag = n;
+                true
+            }
+            None => false,
+        }
     }
 
     /// The routes of `table`: `(name, addressPrefix, nextHopType, nextHopIpAddress)`.
@@ -502,7 +694,8 @@ impl FakeAzure {
     }
 
     /// Answers the next `n` requests to `endpoint` (`token`, `imds_token`,
-    /// `get_table`, `put_table`, `get_operation`) with `status` and `code`,
+    /// `get_table`, `put_table`, `get_operation`, `get_vm`, `get_nic`) with
+    /// `status` and `code`,
     /// without acting on them. A `429` carries `Retry-After: 1`.
     pub fn fail_next(&self, endpoint: &str, n: u32, status: u16, code: &str) {
         self.lock().injected.push(Injected {
@@ -604,6 +797,21 @@ fn endpoint_of(method: &Method, path: &str, s: &FakeState) -> (&'static str, Opt
                 Method::GET => ("get_table", name),
                 Method::PUT => ("put_table", name),
                 _ => ("unknown", None),
+            }
+        }
+        (&Method::GET, ["", subs, sub, rgs, rg, providers, ns, kind, name])
+            if eq(subs, "subscriptions")
+                && eq(rgs, "resourceGroups")
+                && eq(providers, "providers")
+                && ((eq(ns, "Microsoft.Compute") && eq(kind, "virtualMachines"))
+                    || (eq(ns, "Microsoft.Network") && eq(kind, "networkInterfaces"))) =>
+        {
+            let here = eq(sub, &s.config.subscription) && eq(rg, &s.config.resource_group);
+            let name = here.then(|| name.to_ascii_lowercase());
+            if eq(kind, "virtualMachines") {
+                ("get_vm", name)
+            } else {
+                ("get_nic", name)
             }
         }
         (&Method::GET, ["", subs, _, providers, ns, locations, _, operations, id])
@@ -844,6 +1052,24 @@ fn answer(
             None => not_found(),
         },
         "put_table" => put_table(s, target, headers, body, now),
+        "get_vm" => match target.as_ref().and_then(|t| s.vms.get(t)) {
+            Some(vm) => (StatusCode::OK, s.vm_json(vm)).into(),
+            None => err(
+                StatusCode::NOT_FOUND,
+                "ResourceNotFound",
+                "The Resource 'Microsoft.Compute/virtualMachines' under the resource group was not found.",
+            )
+            .into(),
+        },
+        "get_nic" => match target.as_ref().and_then(|t| s.nics.get(t)) {
+            Some(nic) => (StatusCode::OK, s.nic_json(nic)).into(),
+            None => err(
+                StatusCode::NOT_FOUND,
+                "ResourceNotFound",
+                "The Resource 'Microsoft.Network/networkInterfaces' under the resource group was not found.",
+            )
+            .into(),
+        },
         "get_operation" => {
             let Some(op) = target.as_ref().and_then(|id| s.operations.get(id)) else {
                 return err(StatusCode::NOT_FOUND, "NotFound", "no such operation").into();

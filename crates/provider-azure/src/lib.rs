@@ -35,6 +35,7 @@
 pub mod config;
 #[cfg(feature = "testing")]
 pub mod fake;
+pub mod forwarding;
 pub mod names;
 
 mod client;
@@ -48,7 +49,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use reqwest::{Method, StatusCode};
 use route_cloud::{
-    Batch, BatchResult, Capabilities, CloudError, CloudRoutes, ErrorKind, RequestStats,
+    Batch, BatchResult, Capabilities, CloudError, CloudRoutes, ErrorKind, Forwarding,
+    ForwardingCheck, RequestStats,
 };
 use route_core::{Destination, IpFamily, NodeAddress, NodeView, Route, TargetNeeds};
 use serde_json::{Map, Value, json};
@@ -70,6 +72,10 @@ pub mod ops {
     pub const PUT_TABLE: &str = "put_table";
     /// `GET` of an `Azure-AsyncOperation` status.
     pub const POLL: &str = "poll_operation";
+    /// `GET` of a Node's VM, for its primary NIC (forwarding check).
+    pub const GET_VM: &str = "get_vm";
+    /// `GET` of a Node's primary NIC, for `enableIPForwarding`.
+    pub const GET_NIC: &str = "get_nic";
 }
 
 /// The next hop type of every route this controller writes.
@@ -241,6 +247,8 @@ pub struct AzureRoutes {
     /// another writer.
     write_lock: tokio::sync::Mutex<()>,
     conflict_retries: AtomicU64,
+    /// The Nodes' primary NICs and their `enableIPForwarding`, as read.
+    forwarding: Mutex<forwarding::Memory>,
 }
 
 impl std::fmt::Debug for AzureRoutes {
@@ -272,6 +280,7 @@ impl AzureRoutes {
             last_seen: Mutex::new(None),
             write_lock: tokio::sync::Mutex::new(()),
             conflict_retries: AtomicU64::new(0),
+            forwarding: Mutex::new(forwarding::Memory::default()),
         })
     }
 
@@ -728,7 +737,9 @@ impl CloudRoutes for AzureRoutes {
             // The next hop is the Node's InternalIP of the route's family.
             needs: TargetNeeds::InternalIp,
             replaces_blackholes: false,
-            checks_forwarding: false,
+            // VirtualAppliance traffic reaches a Node only through a NIC
+            // with IP forwarding.
+            checks_forwarding: true,
         }
     }
 
@@ -794,6 +805,19 @@ impl CloudRoutes for AzureRoutes {
 
     async fn apply_batch(&self, _cluster: &str, batch: &Batch) -> Result<BatchResult, CloudError> {
         self.apply(batch).await
+    }
+
+    /// One `GET` of the VM and one of its primary NIC the first time a Node
+    /// is asked about; nothing for a NIC found with IP forwarding on; one
+    /// `GET` of the NIC per fresh check for a NIC found with it off. Never
+    /// changes a NIC (`check.repair` is ignored: see [`forwarding`]).
+    async fn check_forwarding(
+        &self,
+        _cluster: &str,
+        nodes: &[Arc<NodeView>],
+        check: ForwardingCheck,
+    ) -> Result<Vec<(String, Forwarding)>, CloudError> {
+        self.check_ip_forwarding(nodes, check).await
     }
 }
 

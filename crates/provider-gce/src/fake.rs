@@ -14,6 +14,12 @@
 //! | `GET operations/{o}` | the operation | `globalOperations.get` |
 //! | `POST operations/{o}/wait` | blocks until the operation is `DONE` or `max_wait` passed, then answers it either way | `globalOperations.wait` |
 //!
+//! and, under `/compute/v1/projects/{project}/zones/{zone}`:
+//!
+//! | request | what it does | source |
+//! |---|---|---|
+//! | `GET instances/{i}` | the instance: `name`, `zone`, `status` (`RUNNING`, `TERMINATED` when stopped), `canIpForward` (on unless [`FakeGce::set_can_ip_forward`] turned it off), `selfLink`; `404 notFound` when absent | `instances.get` and the `Instance` resource (field `canIpForward`: "Allows this instance to send and receive packets with non-matching destination or source IPs") |
+//!
 //! What it enforces, and where each rule comes from:
 //!
 //! - the list filter: parenthesised `field eq "regex"` terms (also `ne`, and
@@ -84,7 +90,8 @@ pub struct FakeConfig {
     pub operation_duration: Duration,
     /// Static routes per network.
     pub max_routes: usize,
-    /// Read requests (`networks.get`, `routes.list`, `routes.get`) per window.
+    /// Read requests (`networks.get`, `routes.list`, `routes.get`,
+    /// `instances.get`) per window.
     pub reads_per_window: u32,
     /// Write requests (`routes.insert`, `routes.delete`) per window.
     pub writes_per_window: u32,
@@ -124,6 +131,16 @@ struct NetworkState {
 enum InstanceState {
     Running,
     Stopped,
+}
+
+/// An instance as stored, by its URL.
+#[derive(Debug, Clone, Copy)]
+struct FakeInstance {
+    state: InstanceState,
+    id: u64,
+    /// `canIpForward`: GCE's default is off; the fake's is on, so a test
+    /// that does not care sees a cluster whose Nodes can carry pod traffic.
+    can_ip_forward: bool,
 }
 
 /// A route as stored: the fields the API returns.
@@ -179,7 +196,7 @@ struct Injected {
 struct FakeState {
     config: FakeConfig,
     networks: BTreeMap<String, NetworkState>,
-    instances: BTreeMap<String, InstanceState>,
+    instances: BTreeMap<String, FakeInstance>,
     routes: BTreeMap<String, FakeRoute>,
     operations: BTreeMap<String, OperationState>,
     next_id: u64,
@@ -337,16 +354,41 @@ impl FakeGce {
             .insert(name.to_string(), NetworkState { id, ula_ipv6 });
     }
 
-    /// Adds a running instance.
+    /// Adds a running instance with `canIpForward` on.
     pub fn add_instance(&self, zone: &str, name: &str) {
         let url = self.instance_url(zone, name);
-        self.lock().instances.insert(url, InstanceState::Running);
+        let mut s = self.lock();
+        let id = s.next_id;
+        s.next_id += 1;
+        s.instances.insert(
+            url,
+            FakeInstance {
+                state: InstanceState::Running,
+                id,
+                can_ip_forward: true,
+            },
+        );
     }
 
     /// Stops an instance: routes to it get `NEXT_HOP_NOT_RUNNING`.
     pub fn stop_instance(&self, zone: &str, name: &str) {
         let url = self.instance_url(zone, name);
-        self.lock().instances.insert(url, InstanceState::Stopped);
+        if let Some(i) = self.lock().instances.get_mut(&url) {
+            i.state = InstanceState::Stopped;
+        }
+    }
+
+    /// Sets an instance's `canIpForward`, as recreating it (or updating it
+    /// while stopped) would; `false` when there is no such instance.
+    pub fn set_can_ip_forward(&self, zone: &str, name: &str, on: bool) -> bool {
+        let url = self.instance_url(zone, name);
+        match self.lock().instances.get_mut(&url) {
+            Some(i) => {
+                i.can_ip_forward = on;
+                true
+            }
+            None => false,
+        }
     }
 
     /// Deletes an instance: routes to it get `NEXT_HOP_INSTANCE_NOT_FOUND`.
@@ -403,7 +445,8 @@ impl FakeGce {
     }
 
     /// Answers the next request to `endpoint` (`get_network`, `list`,
-    /// `get_route`, `insert`, `delete`, `get_operation`, `wait_operation`)
+    /// `get_route`, `insert`, `delete`, `get_operation`, `wait_operation`,
+    /// `get_instance`)
     /// with `status` and error `reason`, without acting on it.
     pub fn fail_next(&self, endpoint: &str, status: u16, reason: &str) {
         self.lock().injected.push(Injected {
@@ -532,7 +575,7 @@ impl FakeState {
         });
         if let Some(hop) = &r.next_hop_instance {
             v["nextHopInstance"] = json!(hop);
-            let warning = match self.instances.get(hop) {
+            let warning = match self.instances.get(hop).map(|i| i.state) {
                 Some(InstanceState::Running) => None,
                 Some(InstanceState::Stopped) => Some((
                     "NEXT_HOP_NOT_RUNNING",
@@ -836,6 +879,20 @@ fn endpoint_of(method: &Method, path: &str) -> (&'static str, String, String) {
         (&Method::GET, ["", "compute", "v1", "projects", p, "global", "networks", n]) => {
             ("get_network", p.to_string(), n.to_string())
         }
+        (
+            &Method::GET,
+            [
+                "",
+                "compute",
+                "v1",
+                "projects",
+                p,
+                "zones",
+                z,
+                "instances",
+                i,
+            ],
+        ) => ("get_instance", p.to_string(), format!("{z}/{i}")),
         (&Method::GET, ["", "compute", "v1", "projects", p, "global", "routes"]) => {
             ("list", p.to_string(), String::new())
         }
@@ -1062,6 +1119,29 @@ fn answer(
             }
             done((StatusCode::OK, v))
         }
+        "get_instance" => {
+            // `resource` is `<zone>/<instance>`.
+            let (zone, name) = resource.split_once('/').unwrap_or_default();
+            let url = format!("{base}/zones/{zone}/instances/{name}");
+            match s.instances.get(&url) {
+                Some(i) => {
+                    // The fake does not say which network an instance is on:
+                    // the first one, which is the cluster's in every test.
+                    let network = s.networks.keys().next().cloned().unwrap_or_default();
+                    done((
+                        StatusCode::OK,
+                        instance_json(&url, zone, name, &network, i, &base),
+                    ))
+                }
+                None => done(error(
+                    StatusCode::NOT_FOUND,
+                    "notFound",
+                    format!(
+                        "The resource 'projects/{project}/zones/{zone}/instances/{name}' was not found"
+                    ),
+                )),
+            }
+        }
         "get_route" => match s.routes.get(resource) {
             Some(r) => done((StatusCode::OK, s.route_json(r))),
             None => done(error(
@@ -1112,6 +1192,38 @@ fn answer(
         "wait_operation" => (None, Value::Null),
         _ => done(error(StatusCode::NOT_FOUND, "notFound", "no such method")),
     }
+}
+
+/// The `Instance` resource as `instances.get` answers it, with the fields
+/// a Node's instance has in a routes-based cluster.
+fn instance_json(
+    url: &str,
+    zone: &str,
+    name: &str,
+    network: &str,
+    i: &FakeInstance,
+    base: &str,
+) -> Value {
+    json!({
+        "kind": "compute#instance",
+        "id": i.id.to_string(),
+        "creationTimestamp": timestamp(),
+        "name": name,
+        "zone": format!("{base}/zones/{zone}"),
+        "machineType": format!("{base}/zones/{zone}/machineTypes/e2-standard-2"),
+        "status": match i.state {
+            InstanceState::Running => "RUNNING",
+            InstanceState::Stopped => "TERMINATED",
+        },
+        "canIpForward": i.can_ip_forward,
+        "networkInterfaces": [{
+            "kind": "compute#networkInterface",
+            "name": "nic0",
+            "network": format!("{base}/global/networks/{network}"),
+            "stackType": "IPV4_ONLY",
+        }],
+        "selfLink": url,
+    })
 }
 
 fn insert(s: &mut FakeState, project: &str, body: &[u8]) -> (StatusCode, Value) {

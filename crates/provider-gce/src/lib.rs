@@ -42,6 +42,7 @@ pub mod config;
 mod error;
 #[cfg(feature = "testing")]
 pub mod fake;
+mod forwarding;
 
 use std::collections::HashMap;
 use std::hash::Hasher;
@@ -50,19 +51,23 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use google_cloud_compute_v1::client::{GlobalOperations, Networks, Routes};
+use google_cloud_compute_v1::client::{GlobalOperations, Instances, Networks, Routes};
 use google_cloud_compute_v1::model::Operation;
 use google_cloud_compute_v1::model::operation::Status as OpStatus;
 use google_cloud_gax::options::RequestOptionsBuilder as _;
 use google_cloud_gax::retry_policy::NeverRetry;
 use route_cloud::ratelimit::TokenBucket;
-use route_cloud::{Capabilities, CloudError, CloudRoutes, ErrorKind, Fence, RequestStats};
+use route_cloud::{
+    Capabilities, CloudError, CloudRoutes, ErrorKind, Fence, Forwarding, ForwardingCheck,
+    RequestStats,
+};
 use route_core::{Cidr, Destination, IpFamily, NodeView, Route, TargetNeeds, Text};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 pub use crate::config::{ConfigError, GceConfig};
 pub use crate::error::{classify, kind_of_answer, kind_of_operation_error};
+pub use crate::forwarding::{disabled_fix, disabled_what};
 
 /// The description upstream gives the routes it creates, and the third part
 /// of its list filter (`k8sNodeRouteTag` in `gce.go`).
@@ -286,6 +291,8 @@ pub struct GceRoutes {
     config: GceConfig,
     routes: Routes,
     operations: GlobalOperations,
+    /// Only `instances.get`, for the forwarding check.
+    instances: Instances,
     /// The network's `selfLink`, as routes carry it.
     network_url: String,
     supports_ipv6: bool,
@@ -297,6 +304,8 @@ pub struct GceRoutes {
     fence: Fence,
     /// Instances to Node names, from the Nodes' providerIDs.
     nodes: Mutex<HashMap<InstanceRef, Text>>,
+    /// `canIpForward` of every instance read so far.
+    forwarding: Mutex<HashMap<InstanceRef, bool>>,
 }
 
 /// Builds one service client of the official library with this crate's
@@ -322,6 +331,7 @@ impl GceRoutes {
         let routes = client!(Routes, config, creds);
         let operations = client!(GlobalOperations, config, creds);
         let networks = client!(Networks, config, creds);
+        let instances = client!(Instances, config, creds);
         let stats = RequestStats::default();
         let project = config.routes_project().to_string();
         let answer = networks
@@ -370,6 +380,7 @@ impl GceRoutes {
             config,
             routes,
             operations,
+            instances,
             network_url,
             supports_ipv6,
             stats,
@@ -377,6 +388,7 @@ impl GceRoutes {
             polls,
             fence: Fence::default(),
             nodes: Mutex::new(HashMap::new()),
+            forwarding: Mutex::new(HashMap::new()),
         })
     }
 
@@ -652,7 +664,8 @@ impl CloudRoutes for GceRoutes {
             max_routes: (self.config.max_routes > 0).then_some(self.config.max_routes),
             needs: TargetNeeds::ProviderId,
             replaces_blackholes: false,
-            checks_forwarding: false,
+            // Routes to an instance without `canIpForward` carry nothing.
+            checks_forwarding: true,
         }
     }
 
@@ -819,6 +832,20 @@ impl CloudRoutes for GceRoutes {
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// One `instances.get` per instance the first time it is asked about;
+    /// none for an instance found with `canIpForward` on, which cannot be
+    /// turned off while it runs; one more per fresh check for an instance
+    /// found with it off. Never changes anything (`check.repair` is moot:
+    /// the field cannot be changed on a running instance).
+    async fn check_forwarding(
+        &self,
+        _cluster: &str,
+        nodes: &[Arc<NodeView>],
+        check: ForwardingCheck,
+    ) -> Result<Vec<(String, Forwarding)>, CloudError> {
+        self.check_can_ip_forward(nodes, check).await
     }
 
     /// One `routes.delete` by name plus the wait for its operation.
