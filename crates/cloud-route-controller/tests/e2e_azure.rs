@@ -343,3 +343,121 @@ async fn workload_identity_secrets_never_appear_in_trace_logs_events_or_metrics(
     );
     assert_eq!(ctl.stop(), Some(0), "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_nic_has_ip_forwarding_off_keeps_its_route_and_reads_forwarding_disabled() {
+    let t0 = std::time::Instant::now();
+    let c = TestCluster::acquire().await.expect("API server");
+    let fake = FakeAzure::start(FakeConfig::default())
+        .await
+        .expect("the fake starts");
+    fake.add_table(TABLE);
+    // azf-0's NIC forwards; azf-1's was created without IP forwarding.
+    let ids: Vec<String> = (0..2u32)
+        .map(|i| fake.add_vm(&format!("azf-{i}"), &ip(200 + i)))
+        .collect();
+    assert!(fake.set_ip_forwarding("azf-1-nic", false));
+    let dir = TempDir::new("azure-forwarding");
+    let cfg = dir.path().join("azure.json");
+    std::fs::write(&cfg, fake.cloud_config(TABLE)).expect("write the cloud config");
+    let ctl = Controller::start(
+        c.kubeconfig_path(),
+        dir.path(),
+        "controller",
+        &[
+            "--cluster-cidr",
+            "10.244.0.0/16",
+            "--cloud-provider",
+            "azure",
+            "--cloud-config",
+            cfg.to_str().expect("utf-8 path"),
+            "--leader-elect=false",
+            "--metrics-bind-address",
+            "0",
+        ],
+    );
+    for (i, id) in (0..2u32).zip(&ids) {
+        c.create_node(
+            &TestNode::new(format!("azf-{i}"))
+                .pod_cidrs([format!("10.244.{}.0/24", 200 + i)])
+                .internal_ip(ip(200 + i))
+                .provider_id(id.clone()),
+        )
+        .await
+        .expect("create the test Node");
+    }
+    wait_until(
+        Duration::from_secs(20),
+        "both Nodes routed, the one whose NIC cannot forward too",
+        || async {
+            let mut names: Vec<String> = fake.routes(TABLE).into_iter().map(|r| r.0).collect();
+            names.sort();
+            (names == ["azf-0", "azf-1"]).then_some(())
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
+    let (on, off) = wait_until(
+        Duration::from_secs(20),
+        "azf-0 RouteCreated and azf-1 ForwardingDisabled",
+        || async {
+            let on = c.network_unavailable("azf-0").await.ok()??;
+            let off = c.network_unavailable("azf-1").await.ok()??;
+            (on.reason.as_deref() == Some("RouteCreated")
+                && off.reason.as_deref() == Some("ForwardingDisabled"))
+            .then_some((on, off))
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
+    assert_eq!(on.status, "False", "{on:?}");
+    assert_eq!(off.status, "True", "{off:?}");
+    let warnings = |name: &'static str| {
+        let c = &c;
+        async move {
+            c.node_events(name)
+                .await
+                .expect("events")
+                .into_iter()
+                .filter(|e| e.reason.as_deref() == Some("ForwardingDisabled"))
+                .collect::<Vec<_>>()
+        }
+    };
+    wait_until(
+        Duration::from_secs(10),
+        "azf-1's ForwardingDisabled Warning",
+        || async { (!warnings("azf-1").await.is_empty()).then_some(()) },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
+    // The passes that follow (Node updates, condition writes) must not
+    // repeat it.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let events = warnings("azf-1").await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    let e = &events[0];
+    assert_eq!(e.type_.as_deref(), Some("Warning"));
+    assert_eq!(e.count.unwrap_or(1), 1, "{e:?}");
+    let message = e.message.as_deref().unwrap_or_default();
+    assert!(
+        message.contains("NIC azf-1-nic of VM azf-1 has enableIPForwarding false"),
+        "{message}"
+    );
+    assert!(
+        message.contains(
+            "az network nic update --resource-group k8s-rg --name azf-1-nic --ip-forwarding true"
+        ),
+        "{message}"
+    );
+    assert!(warnings("azf-0").await.is_empty());
+    // One read per VM and per NIC: the Node updates that followed cost none.
+    assert_eq!(
+        (fake.count("get_vm"), fake.count("get_nic")),
+        (2, 2),
+        "{:?}",
+        fake.answers()
+    );
+    let log = ctl.log_text();
+    assert_eq!(ctl.stop(), Some(0), "{log}");
+    eprintln!("azure forwarding: took {:?}", t0.elapsed());
+}

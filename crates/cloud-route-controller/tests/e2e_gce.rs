@@ -320,3 +320,101 @@ async fn a_spent_write_quota_is_waited_out_until_the_window_turns() {
     let log = ctl.log_text();
     assert_eq!(ctl.stop(), Some(0), "{log}");
 }
+
+#[tokio::test]
+async fn a_node_on_an_instance_without_can_ip_forward_keeps_its_route_and_reads_forwarding_disabled()
+ {
+    let t0 = Instant::now();
+    let c = TestCluster::acquire().await.unwrap();
+    let fake = FakeGce::start(FakeConfig::default()).await.unwrap();
+    fake.add_network(NETWORK, false);
+    // gce-0 can forward; gce-1 was created without `--can-ip-forward`.
+    fake.add_instance(ZONE, "gce-0");
+    fake.add_instance(ZONE, "gce-1");
+    assert!(fake.set_can_ip_forward(ZONE, "gce-1", false));
+    let dir = TempDir::new("gce-forwarding");
+    let config = write_config(&dir, &fake, "");
+    let ctl = Controller::start(
+        c.kubeconfig_path(),
+        dir.path(),
+        "controller",
+        &[
+            "--cluster-cidr",
+            "10.244.0.0/16",
+            "--cloud-provider",
+            "gce",
+            "--cloud-config",
+            config.to_str().unwrap(),
+            "--leader-elect=false",
+            "--metrics-bind-address",
+            "0",
+        ],
+    );
+    for i in 0..2 {
+        c.create_node(&node(&fake, i)).await.unwrap();
+    }
+    wait_until(
+        Duration::from_secs(20),
+        "both Nodes routed, the one that cannot forward too",
+        || async { (destinations(&ours(&fake)) == expect(0..2)).then_some(()) },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
+    let conditions = wait_until(
+        Duration::from_secs(20),
+        "gce-0 RouteCreated and gce-1 ForwardingDisabled",
+        || async {
+            let on = c.network_unavailable("gce-0").await.ok()??;
+            let off = c.network_unavailable("gce-1").await.ok()??;
+            (on.reason.as_deref() == Some("RouteCreated")
+                && off.reason.as_deref() == Some("ForwardingDisabled"))
+            .then_some((on, off))
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
+    assert_eq!(conditions.0.status, "False", "{:?}", conditions.0);
+    assert_eq!(conditions.1.status, "True", "{:?}", conditions.1);
+    let warnings = |name: &'static str| {
+        let c = &c;
+        async move {
+            c.node_events(name)
+                .await
+                .unwrap()
+                .into_iter()
+                .filter(|e| e.reason.as_deref() == Some("ForwardingDisabled"))
+                .collect::<Vec<_>>()
+        }
+    };
+    wait_until(
+        Duration::from_secs(10),
+        "gce-1's ForwardingDisabled Warning",
+        || async { (!warnings("gce-1").await.is_empty()).then_some(()) },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
+    // The passes that follow (Node updates, condition writes) must not
+    // repeat it.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let events = warnings("gce-1").await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    let e = &events[0];
+    assert_eq!(e.type_.as_deref(), Some("Warning"));
+    assert_eq!(e.count.unwrap_or(1), 1, "{e:?}");
+    let message = e.message.as_deref().unwrap_or_default();
+    assert!(
+        message.contains("instance gce-1") && message.contains("canIpForward false"),
+        "{message}"
+    );
+    assert!(
+        message.contains("--can-ip-forward")
+            && message.contains(&format!("update-from-file gce-1 --zone {ZONE}")),
+        "{message}"
+    );
+    assert!(warnings("gce-0").await.is_empty());
+    // One read per instance: the Node updates that followed cost none.
+    assert_eq!(fake.count("get_instance"), 2, "{:?}", fake.requests());
+    let log = ctl.log_text();
+    assert_eq!(ctl.stop(), Some(0), "{log}");
+    eprintln!("gce forwarding: took {:?}", t0.elapsed());
+}
