@@ -31,6 +31,10 @@
 //! its next hop is inside one of them. Any other route is not listed, so it
 //! is never deleted, and every whole-table write sends it back unchanged.
 //! The controller itself deletes only routes inside the cluster CIDRs.
+//!
+//! **Forwarding.** A `VirtualAppliance` route carries traffic only to a NIC
+//! with IP forwarding on; [`forwarding`] reads each Node's primary NIC once
+//! and reports the Nodes whose NIC has it off, without changing the NIC.
 
 pub mod config;
 #[cfg(feature = "testing")]

@@ -32,7 +32,10 @@
 //!   two routes do not share one name (upstream's second insert answers 409,
 //!   is taken for success, and the IPv6 route never exists);
 //! - refuses IPv6 destinations unless the network has an internal IPv6
-//!   range (`enableUlaInternalIpv6`, read once at start) or `ipv6: true`.
+//!   range (`enableUlaInternalIpv6`, read once at start) or `ipv6: true`;
+//! - checks that each Node's instance can forward pod traffic
+//!   (`canIpForward`), with one `instances.get` per instance, remembered,
+//!   and never changes it (see `forwarding.rs` and the crate's README).
 //!
 //! Ownership: this crate translates; the controller decides what should
 //! exist. The [`fake`] module (feature `testing`) is a stateful stand-in for
