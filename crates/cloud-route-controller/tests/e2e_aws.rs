@@ -13,7 +13,8 @@ use common::{Controller, TempDir};
 use common::{free_port, http_get_async, metric_sum};
 use provider_aws::testing::{Instance, Logged, Proxy};
 use provider_aws::testing::{
-    client, create_network, moto_endpoint, run_instances, table_routes, unique_cluster,
+    client, create_network, moto_endpoint, run_instances, set_source_dest_check, source_dest_check,
+    table_routes, unique_cluster,
 };
 use test_cluster::{ClusterGuard, TestCluster, TestNode, wait_until};
 
@@ -462,6 +463,103 @@ async fn throttling_slows_the_controller_down_without_losing_routes() {
         log.len()
     );
     assert!(ctl.is_running());
+    let text = ctl.log_text();
+    assert_eq!(ctl.stop(), Some(0), "{text}");
+}
+
+#[tokio::test]
+async fn a_source_dest_check_turned_back_on_behind_the_controllers_back_is_repaired_at_the_next_resync_with_one_warning()
+ {
+    let c = TestCluster::acquire().await.unwrap();
+    let endpoint = moto_endpoint().await.unwrap();
+    let ec2 = client(&endpoint).await;
+    let proxy = Proxy::start(&endpoint).await.unwrap();
+    let cluster = unique_cluster("e2e-sdc");
+    let net = create_network(&ec2, "10.33.0.0/16", Some(&cluster))
+        .await
+        .unwrap();
+    let instances = run_instances(&ec2, &net, 3).await.unwrap();
+    create_nodes(&c, "aws-sdc", 60, &instances).await;
+    let names: Vec<String> = (0..3).map(|i| format!("aws-sdc-{i}")).collect();
+    let dir = TempDir::new("aws-sdc");
+    let (ctl, _) = start_aws(
+        &c,
+        &dir,
+        &cluster,
+        &proxy.url(),
+        "",
+        &["--min-resync-period", "5s"],
+    );
+    wait_network_available(&c, &names, &ctl).await;
+    for i in &instances {
+        assert_eq!(
+            source_dest_check(&ec2, &i.id).await,
+            Ok(false),
+            "turned off before its first route"
+        );
+    }
+    // Something resets the attribute (an operator, a tool, a re-created
+    // interface): EC2 now drops the pod traffic this Node forwards.
+    let victim = &instances[1].id;
+    set_source_dest_check(&ec2, victim, true).await.unwrap();
+    let mark = proxy.log().len();
+    wait_until(Duration::from_secs(30), "the check off again", || async {
+        (source_dest_check(&ec2, victim).await == Ok(false)).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
+    let log = proxy.log();
+    let repair: Vec<&Logged> = log[mark..]
+        .iter()
+        .filter(|r| r.action == "ModifyInstanceAttribute")
+        .collect();
+    assert_eq!(repair.len(), 1, "one repair: {repair:?}");
+    assert_eq!(repair[0].param("InstanceId"), *victim);
+    wait_until(
+        Duration::from_secs(10),
+        "one ForwardingRepaired Warning",
+        || async {
+            let events = c.node_events(&names[1]).await.ok()?;
+            let n = events
+                .iter()
+                .filter(|e| e.reason.as_deref() == Some("ForwardingRepaired"))
+                .count();
+            (n == 1).then_some(())
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
+    // The other Nodes were only read, batched with it.
+    for n in [&names[0], &names[2]] {
+        let events = c.node_events(n).await.unwrap();
+        assert!(
+            !events
+                .iter()
+                .any(|e| e.reason.as_deref() == Some("ForwardingRepaired")),
+            "{n}: {events:?}"
+        );
+    }
+    // A resync reads every routed instance in one request and writes
+    // nothing while nothing was reset.
+    let settled = proxy.log().len();
+    wait_until(Duration::from_secs(30), "two more resyncs", || async {
+        let n = proxy.log()[settled..]
+            .iter()
+            .filter(|r| r.action == "DescribeInstances")
+            .count();
+        (n >= 2).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
+    let log = proxy.log();
+    assert!(
+        !log[settled..]
+            .iter()
+            .any(|r| r.action.starts_with("Modify") || is_route_write(r)),
+        "a settled resync writes nothing"
+    );
+    let cond = c.network_unavailable(&names[1]).await.unwrap().unwrap();
+    assert_eq!(cond.reason.as_deref(), Some("RouteCreated"));
     let text = ctl.log_text();
     assert_eq!(ctl.stop(), Some(0), "{text}");
 }

@@ -102,6 +102,20 @@ async fn a_burst_of_50_nodes_is_one_router_update_and_deletions_follow() {
     })
     .await
     .unwrap();
+    // The routes leave the router before the pass ends: it still removes
+    // the pods' address pairs from the ports.
+    let changing_passes = |m: &str| {
+        metric_sum(
+            m,
+            "route_controller_route_sync_total",
+            &["outcome=\"changed\""],
+        )
+    };
+    wait_until(Duration::from_secs(30), "the deleting pass to end", || async {
+        (changing_passes(&scrape()) >= 2.0).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
     let m = scrape();
     let removes = metric_sum(
         &m,

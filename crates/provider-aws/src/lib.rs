@@ -55,7 +55,9 @@ use aws_sdk_ec2::config::retry::RetryConfig;
 use aws_sdk_ec2::config::timeout::TimeoutConfig;
 use aws_sdk_ec2::types::{AttributeBooleanValue, Filter, RouteOrigin, RouteState, RouteTable};
 use route_cloud::ratelimit::TokenBucket;
-use route_cloud::{Capabilities, CloudError, CloudRoutes, ErrorKind, RequestStats};
+use route_cloud::{
+    Capabilities, CloudError, CloudRoutes, ErrorKind, Forwarding, ForwardingCheck, RequestStats,
+};
 use route_core::{Cidr, Destination, NodeView, Route, TargetNeeds, Text};
 use tracing::{debug, info, warn};
 
@@ -759,24 +761,66 @@ impl Ec2Routes {
                         Err(e) => return Err(e),
                     },
                 };
-                match &target {
-                    RouteTarget::Instance(i) => self.turn_off_source_dest_check(i).await?,
-                    RouteTarget::Interface(eni) => {
-                        let req = self
-                            .client
-                            .modify_network_interface_attribute()
-                            .network_interface_id(eni)
-                            .source_dest_check(
-                                AttributeBooleanValue::builder().value(false).build(),
-                            );
-                        self.call(Op::ModifyNetworkInterfaceAttribute, || req.send())
-                            .await?;
-                    }
-                }
+                self.turn_off_check_of(&target).await?;
                 Ok::<_, CloudError>(target)
             })
             .await?;
         Ok(target.clone())
+    }
+
+    /// Whether the source/destination check is on for each of `ids` that
+    /// EC2 shows, with what a route to it targets: the instance's own
+    /// attribute, or its primary interface's when it has several (the one
+    /// the route points at). One `DescribeInstances` for up to
+    /// [`MAX_FILTER_VALUES`] instances.
+    async fn source_dest_checks(
+        &self,
+        ids: &[&str],
+    ) -> Result<Vec<(String, (RouteTarget, bool))>, CloudError> {
+        // A filter, not InstanceIds: an id EC2 does not know must not fail
+        // the others.
+        let req = self.client.describe_instances().filters(
+            Filter::builder()
+                .name("instance-id")
+                .set_values(Some(ids.iter().map(|s| s.to_string()).collect()))
+                .build(),
+        );
+        let out = self.call(Op::DescribeInstances, || req.send()).await?;
+        let mut found = Vec::new();
+        for i in out.reservations().iter().flat_map(|r| r.instances()) {
+            let Some(id) = i.instance_id() else { continue };
+            let target = self.target_of_described(id, i);
+            let on = match &target {
+                RouteTarget::Instance(_) => i.source_dest_check(),
+                RouteTarget::Interface(eni) => i
+                    .network_interfaces()
+                    .iter()
+                    .find(|n| n.network_interface_id() == Some(eni.as_str()))
+                    .and_then(|n| n.source_dest_check()),
+            };
+            // An answer without the attribute says nothing: not "on".
+            if let Some(on) = on {
+                found.push((id.to_string(), (target, on)));
+            }
+        }
+        Ok(found)
+    }
+
+    /// Turns the source/destination check off on what a route targets.
+    async fn turn_off_check_of(&self, target: &RouteTarget) -> Result<(), CloudError> {
+        match target {
+            RouteTarget::Instance(i) => self.turn_off_source_dest_check(i).await,
+            RouteTarget::Interface(eni) => {
+                let req = self
+                    .client
+                    .modify_network_interface_attribute()
+                    .network_interface_id(eni)
+                    .source_dest_check(AttributeBooleanValue::builder().value(false).build());
+                self.call(Op::ModifyNetworkInterfaceAttribute, || req.send())
+                    .await
+                    .map(|_| ())
+            }
+        }
     }
 
     /// Turns the source/destination check of a single-NIC instance off.
@@ -1170,12 +1214,90 @@ impl CloudRoutes for Ec2Routes {
             needs: TargetNeeds::ProviderId,
             // A creation over a listed blackhole is one `ReplaceRoute`.
             replaces_blackholes: true,
-            checks_forwarding: false,
+            // The source/destination check, verified at start and on resync.
+            checks_forwarding: true,
         }
     }
 
     fn stats(&self) -> &RequestStats {
         &self.stats
+    }
+
+    async fn check_forwarding(
+        &self,
+        _cluster: &str,
+        nodes: &[Arc<NodeView>],
+        check: ForwardingCheck,
+    ) -> Result<Vec<(String, Forwarding)>, CloudError> {
+        let of_node: Vec<(&str, &str)> = nodes
+            .iter()
+            .filter_map(|n| {
+                let id = instance_id_from_provider_id(n.provider_id.as_deref()?)?;
+                Some((n.name.as_str(), id))
+            })
+            .collect();
+        if !check.fresh {
+            // An instance this process prepared had its check turned off;
+            // the others are prepared by their first route's creation.
+            let st = self.state();
+            return Ok(of_node
+                .into_iter()
+                .filter(|(_, i)| st.prepared.get(*i).is_some_and(|c| c.initialized()))
+                .map(|(n, _)| (n.to_string(), Forwarding::Ready))
+                .collect());
+        }
+        let mut found = HashMap::new();
+        let mut ids: Vec<&str> = of_node.iter().map(|(_, i)| *i).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        for chunk in ids.chunks(MAX_FILTER_VALUES) {
+            for (id, on) in self.source_dest_checks(chunk).await? {
+                found.insert(id, on);
+            }
+        }
+        let mut out = Vec::new();
+        for (node, instance) in of_node {
+            let Some((target, on)) = found.get(instance) else {
+                // Not shown (terminated, or not yet visible): no news.
+                continue;
+            };
+            if !on {
+                out.push((node.to_string(), Forwarding::Ready));
+                continue;
+            }
+            let what = match target {
+                RouteTarget::Instance(i) => {
+                    format!("the source/destination check of instance {i} was on")
+                }
+                RouteTarget::Interface(e) => format!(
+                    "the source/destination check of network interface {e} (instance {instance}) was on"
+                ),
+            };
+            if !check.repair {
+                let fix = "The controller turns it off when it runs (`aws ec2 modify-instance-attribute --no-source-dest-check` does the same).".to_string();
+                out.push((node.to_string(), Forwarding::Disabled { what, fix }));
+                continue;
+            }
+            if let Err(e) = self.turn_off_check_of(target).await {
+                // One refused repair must not hide the others' answers; the
+                // Node reads ForwardingDisabled and is read again (and
+                // repaired) within minutes.
+                warn!(node, instance, error = %e, "{what}; could not turn it off");
+                let fix = format!(
+                    "The controller could not turn it off ({e}) and tries again within minutes; `aws ec2 modify-instance-attribute --no-source-dest-check` does it by hand."
+                );
+                out.push((node.to_string(), Forwarding::Disabled { what, fix }));
+                continue;
+            }
+            // Prepared again, for the next creations' sake.
+            let cell = tokio::sync::OnceCell::new_with(Some(target.clone()));
+            self.state()
+                .prepared
+                .insert(instance.to_string(), Arc::new(cell));
+            info!(node, instance, "{what}; turned it off");
+            out.push((node.to_string(), Forwarding::Repaired { what }));
+        }
+        Ok(out)
     }
 
     fn observe_nodes(&self, nodes: &[Arc<NodeView>]) {

@@ -442,3 +442,38 @@ pub async fn terminate_instances(client: &Client, ids: &[String]) -> Result<(), 
         .map_err(|e| err("TerminateInstances", e))?;
     Ok(())
 }
+
+/// Whether the source/destination check of `instance` is on, as EC2 says.
+pub async fn source_dest_check(client: &Client, instance: &str) -> Result<bool, String> {
+    let out = client
+        .describe_instance_attribute()
+        .instance_id(instance)
+        .attribute(aws_sdk_ec2::types::InstanceAttributeName::SourceDestCheck)
+        .send()
+        .await
+        .map_err(|e| DisplayErrorContext(e).to_string())?;
+    out.source_dest_check()
+        .and_then(|v| v.value())
+        .ok_or_else(|| format!("no sourceDestCheck for {instance}"))
+}
+
+/// Sets the source/destination check of `instance`, as an operator or a
+/// tool resetting instance attributes would.
+pub async fn set_source_dest_check(
+    client: &Client,
+    instance: &str,
+    on: bool,
+) -> Result<(), String> {
+    client
+        .modify_instance_attribute()
+        .instance_id(instance)
+        .source_dest_check(
+            aws_sdk_ec2::types::AttributeBooleanValue::builder()
+                .value(on)
+                .build(),
+        )
+        .send()
+        .await
+        .map(|_| ())
+        .map_err(|e| DisplayErrorContext(e).to_string())
+}

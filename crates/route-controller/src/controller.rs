@@ -246,9 +246,6 @@ impl Controller {
     pub async fn pass(&mut self, kind: PassKind, trigger: SyncTrigger) -> PassReport {
         let started = Instant::now();
         let mut report = PassReport::new(kind, trigger);
-        // 0. Prerequisites: what the cloud needs on a Node's instance before
-        //    it forwards pod traffic, when a check is due (cloud I/O).
-        self.check_prerequisites().await;
         // 1. Snapshot: the Nodes and the route table, cached or listed (cloud I/O).
         let use_cache = kind == PassKind::Cached && !self.holds.wants_listing(started);
         let snap =
@@ -256,6 +253,11 @@ impl Controller {
                 Ok(snap) => snap,
                 Err(e) => return self.list_failed(report, e, started),
             };
+        // 1b. Prerequisites: what the cloud needs on a Node's instance before
+        //     it delivers the pod traffic the Node forwards, when a check is
+        //     due (cloud I/O).
+        let mut snap = snap;
+        self.check_prerequisites(&mut snap).await;
         if snap.listed {
             self.scheduler.full_pass_listed(started);
             // A provider that discovers its route tables does so when listing.
@@ -285,16 +287,23 @@ impl Controller {
         report
     }
 
-    /// Step 0: asks the provider about the Nodes whose forwarding
+    /// Step 1b: asks the provider about the Nodes whose forwarding
     /// prerequisite is due a check, records the findings on the Nodes'
-    /// views (the planner reads them) and emits their Warnings.
-    async fn check_prerequisites(&mut self) {
+    /// views (in the store, and in this pass's snapshot, where the planner
+    /// reads them) and emits their Warnings.
+    async fn check_prerequisites(&mut self, snap: &mut Snapshot) {
         if !self.executor.cloud().capabilities().checks_forwarding {
             return;
         }
-        let nodes = self.nodes.snapshot();
+        // A repair for a Node without a route yet would be its preparation
+        // (an instance's check is on until its first route): only Nodes
+        // with a route are read afresh and warned about.
+        let routed: std::collections::HashSet<&str> =
+            snap.routes.iter().map(|r| r.target_node.as_str()).collect();
         let now = Instant::now();
-        let due = self.prerequisites.due(&nodes, now);
+        let due = self
+            .prerequisites
+            .due(&snap.nodes, |n| routed.contains(n), now);
         if due.is_empty() {
             return;
         }
@@ -318,7 +327,9 @@ impl Controller {
                 }
             }
         }
-        let found = self.prerequisites.absorb(&due, answers, Instant::now());
+        let found =
+            self.prerequisites
+                .absorb(&due, answers, |n| routed.contains(n), Instant::now());
         self.prerequisites.failed(&failed);
         self.nodes.record_forwarding(
             found
@@ -326,6 +337,20 @@ impl Controller {
                 .iter()
                 .map(|(n, u, d)| (n.as_str(), u.as_str(), *d)),
         );
+        if !found.changed.is_empty() {
+            let changed: std::collections::HashMap<&str, (&str, bool)> = found
+                .changed
+                .iter()
+                .map(|(n, u, d)| (n.as_str(), (u.as_str(), *d)))
+                .collect();
+            for v in &mut snap.nodes {
+                if let Some(&(uid, disabled)) = changed.get(v.name.as_str())
+                    && v.uid == uid
+                {
+                    Arc::make_mut(v).forwarding_disabled = disabled;
+                }
+            }
+        }
         self.emit(&found.warnings).await;
     }
 

@@ -27,6 +27,7 @@ use std::time::Duration;
 use route_cloud::Forwarding;
 use route_core::NodeView;
 use tokio::time::Instant;
+use tracing::debug;
 
 use crate::nodes::NodeRef;
 use crate::warnings::Warning;
@@ -94,8 +95,16 @@ impl Prerequisites {
     }
 
     /// The Nodes to ask about now, out of `nodes` (all of them). Nodes
-    /// without pod CIDRs or being deleted get no route, so they are not asked.
-    pub fn due(&mut self, nodes: &[Arc<NodeView>], now: Instant) -> Due {
+    /// without pod CIDRs or being deleted get no route, so they are not
+    /// asked. Only a Node with a route in the table (`routed`) is read
+    /// afresh: one without has nothing to verify yet, and a provider
+    /// prepares its instance when it creates the first route.
+    pub fn due(
+        &mut self,
+        nodes: &[Arc<NodeView>],
+        routed: impl Fn(&str) -> bool,
+        now: Instant,
+    ) -> Due {
         let full = self.next_full.is_none_or(|t| now >= t);
         if full {
             self.next_full = Some(now + self.resync);
@@ -104,12 +113,16 @@ impl Prerequisites {
             self.known.retain(|uid, _| live.contains(uid.as_str()));
         }
         let mut due = Due::default();
-        for n in nodes.iter().filter(|n| !n.pod_cidrs.is_empty() && !n.deleting) {
-            match self.known.get(&n.uid) {
-                _ if full => due.fresh.push(n.clone()),
-                None => due.new.push(n.clone()),
-                Some(k) if k.recheck.is_some_and(|t| now >= t) => due.fresh.push(n.clone()),
-                Some(_) => {}
+        for n in nodes
+            .iter()
+            .filter(|n| !n.pod_cidrs.is_empty() && !n.deleting)
+        {
+            let known = self.known.get(&n.uid);
+            let recheck = known.is_some_and(|k| k.recheck.is_some_and(|t| now >= t));
+            if (full || recheck) && routed(&n.name) {
+                due.fresh.push(n.clone());
+            } else if known.is_none() {
+                due.new.push(n.clone());
             }
         }
         due
@@ -118,10 +131,15 @@ impl Prerequisites {
     /// Takes the provider's answers about `asked`. A Node it did not answer
     /// about keeps what was known (a new one counts as asked, so it is not
     /// asked on every pass).
+    ///
+    /// A repair is warned about only for a Node with a route in the table
+    /// (`routed`): before its first route, turning the prerequisite on is
+    /// the instance's ordinary preparation.
     pub fn absorb(
         &mut self,
         asked: &Due,
         answers: Vec<(String, Forwarding)>,
+        routed: impl Fn(&str) -> bool,
         now: Instant,
     ) -> Findings {
         let by_name: HashMap<&str, &Arc<NodeView>> = asked
@@ -149,7 +167,11 @@ impl Prerequisites {
             let disabled = match &answer {
                 Forwarding::Ready => false,
                 Forwarding::Repaired { what } => {
-                    out.warnings.push(Warning::forwarding_repaired(node, what));
+                    if routed(&n.name) {
+                        out.warnings.push(Warning::forwarding_repaired(node, what));
+                    } else {
+                        debug!(node = %n.name, "{what}; prepared before its first route");
+                    }
                     false
                 }
                 Forwarding::Disabled { what, fix } => {
@@ -212,24 +234,51 @@ mod tests {
         let mut p = Prerequisites::new(Duration::from_secs(3600));
         let nodes = vec![node("a"), node("b")];
         let now = Instant::now();
-        let due = p.due(&nodes, now);
+        let due = p.due(&nodes, |_| true, now);
         assert_eq!((due.fresh.len(), due.new.len()), (2, 0));
-        p.absorb(&due, vec![("a".into(), Forwarding::Ready)], now);
+        p.absorb(&due, vec![("a".into(), Forwarding::Ready)], |_| true, now);
         let more = vec![node("a"), node("b"), node("c")];
-        let due = p.due(&more, now + Duration::from_secs(10));
+        let due = p.due(&more, |_| true, now + Duration::from_secs(10));
         assert_eq!(due.fresh.len(), 0);
-        assert_eq!(due.new.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(), ["c"]);
-        p.absorb(&due, vec![], now);
-        assert!(p.due(&more, now + Duration::from_secs(20)).is_empty());
-        assert_eq!(p.due(&more, now + Duration::from_secs(3600)).fresh.len(), 3);
+        assert_eq!(
+            due.new.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(),
+            ["c"]
+        );
+        p.absorb(&due, vec![], |_| true, now);
+        assert!(
+            p.due(&more, |_| true, now + Duration::from_secs(20))
+                .is_empty()
+        );
+        assert_eq!(
+            p.due(&more, |_| true, now + Duration::from_secs(3600))
+                .fresh
+                .len(),
+            3
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_node_without_a_route_is_never_read_afresh_only_asked_once() {
+        let mut p = Prerequisites::new(Duration::from_secs(3600));
+        let now = Instant::now();
+        let nodes = [node("a")];
+        let due = p.due(&nodes, |_| false, now);
+        assert_eq!((due.fresh.len(), due.new.len()), (0, 1));
+        p.absorb(&due, vec![], |_| false, now);
+        assert!(
+            p.due(&nodes, |_| false, now + Duration::from_secs(3600))
+                .is_empty()
+        );
+        let due = p.due(&nodes, |_| true, now + Duration::from_secs(7200));
+        assert_eq!(due.fresh.len(), 1, "routed now: read at the resync");
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_disabled_prerequisite_is_warned_once_and_read_again_every_recheck() {
         let mut p = Prerequisites::new(Duration::from_secs(12 * 3600));
         let now = Instant::now();
-        let due = p.due(&[node("a")], now);
-        let f = p.absorb(&due, vec![("a".into(), disabled())], now);
+        let due = p.due(&[node("a")], |_| true, now);
+        let f = p.absorb(&due, vec![("a".into(), disabled())], |_| true, now);
         assert_eq!(f.warnings.len(), 1);
         assert_eq!(f.changed, [("a".into(), "uid-a".into(), true)]);
         assert_eq!(p.next_wake(), Some(now + RECHECK));
@@ -237,13 +286,26 @@ mod tests {
         let mut seen = NodeView::new("a", "uid-a", &["10.0.1.0/24"]);
         seen.forwarding_disabled = true;
         let seen = vec![Arc::new(seen)];
-        assert!(p.due(&seen, now + Duration::from_secs(60)).is_empty());
-        let due = p.due(&seen, now + RECHECK);
+        assert!(
+            p.due(&seen, |_| true, now + Duration::from_secs(60))
+                .is_empty()
+        );
+        let due = p.due(&seen, |_| true, now + RECHECK);
         assert_eq!(due.fresh.len(), 1);
-        let f = p.absorb(&due, vec![("a".into(), disabled())], now + RECHECK);
+        let f = p.absorb(
+            &due,
+            vec![("a".into(), disabled())],
+            |_| true,
+            now + RECHECK,
+        );
         assert!(f.warnings.is_empty(), "once per streak");
         assert!(f.changed.is_empty());
-        let f = p.absorb(&due, vec![("a".into(), Forwarding::Ready)], now + RECHECK);
+        let f = p.absorb(
+            &due,
+            vec![("a".into(), Forwarding::Ready)],
+            |_| true,
+            now + RECHECK,
+        );
         assert_eq!(f.changed, [("a".into(), "uid-a".into(), false)]);
     }
 
@@ -254,10 +316,13 @@ mod tests {
         let nodes = [node("a")];
         for i in 0..2 {
             let at = now + Duration::from_secs(3600 * i);
-            let due = p.due(&nodes, at);
+            let due = p.due(&nodes, |_| true, at);
             let what = "source/destination check on i-1".to_string();
-            let f = p.absorb(&due, vec![("a".into(), Forwarding::Repaired { what })], at);
+            let answer = vec![("a".into(), Forwarding::Repaired { what })];
+            let f = p.absorb(&due, answer.clone(), |_| true, at);
             assert_eq!(f.warnings.len(), 1);
+            let f = p.absorb(&due, answer, |_| false, at);
+            assert!(f.warnings.is_empty(), "no route yet: its preparation");
             assert!(f.changed.is_empty());
         }
     }

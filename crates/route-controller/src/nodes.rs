@@ -371,10 +371,7 @@ impl NodeStore {
     }
 
     /// Records the provider's forwarding findings: `(name, uid, disabled)`.
-    pub fn record_forwarding<'a>(
-        &self,
-        found: impl IntoIterator<Item = (&'a str, &'a str, bool)>,
-    ) {
+    pub fn record_forwarding<'a>(&self, found: impl IntoIterator<Item = (&'a str, &'a str, bool)>) {
         let mut inner = self.lock();
         for (name, uid, disabled) in found {
             inner.cache.record_forwarding(name, uid, disabled);

@@ -230,7 +230,7 @@ impl Warning {
     /// `node`'s forwarding prerequisite was off; the provider repaired `what`.
     pub fn forwarding_repaired(node: NodeRef, what: &str) -> Self {
         let message = format!(
-            "{what} had been changed behind the controller's back, which stops pod traffic to node {}; turned back",
+            "{what}, so the cloud dropped the pod traffic node {} forwards; something changed it behind the controller's back, and the controller set it again",
             node.name
         );
         Self {

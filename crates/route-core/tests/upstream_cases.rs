@@ -609,7 +609,10 @@ fn condition_case(i: usize) {
                 "RouteController failed to create a route",
             ),
             NetworkCondition::ForwardingDisabled => {
-                panic!("{}: upstream has no ForwardingDisabled condition", case.name)
+                panic!(
+                    "{}: upstream has no ForwardingDisabled condition",
+                    case.name
+                )
             }
         };
         assert_eq!(
