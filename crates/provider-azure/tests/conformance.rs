@@ -82,12 +82,18 @@ async fn subject() -> Subject {
     // answer (`400 QuotaExceeded`) and not the provider's own count
     // (`tests/fake_api.rs` checks that one).
     config.max_routes = MAX_ROUTES + 1;
+    // Each Node on a VM whose NIC forwards, as in a working cluster (the
+    // forwarding check reads them through `spec.providerID`).
     let nodes: Vec<NodeView> = (0..2u8)
         .map(|i| {
-            NodeView::new(format!("node-{i}"), format!("uid-{i}"), &[]).with_addresses(vec![
-                NodeAddress::internal_ip(format!("10.0.0.{}", i + 5)),
-                NodeAddress::internal_ip(format!("fd00::{}", i + 5)),
-            ])
+            let ip = format!("10.0.0.{}", i + 5);
+            let provider_id = fake.add_vm(&format!("node-{i}"), &ip);
+            NodeView::new(format!("node-{i}"), format!("uid-{i}"), &[])
+                .with_addresses(vec![
+                    NodeAddress::internal_ip(ip),
+                    NodeAddress::internal_ip(format!("fd00::{}", i + 5)),
+                ])
+                .with_provider_id(provider_id)
         })
         .collect();
     let cloud = AzureRoutes::new(config).expect("a valid config");

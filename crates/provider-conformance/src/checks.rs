@@ -556,3 +556,76 @@ pub async fn request_counters(s: &Subject) -> Result<(), String> {
     ensure!(seen > 0, "the server saw no requests at all");
     Ok(())
 }
+
+/// A provider that checks forwarding prerequisites answers about the Nodes
+/// it was asked about, each at most once, and finds the fixture's Nodes
+/// (whose instances can forward, as every fixture builds them) not
+/// disabled once a route to one exists; a remembered check right after a
+/// fresh one sends no request. A provider without the capability answers
+/// nothing at all.
+pub async fn forwarding(s: &Subject) -> Result<(), String> {
+    use route_cloud::{Forwarding, ForwardingCheck};
+    let a = first_node(s)?;
+    create_ok(s, a, v4(7)).await?;
+    list_ok(s, "after the creation").await?;
+    let asked: Vec<std::sync::Arc<NodeView>> = s.nodes.clone();
+    let check = |fresh| ForwardingCheck {
+        fresh,
+        repair: false,
+    };
+    let fresh = s
+        .cloud
+        .check_forwarding(&s.cluster, &asked, check(true))
+        .await
+        .map_err(|e| format!("a fresh check_forwarding failed: {e}"))?;
+    if !s.cloud.capabilities().checks_forwarding {
+        ensure!(
+            fresh.is_empty(),
+            "check_forwarding answered {fresh:?} although the capabilities say it does not check"
+        );
+        return Ok(());
+    }
+    let mut names: Vec<&str> = fresh.iter().map(|(n, _)| n.as_str()).collect();
+    names.sort_unstable();
+    let before = names.len();
+    names.dedup();
+    ensure!(names.len() == before, "a Node answered twice: {fresh:?}");
+    ensure!(
+        names.iter().all(|n| asked.iter().any(|a| a.name == *n)),
+        "answers about Nodes not asked about: {fresh:?}"
+    );
+    match fresh.iter().find(|(n, _)| *n == a.name) {
+        Some((_, Forwarding::Ready)) => {}
+        other => {
+            return Err(format!(
+                "the Node with a route, on an instance that can forward, was answered {other:?}, not Ready"
+            ));
+        }
+    }
+    ensure!(
+        !fresh
+            .iter()
+            .any(|(_, f)| matches!(f, Forwarding::Repaired { .. })),
+        "a check asked not to repair answered Repaired: {fresh:?}"
+    );
+    let server_before = s.server_requests.as_ref().map(|f| f());
+    let remembered = s
+        .cloud
+        .check_forwarding(&s.cluster, &asked[..1], check(false))
+        .await
+        .map_err(|e| format!("a remembered check_forwarding failed: {e}"))?;
+    ensure!(
+        remembered
+            .iter()
+            .all(|(n, f)| *n == a.name && *f == Forwarding::Ready),
+        "a remembered check after a fresh one answered {remembered:?}"
+    );
+    if let (Some(before), Some(count)) = (server_before, &s.server_requests) {
+        let sent = count().saturating_sub(before);
+        ensure!(
+            sent == 0,
+            "a remembered check right after a fresh one sent {sent} request(s)"
+        );
+    }
+    Ok(())
+}

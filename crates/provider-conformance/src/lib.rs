@@ -35,7 +35,12 @@
 //! - [`cancel_safety`]: dropping a create or delete mid-flight leaves the
 //!   provider usable and a later list consistent with either outcome;
 //! - [`request_counters`]: the provider's [`RequestStats`] count exactly the
-//!   requests its server saw.
+//!   requests its server saw;
+//! - [`forwarding`]: `check_forwarding` answers only about the Nodes asked,
+//!   once each, finds a routed Node on an instance that can forward
+//!   `Ready`, never repairs when asked not to, and answers a remembered
+//!   check after a fresh one without a request (nothing at all without
+//!   [`Capabilities::checks_forwarding`]).
 //!
 //! A check that needs a knob the subject does not have (no fault injection,
 //! no quota, no server-side request count) fails rather than passing
@@ -43,6 +48,7 @@
 //! its reason, next to its fixture.
 //!
 //! [`Capabilities::supports_ipv6`]: route_cloud::Capabilities::supports_ipv6
+//! [`Capabilities::checks_forwarding`]: route_cloud::Capabilities::checks_forwarding
 //! [`RequestStats`]: route_cloud::RequestStats
 
 mod checks;
@@ -55,8 +61,8 @@ use route_cloud::{CloudRoutes, ErrorKind};
 use route_core::NodeView;
 
 pub use checks::{
-    batch, cancel_safety, create_existing, delete_gone, error_classes, ipv6, list_after_create,
-    quota, request_counters,
+    batch, cancel_safety, create_existing, delete_gone, error_classes, forwarding, ipv6,
+    list_after_create, quota, request_counters,
 };
 
 /// An operation a fault can be injected on.
@@ -190,11 +196,13 @@ pub enum Check {
     CancelSafety,
     /// [`request_counters`].
     RequestCounters,
+    /// [`forwarding`].
+    Forwarding,
 }
 
 impl Check {
     /// Every check, in the order [`run_all`] runs them.
-    pub const ALL: [Check; 9] = [
+    pub const ALL: [Check; 10] = [
         Check::ListAfterCreate,
         Check::DeleteGone,
         Check::CreateExisting,
@@ -204,6 +212,7 @@ impl Check {
         Check::Batch,
         Check::CancelSafety,
         Check::RequestCounters,
+        Check::Forwarding,
     ];
 
     /// The check's function name, as failures report it.
@@ -218,6 +227,7 @@ impl Check {
             Check::Batch => "batch",
             Check::CancelSafety => "cancel_safety",
             Check::RequestCounters => "request_counters",
+            Check::Forwarding => "forwarding",
         }
     }
 }
@@ -250,6 +260,7 @@ pub async fn run(check: Check, subject: &Subject) -> Result<(), String> {
         Check::Batch => batch(subject).await,
         Check::CancelSafety => cancel_safety(subject).await,
         Check::RequestCounters => request_counters(subject).await,
+        Check::Forwarding => forwarding(subject).await,
     }
 }
 
