@@ -1007,3 +1007,96 @@ async fn a_dropped_leader_or_waiter_strands_no_other_lookup() {
         .unwrap();
     assert_eq!(instance_routes(&routes).len(), 3);
 }
+
+/// What a resync's forwarding check costs: one filtered `DescribeInstances`
+/// per 200 routed instances and no write while nothing was reset; one
+/// `ModifyInstanceAttribute` per instance whose check was turned back on.
+/// `CRC_FORWARDING_NODES` sets the cluster size (BENCHMARKS.md ran 1,000).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resyncs_forwarding_check_costs_one_describe_per_200_instances_and_one_write_per_reset() {
+    use route_cloud::{Forwarding, ForwardingCheck};
+    let n: usize = std::env::var("CRC_FORWARDING_NODES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(201);
+    let ep = endpoint().await;
+    let ec2 = testing::client(&ep).await;
+    let net = testing::create_network(&ec2, "10.11.0.0/16", None)
+        .await
+        .unwrap();
+    let mut instances = Vec::new();
+    while instances.len() < n {
+        let batch = (n - instances.len()).min(250) as i32;
+        instances.extend(testing::run_instances(&ec2, &net, batch).await.unwrap());
+    }
+    let p = testing::provider(&ep, config_for(Some(&net.route_table_id)))
+        .await
+        .unwrap();
+    let nodes: Vec<Arc<NodeView>> = instances
+        .iter()
+        .enumerate()
+        .map(|(i, inst)| {
+            let cidr = format!("10.{}.{}.0/24", 100 + i / 256, i % 256);
+            Arc::new(node(&format!("node-{i}"), inst, &cidr))
+        })
+        .collect();
+    // Routed instances had their check turned off before their first route.
+    for inst in &instances {
+        testing::set_source_dest_check(&ec2, &inst.id, false)
+            .await
+            .unwrap();
+    }
+    let fresh = ForwardingCheck {
+        fresh: true,
+        repair: true,
+    };
+    let before = p.stats().snapshot();
+    let answers = p.check_forwarding("c", &nodes, fresh).await.unwrap();
+    let sent = |op: &str, before: &std::collections::BTreeMap<(&str, &str), u64>| {
+        p.stats().total(op)
+            - before
+                .iter()
+                .filter(|((o, _), _)| *o == op)
+                .map(|(_, n)| n)
+                .sum::<u64>()
+    };
+    assert_eq!(answers.len(), n);
+    assert!(answers.iter().all(|(_, f)| *f == Forwarding::Ready));
+    let describes = sent("DescribeInstances", &before);
+    assert_eq!(describes as usize, n.div_ceil(200));
+    assert_eq!(sent("ModifyInstanceAttribute", &before), 0);
+    // Two instances reset behind the controller's back: two writes, two Repaired.
+    for inst in &instances[..2] {
+        testing::set_source_dest_check(&ec2, &inst.id, true)
+            .await
+            .unwrap();
+    }
+    let before = p.stats().snapshot();
+    let answers = p.check_forwarding("c", &nodes, fresh).await.unwrap();
+    let repaired: Vec<&str> = answers
+        .iter()
+        .filter(|(_, f)| matches!(f, Forwarding::Repaired { .. }))
+        .map(|(n, _)| n.as_str())
+        .collect();
+    assert_eq!(repaired, ["node-0", "node-1"]);
+    assert_eq!(sent("ModifyInstanceAttribute", &before), 2);
+    for inst in &instances[..2] {
+        assert_eq!(testing::source_dest_check(&ec2, &inst.id).await, Ok(false));
+    }
+    // A remembered check answers from memory, without a request.
+    let before = p.stats().snapshot();
+    let remembered = ForwardingCheck {
+        fresh: false,
+        repair: true,
+    };
+    let answers = p
+        .check_forwarding("c", &nodes[..2], remembered)
+        .await
+        .unwrap();
+    assert_eq!(answers.len(), 2);
+    let total = |s: &std::collections::BTreeMap<(&str, &str), u64>| s.values().sum::<u64>();
+    assert_eq!(total(&p.stats().snapshot()), total(&before));
+    eprintln!(
+        "forwarding check of {n} instances: {describes} DescribeInstances, 0 writes; 2 resets: 2 ModifyInstanceAttribute"
+    );
+}
