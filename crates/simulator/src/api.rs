@@ -25,7 +25,13 @@ pub struct ApiServer {
     warnings: Mutex<BTreeMap<String, u64>>,
     /// Status patches and Events fail (the API server is unavailable).
     outage: std::sync::atomic::AtomicBool,
+    /// Sees every NetworkUnavailable patch as it arrives (the checker's
+    /// invariants on what is written).
+    on_condition: Mutex<Option<ConditionHook>>,
 }
+
+/// See [`ApiServer::on_condition`].
+type ConditionHook = Box<dyn Fn(&NodeRef, NetworkCondition) + Send + Sync>;
 
 impl ApiServer {
     /// An empty API server feeding `store`.
@@ -37,7 +43,14 @@ impl ApiServer {
             condition_writes: AtomicU64::new(0),
             warnings: Mutex::new(BTreeMap::new()),
             outage: std::sync::atomic::AtomicBool::new(false),
+            on_condition: Mutex::new(None),
         }
+    }
+
+    /// Calls `hook` with every NetworkUnavailable patch received, before it
+    /// is applied and whether or not it succeeds.
+    pub fn on_condition(&self, hook: impl Fn(&NodeRef, NetworkCondition) + Send + Sync + 'static) {
+        *self.on_condition.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(hook));
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, NodeView>> {
@@ -147,6 +160,9 @@ impl StatusWriter for ApiServer {
         node: &NodeRef,
         cond: NetworkCondition,
     ) -> Result<(), StatusError> {
+        if let Some(hook) = &*self.on_condition.lock().unwrap_or_else(|e| e.into_inner()) {
+            hook(node, cond);
+        }
         self.unavailable()?;
         let view = {
             let mut nodes = self.lock();

@@ -1,10 +1,14 @@
 //! The cloud as the checked controller sees it: the memory cloud behind a
 //! wrapper that checks every call as it is made and as it lands.
 //!
-//! The wrapper also models the two things the memory cloud does not: routes
-//! target an instance (a creation without `spec.providerID` is refused, as
-//! the AWS provider refuses it), and a stopped instance makes every route to
-//! it list as a blackhole until it starts again.
+//! The wrapper also models what the memory cloud does not: routes target an
+//! instance (a creation without `spec.providerID` is refused, as the AWS
+//! provider refuses it), a stopped instance makes every route to it list as
+//! a blackhole until it starts again, and, in `forwarding_lost` runs, each
+//! instance's forwarding prerequisite and a provider that checks it
+//! ([`ForwardingStyle`]): it remembers what it saw per instance, as the AWS
+//! and GCE providers do, so a check that is not fresh may answer what is
+//! no longer true.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -12,12 +16,15 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use provider_memory::MemoryCloud;
-use route_cloud::{Capabilities, CloudError, CloudRoutes, ErrorKind, RequestStats};
+use route_cloud::{
+    Capabilities, CloudError, CloudRoutes, ErrorKind, Forwarding, ForwardingCheck, RequestStats,
+};
 use route_core::{Cidr, Destination, NodeAddress, NodeView, Route};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::expect::{Want, claims, in_cluster, points_at};
+use super::steps::ForwardingStyle;
 use super::{Kind, Violation};
 use crate::api::ApiServer;
 
@@ -67,12 +74,32 @@ pub struct World {
     /// The providerID and addresses a Node registered without them will
     /// get, by UID: what it needs is judged by what it will be.
     pub eventual: HashMap<String, (String, Vec<NodeAddress>)>,
+    /// The cloud checks forwarding prerequisites, in this style.
+    pub forwarding: Option<ForwardingStyle>,
+    /// ProviderIDs of instances whose forwarding prerequisite is off now,
+    /// with the time it went off.
+    pub forwarding_off: BTreeMap<String, Duration>,
+    /// What the provider last saw per instance (providerID): off or not.
+    pub forwarding_seen: HashMap<String, bool>,
+    /// Per Node UID, whether the wrapper's last answer about it said the
+    /// prerequisite is off (`Disabled` or `WouldRepair`).
+    pub forwarding_answered_off: HashMap<String, bool>,
+    /// Forwarding check calls, any answer.
+    pub forwarding_checks: u64,
+    /// Prerequisites the provider turned on again in a check.
+    pub forwarding_repairs: u64,
 }
 
 impl World {
     /// A mutation `what` (started, landed) while the fence is closed: the
     /// renew deadline passed, so another replica may already be leading.
     fn check_fence(&mut self, op: &str, route: &Route, what: &str) {
+        let call = format!("{op} {} -> {:?}", route.destination, route.target_node);
+        self.check_fence_of(&call, what);
+    }
+
+    /// [`World::check_fence`] for any write, described by `call`.
+    fn check_fence_of(&mut self, call: &str, what: &str) {
         if self
             .fence
             .as_ref()
@@ -80,11 +107,81 @@ impl World {
         {
             self.violation(
                 Kind::MutationPastDeadline,
-                format!(
-                    "{op} {} -> {:?} {what} after the renew deadline had passed",
-                    route.destination, route.target_node
-                ),
+                format!("{call} {what} after the renew deadline had passed"),
             );
+        }
+    }
+
+    /// A write that starts and lands at once (a forwarding repair): it
+    /// obeys the fence and leadership as route writes do.
+    fn check_instant_write(&mut self, call: &str) {
+        self.check_fence_of(call, "started and landed");
+        if !self.told_leader || !self.lease_held {
+            self.violation(
+                Kind::MutationWithoutLeadership,
+                format!("{call} while the replica was not leader"),
+            );
+        }
+    }
+
+    /// The provider's answer about one Node's instance `pid` (and what it
+    /// remembers and repairs on the way), or `None` for no news; `read`
+    /// is set when the cloud had to be asked.
+    fn forwarding_of(
+        &mut self,
+        style: ForwardingStyle,
+        node: &str,
+        pid: &str,
+        check: ForwardingCheck,
+        read: &mut bool,
+    ) -> Forwarding {
+        let seen = self.forwarding_seen.get(pid).copied();
+        let what = format!("instance {pid} of node {node} may not forward pod traffic");
+        match style {
+            ForwardingStyle::Repairable => {
+                // What was seen on (or turned on) is trusted until a fresh
+                // check: exactly what a loss behind the back hides.
+                if !check.fresh && seen == Some(false) {
+                    return Forwarding::Ready;
+                }
+                *read = true;
+                let off = self.forwarding_off.contains_key(pid);
+                if off && check.repair {
+                    self.check_instant_write(&format!("forwarding repair of {pid} ({node})"));
+                    self.forwarding_off.remove(pid);
+                    self.forwarding_repairs += 1;
+                    self.forwarding_seen.insert(pid.to_string(), false);
+                    return Forwarding::Repaired { what };
+                }
+                self.forwarding_seen.insert(pid.to_string(), off);
+                if off {
+                    Forwarding::WouldRepair { what }
+                } else {
+                    Forwarding::Ready
+                }
+            }
+            ForwardingStyle::ReadOnly => {
+                // Once on it cannot be turned off while the instance runs:
+                // never read again. Off is read again only when asked fresh.
+                let off = match seen {
+                    Some(false) => false,
+                    Some(true) if !check.fresh => true,
+                    _ => {
+                        *read = true;
+                        let off = self.forwarding_off.contains_key(pid);
+                        self.forwarding_seen.insert(pid.to_string(), off);
+                        off
+                    }
+                };
+                if off {
+                    Forwarding::Disabled {
+                        what,
+                        fix: format!("turn IP forwarding on for instance {pid}"),
+                    }
+                } else {
+                    Forwarding::Ready
+                }
+            }
         }
     }
 
@@ -234,6 +331,14 @@ impl CheckedCloud {
             );
         }
         *w.mutations.entry(route.destination.clone()).or_default() += 1;
+        if op == "create"
+            && w.forwarding == Some(ForwardingStyle::Repairable)
+            && let Some(pid) = route.target_provider_id.as_deref()
+        {
+            // As the AWS provider prepares an instance with its route.
+            w.forwarding_off.remove(pid);
+            w.forwarding_seen.insert(pid.to_string(), false);
+        }
     }
 }
 
@@ -248,6 +353,7 @@ impl CloudRoutes for CheckedCloud {
             // Creations without a providerID are refused (below), as AWS
             // does; the controller is told so, as AWS's provider tells it.
             needs: route_core::TargetNeeds::ProviderId,
+            checks_forwarding: lock(&self.world).forwarding.is_some(),
             ..self.inner.capabilities()
         }
     }
@@ -385,6 +491,61 @@ impl CloudRoutes for CheckedCloud {
         let r = self.inner.delete_route(cluster, route).await;
         self.after_mutation("delete", route, &r);
         r
+    }
+
+    async fn check_forwarding(
+        &self,
+        _cluster: &str,
+        nodes: &[Arc<NodeView>],
+        check: ForwardingCheck,
+    ) -> Result<Vec<(String, Forwarding)>, CloudError> {
+        let mut w = lock(&self.world);
+        w.forwarding_checks += 1;
+        let Some(style) = w.forwarding else {
+            w.violation(
+                Kind::UnexpectedForwardingCheck,
+                format!(
+                    "forwarding check of {} Nodes, though the capabilities say the cloud has none",
+                    nodes.len()
+                ),
+            );
+            return Ok(Vec::new());
+        };
+        let mut answers = Vec::new();
+        let mut read = false;
+        let mut line = Vec::new();
+        for n in nodes {
+            // No instance known yet: no news, as a real provider answers.
+            let Some(pid) = n.provider_id.as_deref() else {
+                line.push(format!("{} no providerID", n.name));
+                continue;
+            };
+            let answer = w.forwarding_of(style, &n.name, pid, check, &mut read);
+            let off = matches!(
+                answer,
+                Forwarding::Disabled { .. } | Forwarding::WouldRepair { .. }
+            );
+            w.forwarding_answered_off.insert(n.uid.clone(), off);
+            line.push(format!(
+                "{} {}",
+                n.name,
+                match answer {
+                    Forwarding::Ready => "ready",
+                    Forwarding::Repaired { .. } => "repaired",
+                    Forwarding::WouldRepair { .. } => "would repair",
+                    Forwarding::Disabled { .. } => "disabled",
+                }
+            ));
+            answers.push((n.name.clone(), answer));
+        }
+        w.note(format!(
+            "check forwarding ({}{}, {}): {}",
+            if check.fresh { "fresh" } else { "remembered" },
+            if check.repair { ", repair" } else { "" },
+            if read { "read" } else { "no request" },
+            line.join(", ")
+        ));
+        Ok(answers)
     }
 
     fn observe_nodes(&self, nodes: &[Arc<NodeView>]) {

@@ -16,7 +16,11 @@
 //!   and no creation of a route no Node of the snapshot claims alone;
 //! * no mutation started after the replica was told it is not leader, and
 //!   none landing after its Lease expired ([`LEASE_GRACE`] later);
-//! * no spinning: [`LIVELOCK_PASSES`] passes at one virtual instant stop the run.
+//! * no spinning: [`LIVELOCK_PASSES`] passes at one virtual instant stop the run;
+//! * no NetworkUnavailable patch says `RouteCreated` for a Node whose
+//!   forwarding prerequisite the cloud's last answer about it (same UID)
+//!   said is off, and a prerequisite lost behind the controller's back is
+//!   repaired within [`FORWARDING_REPAIR_SLACK`] past the resync interval.
 //!
 //! After every step the foreign routes must still be there, unchanged. Once
 //! the last step and the last fault are over, the run goes on for a stated
@@ -57,7 +61,8 @@ use crate::run::CLUSTER;
 use cloud::{CheckedCloud, World, lock};
 use expect::{claims, in_cluster, points_at, wants};
 pub use steps::{
-    Case, CloudShape, Extra, Faults, NodeSpec, Step, TimedStep, generate, mode_of_seed,
+    Case, CloudShape, Extra, Faults, ForwardingStyle, NodeSpec, Step, TimedStep, generate,
+    mode_of_seed,
 };
 
 /// Time between the replica being told it lost leadership and its Lease
@@ -93,6 +98,21 @@ pub const BASE_BOUND: Duration = Duration::from_secs(150);
 /// Added to the bound when eventual consistency was on: a route hidden from
 /// one list may only show at the next resync.
 pub const LAG_BOUND: Duration = Duration::from_secs(120);
+
+/// Added to the bound when a forwarding prerequisite changed or an
+/// instance started without it: the controller reads a Node's prerequisite
+/// afresh at the full read of each resync interval, but only for a Node
+/// whose route is in the table the pass started from. A route that pass
+/// had to repair waits for the next full read: two intervals (< 240 s)
+/// where [`BASE_BOUND`] covers one. (A prerequisite found off is also read
+/// every `forwarding::RECHECK`, 5 min: later than the full reads here.)
+pub const FORWARDING_BOUND: Duration = Duration::from_secs(120);
+
+/// A prerequisite lost behind the controller's back on the instance of a
+/// routed Node must be on again this long after the resync interval has
+/// passed since the loss (the full read's pass: the least interval of 10 s
+/// and the pass's own calls), unless a fault window overlaps.
+pub const FORWARDING_REPAIR_SLACK: Duration = Duration::from_secs(30);
 
 /// Passes at one virtual instant after which the controller counts as
 /// spinning: the paused clock only moves when every task waits, so a loop
@@ -133,6 +153,14 @@ pub enum Kind {
     TooManyCalls,
     /// The controller ran pass after pass without virtual time moving.
     Livelock,
+    /// A Node's condition was written `RouteCreated` while the cloud's last
+    /// answer about its forwarding prerequisite said it is off.
+    RouteCreatedWithoutForwarding,
+    /// A forwarding prerequisite lost behind the controller's back on a
+    /// routed Node's instance was not repaired in time.
+    ForwardingNotRepaired,
+    /// A forwarding check, though the cloud's capabilities say it has none.
+    UnexpectedForwardingCheck,
 }
 
 /// One broken invariant.
@@ -159,6 +187,10 @@ pub struct RunStats {
     pub minimum: u64,
     /// When the final state was checked, since the start.
     pub checked_at: Duration,
+    /// Forwarding check calls.
+    pub forwarding_checks: u64,
+    /// Forwarding prerequisites repaired by those checks.
+    pub forwarding_repairs: u64,
 }
 
 /// What one run found.
@@ -197,7 +229,8 @@ pub fn cluster_cidrs() -> Vec<Cidr> {
 }
 
 /// The convergence bound of `case`: [`BASE_BOUND`], plus [`LAG_BOUND`] if
-/// eventual consistency was on, plus twice the longest stretch of
+/// eventual consistency was on, plus [`FORWARDING_BOUND`] if a forwarding
+/// prerequisite was off at some time, plus twice the longest stretch of
 /// overlapping faults — retries back off exponentially while faults last,
 /// so a correct controller may wait about as long again after they end.
 pub fn bound(case: &Case) -> Duration {
@@ -222,7 +255,29 @@ pub fn bound(case: &Case) -> Duration {
         .steps
         .iter()
         .any(|s| matches!(s.step, Step::Lag { .. }));
-    BASE_BOUND + if lag { LAG_BOUND } else { Duration::ZERO } + longest * 2
+    let forwarding = case.cloud.forwarding.is_some()
+        && case.steps.iter().any(|s| match &s.step {
+            Step::LoseForwarding { .. } | Step::FixForwarding { .. } => true,
+            Step::Create(n) | Step::Recreate(n) => n.forwarding_off,
+            _ => false,
+        });
+    BASE_BOUND
+        + if lag { LAG_BOUND } else { Duration::ZERO }
+        + if forwarding {
+            FORWARDING_BOUND
+        } else {
+            Duration::ZERO
+        }
+        + longest * 2
+}
+
+/// Whether a fault window of `case` overlaps `[from, to]`.
+fn fault_between(case: &Case, from: Duration, to: Duration) -> bool {
+    case.steps.iter().any(|s| {
+        s.step
+            .fault_duration()
+            .is_some_and(|d| !d.is_zero() && s.at <= to && s.at + d >= from)
+    })
 }
 
 /// Runs `case` and checks it.
@@ -271,6 +326,14 @@ enum Act {
     /// [`REDO_BOUND`] after the fence reopened at this time: the pass of
     /// this number had changes cut off, and a later one must have started.
     CheckRedo(Duration, u64),
+    /// The forwarding prerequisite of instance `pid` was lost behind the
+    /// controller's back at `lost_at`, when `node` was routed: unless a
+    /// fault got in the way, it must be on again by now.
+    CheckRepaired {
+        pid: String,
+        node: String,
+        lost_at: Duration,
+    },
 }
 
 /// The route signature the minimum is counted on.
@@ -290,6 +353,8 @@ struct Driver<'a> {
     desired: BTreeMap<Cidr, Sig>,
     minimum: BTreeMap<Destination, u64>,
     extras: u32,
+    /// The controller's resync interval.
+    resync: Duration,
 }
 
 fn view_of(spec: &NodeSpec) -> NodeView {
@@ -369,9 +434,31 @@ impl Driver<'_> {
         self.desired = now;
     }
 
+    /// Whether `node` (by name) is live on instance `pid` and a route in
+    /// the table points at it (a blackhole of a stopped instance counts:
+    /// the controller sees it as the Node's).
+    fn routed_on(&self, node: &str, pid: &str) -> bool {
+        self.api
+            .get(node)
+            .is_some_and(|v| v.provider_id.as_deref() == Some(pid))
+            && self
+                .cloud
+                .routes(CLUSTER)
+                .iter()
+                .any(|r| r.target_node == node && r.target_provider_id.as_deref() == Some(pid))
+    }
+
     fn create(&mut self, at: Duration, spec: &NodeSpec) {
         if self.api.get(&spec.name).is_some() {
             return;
+        }
+        if spec.forwarding_off {
+            let mut w = lock(&self.world);
+            if w.forwarding.is_some() {
+                let now = w.now();
+                w.forwarding_off
+                    .insert(steps::provider_id(spec.instance), now);
+            }
         }
         self.api.create(view_of(spec));
         if let Some(late) = spec.late {
@@ -483,6 +570,25 @@ impl Driver<'_> {
                     );
                 }
             }
+            Act::CheckRepaired { pid, node, lost_at } => {
+                // Routed throughout, as far as the repair goes: a route
+                // created in between prepares the instance on the way.
+                let routed = self.routed_on(&node, &pid);
+                let mut w = lock(&self.world);
+                if routed
+                    && w.forwarding_off.get(&pid) == Some(&lost_at)
+                    && !fault_between(self.case, lost_at, at)
+                {
+                    w.violation(
+                        Kind::ForwardingNotRepaired,
+                        format!(
+                            "the forwarding prerequisite of {node}'s instance {pid}, lost at {lost_at:?} while routed, is still off {:?} later (resync {:?})",
+                            at - lost_at,
+                            self.resync
+                        ),
+                    );
+                }
+            }
         }
     }
 
@@ -590,6 +696,34 @@ impl Driver<'_> {
             Step::ApiOutage { duration } => {
                 self.api.set_outage(true);
                 self.later(at + duration, Act::End(Window::ApiOutage));
+            }
+            Step::LoseForwarding { node } => {
+                // Only the provider of this style can repair it; a read-only
+                // cloud's instances never lose it while they run.
+                let Some(pid) = self.api.get(&node).and_then(|v| v.provider_id) else {
+                    return;
+                };
+                let routed = self.routed_on(&node, &pid);
+                let lost_at = {
+                    let mut w = lock(&self.world);
+                    if w.forwarding != Some(ForwardingStyle::Repairable) {
+                        return;
+                    }
+                    // Lost again before the repair: still the first loss.
+                    *w.forwarding_off.entry(pid.clone()).or_insert(at)
+                };
+                if routed && lost_at == at {
+                    self.later(
+                        at + self.resync + FORWARDING_REPAIR_SLACK,
+                        Act::CheckRepaired { pid, node, lost_at },
+                    );
+                }
+            }
+            Step::FixForwarding { node } => {
+                let Some(pid) = self.api.get(&node).and_then(|v| v.provider_id) else {
+                    return;
+                };
+                lock(&self.world).forwarding_off.remove(&pid);
             }
             Step::LateRenewal { stall } => {
                 lock(&self.world).renewing = false;
@@ -764,7 +898,42 @@ impl Driver<'_> {
         // Upstream leaves the condition of a Node without pod CIDRs alone
         // unless some route targets it; this checker does not judge those.
         for n in nodes.iter().filter(|n| !n.pod_cidrs.is_empty()) {
-            let expected = expected_condition(n, &claimed, &table, &self.cluster);
+            let off = n
+                .provider_id
+                .as_ref()
+                .is_some_and(|p| w.forwarding_off.contains_key(p));
+            let expected = expected_condition(
+                n,
+                &claimed,
+                &table,
+                &self.cluster,
+                off && w.forwarding == Some(ForwardingStyle::ReadOnly),
+            );
+            if w.forwarding_answered_off.get(&n.uid) == Some(&true)
+                && NetworkCondition::RouteCreated.already_set(n.network_unavailable.as_ref())
+            {
+                w.violation(
+                    Kind::RouteCreatedWithoutForwarding,
+                    format!(
+                        "{} reads RouteCreated, though the cloud last answered that its forwarding prerequisite is off",
+                        n.name
+                    ),
+                );
+            }
+            // A routed Node's prerequisite is read afresh at every full
+            // read, which repairs it.
+            if off
+                && w.forwarding == Some(ForwardingStyle::Repairable)
+                && expected == NetworkCondition::RouteCreated
+            {
+                w.violation(
+                    Kind::ForwardingNotRepaired,
+                    format!(
+                        "the forwarding prerequisite of {}'s instance is still off at the end",
+                        n.name
+                    ),
+                );
+            }
             if !expected.already_set(n.network_unavailable.as_ref()) {
                 w.violation(
                     Kind::WrongCondition,
@@ -793,12 +962,15 @@ impl Driver<'_> {
     }
 }
 
-/// The condition a Node should carry once routes are in place.
+/// The condition a Node should carry once routes are in place, given
+/// whether its instance's forwarding prerequisite is off and only the
+/// operator can turn it on.
 fn expected_condition(
     n: &NodeView,
     claimed: &[expect::Claim],
     table: &[Route],
     cluster: &[Cidr],
+    forwarding_disabled: bool,
 ) -> NetworkCondition {
     let routed = n.pod_cidrs.iter().all(|pc| match pc {
         PodCidr::Invalid(_) => false,
@@ -818,10 +990,10 @@ fn expected_condition(
             }
         }
     });
-    if routed {
-        NetworkCondition::RouteCreated
-    } else {
-        NetworkCondition::NoRouteCreated
+    match (routed, forwarding_disabled) {
+        (false, _) => NetworkCondition::NoRouteCreated,
+        (true, true) => NetworkCondition::ForwardingDisabled,
+        (true, false) => NetworkCondition::RouteCreated,
     }
 }
 
@@ -859,7 +1031,33 @@ async fn drive(case: &Case, options: &Options) -> Outcome {
         lists: 0,
         trace: Vec::new(),
         eventual: Default::default(),
+        forwarding: case.cloud.forwarding,
+        forwarding_off: Default::default(),
+        forwarding_seen: Default::default(),
+        forwarding_answered_off: Default::default(),
+        forwarding_checks: 0,
+        forwarding_repairs: 0,
     }));
+    {
+        // Every patch the controller sends, including those an outage refuses.
+        let world = world.clone();
+        api.on_condition(move |node, cond| {
+            let mut w = lock(&world);
+            if cond == NetworkCondition::RouteCreated
+                && w.forwarding_answered_off.get(&node.uid) == Some(&true)
+            {
+                w.violation(
+                    Kind::RouteCreatedWithoutForwarding,
+                    format!(
+                        "RouteCreated written for {}, whose forwarding prerequisite the cloud last answered is off",
+                        node.name
+                    ),
+                );
+            }
+        });
+    }
+    let mut rng = StdRng::seed_from_u64(case.seed ^ 0x00c4_ec4e_4000);
+    let resync = pick_resync(MIN_RESYNC, rng.random::<f64>());
     let (leader, leader_rx) = watch::channel(true);
     // As the binary's: open only until the last renewal's send plus the
     // renew deadline, on the virtual clock.
@@ -893,6 +1091,7 @@ async fn drive(case: &Case, options: &Options) -> Outcome {
         desired: BTreeMap::new(),
         minimum: BTreeMap::new(),
         extras: 0,
+        resync,
     };
     for i in 0..case.steps.len() {
         d.later(case.steps[i].at, Act::Step(i));
@@ -907,7 +1106,6 @@ async fn drive(case: &Case, options: &Options) -> Outcome {
     }
     api.initial_list(api.nodes());
 
-    let mut rng = StdRng::seed_from_u64(case.seed ^ 0x00c4_ec4e_4000);
     let cfg = ControllerConfig {
         cluster_name: CLUSTER.into(),
         plan: PlanConfig {
@@ -921,7 +1119,7 @@ async fn drive(case: &Case, options: &Options) -> Outcome {
         timing: Timing {
             period: PERIOD,
             min_interval: crate::run::MIN_INTERVAL,
-            resync: pick_resync(MIN_RESYNC, rng.random::<f64>()),
+            resync,
             discovery: route_controller::schedule::DEFAULT_DISCOVERY_PERIOD,
         },
         // No jitter: the controller draws it from a thread-local RNG, and a
@@ -990,6 +1188,8 @@ async fn drive(case: &Case, options: &Options) -> Outcome {
             mutations: w.mutations.values().sum(),
             minimum,
             checked_at,
+            forwarding_checks: w.forwarding_checks,
+            forwarding_repairs: w.forwarding_repairs,
         },
         trace: std::mem::take(&mut w.trace),
     }
@@ -1055,6 +1255,9 @@ pub fn report(case: &Case, outcome: &Outcome, options: &Options) -> String {
             "not reported"
         }
     );
+    if let Some(style) = case.cloud.forwarding {
+        let _ = writeln!(s, "  forwarding prerequisites: {}", style.as_str());
+    }
     for v in outcome.violations.iter().take(8) {
         let _ = writeln!(
             s,

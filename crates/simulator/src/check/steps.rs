@@ -64,11 +64,16 @@ pub struct Faults {
     /// The API server is unavailable for 5–120 s: status patches and
     /// Warning Events fail.
     pub api_outage: bool,
+    /// The cloud checks Nodes' forwarding prerequisites, in a style drawn
+    /// per run ([`ForwardingStyle`]): instances lose it behind the
+    /// controller's back and the provider repairs it (AWS), or some start
+    /// without it and the operator fixes them later (GCE, Azure).
+    pub forwarding_lost: bool,
 }
 
 impl Faults {
     /// Every class, by its name on the command line.
-    pub const NAMES: [&'static str; 17] = [
+    pub const NAMES: [&'static str; 18] = [
         "recreate",
         "new_instance",
         "late_data",
@@ -86,6 +91,7 @@ impl Faults {
         "late_renewal",
         "refuse_stopped",
         "api_outage",
+        "forwarding_lost",
     ];
 
     /// No fault class: Nodes come and go, nothing else happens.
@@ -107,6 +113,7 @@ impl Faults {
         late_renewal: false,
         refuse_stopped: false,
         api_outage: false,
+        forwarding_lost: false,
     };
 
     /// Every fault class.
@@ -128,6 +135,7 @@ impl Faults {
         late_renewal: true,
         refuse_stopped: true,
         api_outage: true,
+        forwarding_lost: true,
     };
 
     fn slot(&mut self, name: &str) -> Option<&mut bool> {
@@ -149,6 +157,7 @@ impl Faults {
             "late_renewal" => &mut self.late_renewal,
             "refuse_stopped" => &mut self.refuse_stopped,
             "api_outage" => &mut self.api_outage,
+            "forwarding_lost" => &mut self.forwarding_lost,
             _ => return None,
         })
     }
@@ -213,6 +222,9 @@ pub struct NodeSpec {
     pub ip: u32,
     /// Registered without providerID and InternalIP; they arrive this much later.
     pub late: Option<Duration>,
+    /// The instance is new and starts without its forwarding prerequisite
+    /// ([`ForwardingStyle::ReadOnly`]: the operator forgot it at creation).
+    pub forwarding_off: bool,
 }
 
 /// The InternalIP numbered `n`.
@@ -350,6 +362,19 @@ pub enum Step {
         /// How long.
         duration: Duration,
     },
+    /// The instance of a Node loses its forwarding prerequisite behind the
+    /// controller's back (someone turns the source/destination check on
+    /// again); the provider can repair it.
+    LoseForwarding {
+        /// The Node.
+        node: String,
+    },
+    /// The operator turns the forwarding prerequisite of a Node's instance
+    /// on (it cannot be changed by the provider).
+    FixForwarding {
+        /// The Node.
+        node: String,
+    },
 }
 
 impl Step {
@@ -384,6 +409,9 @@ impl fmt::Display for NodeSpec {
         )?;
         if let Some(l) = self.late {
             write!(f, " providerID+InternalIP {:?} later", l)?;
+        }
+        if self.forwarding_off {
+            f.write_str(" (a new instance without its forwarding prerequisite)")?;
         }
         Ok(())
     }
@@ -443,6 +471,14 @@ impl fmt::Display for Step {
                     "the API server refuses status patches and Events for {duration:?}"
                 )
             }
+            Step::LoseForwarding { node } => write!(
+                f,
+                "the instance of {node} loses its forwarding prerequisite behind the controller's back"
+            ),
+            Step::FixForwarding { node } => write!(
+                f,
+                "the operator turns the forwarding prerequisite of {node}'s instance on"
+            ),
         }
     }
 }
@@ -468,6 +504,31 @@ pub struct CloudShape {
     /// Routes to stopped instances are refused (`TargetUnavailable`), not
     /// accepted as blackholes.
     pub refuses_stopped: bool,
+    /// The cloud checks forwarding prerequisites, in this style; `None`:
+    /// it does not (`checks_forwarding` is false), as before the class.
+    pub forwarding: Option<ForwardingStyle>,
+}
+
+/// How the cloud of a `forwarding_lost` run treats forwarding prerequisites.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ForwardingStyle {
+    /// AWS: instances lose it behind the controller's back; a fresh check
+    /// with repair turns it on again and answers `Repaired`; a check that
+    /// is not fresh answers from what the provider last saw.
+    Repairable,
+    /// GCE, Azure: some instances start without it and only the operator
+    /// turns it on; checks answer `Disabled` while it is off.
+    ReadOnly,
+}
+
+impl ForwardingStyle {
+    /// How reports name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ForwardingStyle::Repairable => "repairable",
+            ForwardingStyle::ReadOnly => "read-only",
+        }
+    }
 }
 
 /// Everything one run needs.
@@ -514,6 +575,12 @@ struct Gen {
     extras: u32,
     /// Per window kind, when the current window ends (windows of one kind never overlap).
     busy: [Duration; 9],
+    /// The run's forwarding style (`forwarding_lost`).
+    forwarding: Option<ForwardingStyle>,
+    /// Instances numbered up to this one have had their prerequisite drawn.
+    drawn: u32,
+    /// Instances whose prerequisite is off now.
+    forwarding_off: Vec<u32>,
 }
 
 impl Gen {
@@ -570,6 +637,16 @@ impl Gen {
         let (pod_cidrs, slot) = self.pod_cidrs(slot);
         let late = (self.faults.late_data && self.rng.random_bool(0.4))
             .then(|| Duration::from_secs(self.rng.random_range(1..=15)));
+        // Drawn once per instance, when it first appears: a Node re-created
+        // on it finds it as it was.
+        let mut forwarding_off = false;
+        if instance > self.drawn {
+            self.drawn = instance;
+            if self.forwarding == Some(ForwardingStyle::ReadOnly) && self.rng.random_bool(0.3) {
+                forwarding_off = true;
+                self.forwarding_off.push(instance);
+            }
+        }
         self.live.retain(|l| l.name != name);
         self.live.push(Live {
             name: name.clone(),
@@ -584,6 +661,7 @@ impl Gen {
             instance,
             ip,
             late,
+            forwarding_off,
         }
     }
 
@@ -762,6 +840,7 @@ impl Gen {
             (f.leader, 5),
             (f.late_renewal, 6),
             (f.api_outage, 7),
+            (f.forwarding_lost, 8),
         ] {
             if on {
                 choices.push(c);
@@ -853,13 +932,37 @@ impl Gen {
                 }
                 self.push(at, Step::LateRenewal { stall });
             }
-            _ => {
+            7 => {
                 let duration = self.secs(5, 120);
                 if !self.window(8, at, duration) {
                     return;
                 }
                 self.push(at, Step::ApiOutage { duration });
             }
+            _ => self.forwarding_step(at),
+        }
+    }
+
+    fn forwarding_step(&mut self, at: Duration) {
+        match self.forwarding {
+            Some(ForwardingStyle::Repairable) => {
+                let Some(i) = self.pick_live() else { return };
+                let node = self.live[i].name.clone();
+                self.push(at, Step::LoseForwarding { node });
+            }
+            Some(ForwardingStyle::ReadOnly) => {
+                let off: Vec<usize> = (0..self.live.len())
+                    .filter(|&i| self.forwarding_off.contains(&self.live[i].instance))
+                    .collect();
+                if off.is_empty() {
+                    return;
+                }
+                let i = off[self.rng.random_range(0..off.len())];
+                let (node, instance) = (self.live[i].name.clone(), self.live[i].instance);
+                self.forwarding_off.retain(|&x| x != instance);
+                self.push(at, Step::FixForwarding { node });
+            }
+            None => {}
         }
     }
 }
@@ -878,13 +981,26 @@ pub fn generate(seed: u64, faults: Faults, mode: Option<Mode>) -> Case {
         ips: 0,
         extras: 0,
         busy: [Duration::ZERO; 9],
+        forwarding: None,
+        drawn: 0,
+        forwarding_off: Vec::new(),
     };
     let cloud = CloudShape {
         latency_ms: g.rng.random_range(0..=200),
         reports_node_addresses: g.rng.random_bool(0.5),
         max_concurrent_operations: g.rng.random_range(1..=10),
         refuses_stopped: faults.refuse_stopped && g.rng.random_bool(0.5),
+        // Drawn only when the class is on, so runs without it generate
+        // exactly what they did before it existed.
+        forwarding: faults.forwarding_lost.then(|| {
+            if g.rng.random_bool(0.5) {
+                ForwardingStyle::Repairable
+            } else {
+                ForwardingStyle::ReadOnly
+            }
+        }),
     };
+    g.forwarding = cloud.forwarding;
     // The cluster and the cloud as the controller finds them at start.
     for _ in 0..g.rng.random_range(0..=4) {
         g.node_step(Duration::ZERO);
