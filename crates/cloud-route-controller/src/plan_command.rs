@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::ListParams;
 use route_controller::node_view;
-use route_core::{NetworkCondition, Plan, PlanConfig};
+use route_core::{Plan, PlanConfig};
 use serde::Serialize;
 
 use crate::cli::{Output, PlanArgs};
@@ -28,6 +28,19 @@ struct Report<'a> {
     targets: Vec<String>,
     plan: &'a Plan,
     conditions: Vec<ConditionChange<'a>>,
+    /// Nodes whose forwarding prerequisite is off: the cloud drops the pod
+    /// traffic they forward even with every route in place.
+    forwarding: Vec<ForwardingGap>,
+}
+
+#[derive(Serialize)]
+struct ForwardingGap {
+    node: String,
+    what: String,
+    fix: String,
+    /// The controller turns it back on itself (AWS); otherwise the Node's
+    /// condition will say `ForwardingDisabled` until the operator fixes it.
+    repaired_by_controller: bool,
 }
 
 #[derive(Serialize)]
@@ -49,7 +62,7 @@ pub async fn plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
         &route_cloud::Fence::new(false),
     )
     .await?;
-    let nodes: Vec<_> = Api::<Node>::all(client)
+    let mut nodes: Vec<_> = Api::<Node>::all(client)
         .list(&ListParams::default())
         .await
         .context("listing Nodes")?
@@ -64,6 +77,7 @@ pub async fn plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
         .list_routes(&args.cluster.cluster_name)
         .await
         .context("listing the cloud's routes")?;
+    let forwarding = forwarding_gaps(&*cloud, &args.cluster.cluster_name, &mut nodes).await?;
     let plan = route_core::plan(
         &nodes,
         &routes,
@@ -93,6 +107,7 @@ pub async fn plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
         targets: cloud.targets().iter().map(|t| t.to_string()).collect(),
         plan: &plan,
         conditions,
+        forwarding,
     };
     let out = match args.output {
         Output::Json => serde_json::to_string_pretty(&report)? + "\n",
@@ -100,6 +115,59 @@ pub async fn plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
     };
     print!("{out}");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Reads every routable Node's forwarding prerequisite afresh, without
+/// repairing anything, and marks the views of those the controller cannot
+/// fix, so the planned conditions say `ForwardingDisabled` as `run` would.
+async fn forwarding_gaps(
+    cloud: &dyn route_cloud::CloudRoutes,
+    cluster: &str,
+    nodes: &mut [std::sync::Arc<route_core::NodeView>],
+) -> anyhow::Result<Vec<ForwardingGap>> {
+    use route_cloud::{Forwarding, ForwardingCheck};
+    if !cloud.capabilities().checks_forwarding {
+        return Ok(Vec::new());
+    }
+    let routable: Vec<_> = nodes
+        .iter()
+        .filter(|n| !n.pod_cidrs.is_empty() && !n.deleting)
+        .cloned()
+        .collect();
+    let check = ForwardingCheck {
+        fresh: true,
+        repair: false,
+    };
+    let answers = cloud
+        .check_forwarding(cluster, &routable, check)
+        .await
+        .context("checking the Nodes' forwarding prerequisites")?;
+    let mut gaps = Vec::new();
+    for (node, answer) in answers {
+        let gap = match answer {
+            Forwarding::Ready | Forwarding::Repaired { .. } => continue,
+            Forwarding::WouldRepair { what } => ForwardingGap {
+                node,
+                what,
+                fix: "the controller turns it back on when it runs".into(),
+                repaired_by_controller: true,
+            },
+            Forwarding::Disabled { what, fix } => ForwardingGap {
+                node,
+                what,
+                fix,
+                repaired_by_controller: false,
+            },
+        };
+        if !gap.repaired_by_controller
+            && let Some(v) = nodes.iter_mut().find(|v| v.name == gap.node)
+        {
+            std::sync::Arc::make_mut(v).forwarding_disabled = true;
+        }
+        gaps.push(gap);
+    }
+    gaps.sort_by(|a, b| a.node.cmp(&b.node));
+    Ok(gaps)
 }
 
 fn table(r: &Report<'_>) -> String {
@@ -123,6 +191,7 @@ fn table(r: &Report<'_>) -> String {
         && p.conflicts.is_empty()
         && p.outside_cluster.is_empty()
         && p.awaiting_node_data.is_empty()
+        && r.forwarding.is_empty()
     {
         let _ = writeln!(s, "The cloud and the Nodes are in step: no change needed.");
     }
@@ -184,17 +253,28 @@ fn table(r: &Report<'_>) -> String {
             r.conditions.len()
         );
         for c in &r.conditions {
-            let want = if c.reason == NetworkCondition::RouteCreated.reason() {
-                "NetworkUnavailable=False/RouteCreated"
-            } else {
-                "NetworkUnavailable=True/NoRouteCreated"
-            };
+            let want = format!("NetworkUnavailable={}/{}", c.status, c.reason);
             let _ = writeln!(
                 s,
                 "  {:<30} {:<40} (now: {})",
                 c.node,
                 want,
                 c.current.as_deref().unwrap_or("not set")
+            );
+        }
+        s.push('\n');
+    }
+    if !r.forwarding.is_empty() {
+        let _ = writeln!(
+            s,
+            "FORWARDING PREREQUISITES MISSING ({}): the cloud drops the pod traffic these Nodes forward",
+            r.forwarding.len()
+        );
+        for g in &r.forwarding {
+            let _ = writeln!(
+                s,
+                "  {:<30} {}\n  {:<30} fix: {}",
+                g.node, g.what, "", g.fix
             );
         }
         s.push('\n');

@@ -416,5 +416,34 @@ async fn a_node_on_an_instance_without_can_ip_forward_keeps_its_route_and_reads_
     assert_eq!(fake.count("get_instance"), 2, "{:?}", fake.requests());
     let log = ctl.log_text();
     assert_eq!(ctl.stop(), Some(0), "{log}");
+    // `plan` lists the missing prerequisite beside the routes, and the
+    // condition the controller keeps.
+    // Async: the fake serves from this test's runtime.
+    let out = tokio::process::Command::new(common::binary())
+        .arg("plan")
+        .arg("--kubeconfig")
+        .arg(c.kubeconfig_path())
+        .args(["--cluster-cidr", "10.244.0.0/16", "--cloud-provider", "gce"])
+        .arg("--cloud-config")
+        .arg(&config)
+        .output()
+        .await
+        .expect("run plan");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("FORWARDING PREREQUISITES MISSING (1)")
+            && stdout.contains("instance gce-1")
+            && stdout.contains("--can-ip-forward"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("no change needed") || !stdout.contains("ROUTES TO"),
+        "{stdout}"
+    );
     eprintln!("gce forwarding: took {:?}", t0.elapsed());
 }

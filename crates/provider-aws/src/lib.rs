@@ -1274,8 +1274,7 @@ impl CloudRoutes for Ec2Routes {
                 ),
             };
             if !check.repair {
-                let fix = "The controller turns it off when it runs (`aws ec2 modify-instance-attribute --no-source-dest-check` does the same).".to_string();
-                out.push((node.to_string(), Forwarding::Disabled { what, fix }));
+                out.push((node.to_string(), Forwarding::WouldRepair { what }));
                 continue;
             }
             if let Err(e) = self.turn_off_check_of(target).await {

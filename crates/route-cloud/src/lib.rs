@@ -76,8 +76,14 @@ pub enum Forwarding {
         /// What was repaired, for the Warning ("source/destination check on i-0abc").
         what: String,
     },
-    /// Off, and not the provider's to change (or the check was asked not to
-    /// repair): the routes are kept, so traffic flows the moment it is on.
+    /// Off, and the provider would turn it back on: the answer of a check
+    /// asked not to repair (`plan`) where it repairs.
+    WouldRepair {
+        /// What is off.
+        what: String,
+    },
+    /// Off, and not the provider's to change: the routes are kept, so
+    /// traffic flows the moment it is on.
     Disabled {
         /// What is off ("instance node-1 has canIpForward false").
         what: String,

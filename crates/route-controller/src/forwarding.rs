@@ -174,6 +174,16 @@ impl Prerequisites {
                     }
                     false
                 }
+                // Never asked for here (the loop always repairs); taken
+                // as off, so no Node reads RouteCreated while it is.
+                Forwarding::WouldRepair { what } => {
+                    if !was {
+                        let fix = "The controller turns it back on at its next check.";
+                        out.warnings
+                            .push(Warning::forwarding_disabled(node, what, fix));
+                    }
+                    true
+                }
                 Forwarding::Disabled { what, fix } => {
                     if !was {
                         out.warnings
