@@ -111,9 +111,11 @@ async fn a_burst_of_50_nodes_is_one_router_update_and_deletions_follow() {
             &["outcome=\"changed\""],
         )
     };
-    wait_until(Duration::from_secs(30), "the deleting pass to end", || async {
-        (changing_passes(&scrape()) >= 2.0).then_some(())
-    })
+    wait_until(
+        Duration::from_secs(30),
+        "the deleting pass to end",
+        || async { (changing_passes(&scrape()) >= 2.0).then_some(()) },
+    )
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
     let m = scrape();
