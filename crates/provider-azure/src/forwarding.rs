@@ -25,10 +25,7 @@
 //! the scale set's model, read and fixed elsewhere.
 
 use std::collections::{HashMap, HashSet};
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::Poll;
 
 use reqwest::Method;
 use route_cloud::{CloudError, ErrorKind, Forwarding, ForwardingCheck};
@@ -184,31 +181,6 @@ fn lock(m: &Mutex<Memory>) -> std::sync::MutexGuard<'_, Memory> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Runs `futures` together and answers their outputs in order. The reads
-/// borrow the provider, so they cannot be spawned as tasks.
-async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
-    let mut pending: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
-    let mut done: Vec<Option<F::Output>> = pending.iter().map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        let mut waiting = false;
-        for (f, out) in pending.iter_mut().zip(done.iter_mut()) {
-            if out.is_none() {
-                match f.as_mut().poll(cx) {
-                    Poll::Ready(v) => *out = Some(v),
-                    Poll::Pending => waiting = true,
-                }
-            }
-        }
-        if waiting {
-            Poll::Pending
-        } else {
-            Poll::Ready(())
-        }
-    })
-    .await;
-    done.into_iter().flatten().collect()
-}
-
 impl AzureRoutes {
     /// One `GET` of an ARM resource; `None` when it does not exist.
     async fn read(&self, op: &'static str, path: &str) -> Result<Option<Value>, CloudError> {
@@ -233,7 +205,7 @@ impl AzureRoutes {
         Fut: Future<Output = Result<Option<Value>, CloudError>>,
     {
         for chunk in items.chunks(CONCURRENT_READS) {
-            let answers = join_all(chunk.iter().map(&read).collect()).await;
+            let answers = futures::future::join_all(chunk.iter().map(&read)).await;
             let mut failure = None;
             for (item, answer) in chunk.iter().zip(answers) {
                 match answer {

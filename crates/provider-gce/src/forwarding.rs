@@ -20,10 +20,7 @@
 //! a time through the provider's request budget instead.
 
 use std::collections::HashSet;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
 
 use google_cloud_gax::options::RequestOptionsBuilder as _;
 use route_cloud::{CloudError, ErrorKind, Forwarding, ForwardingCheck};
@@ -57,31 +54,6 @@ pub fn disabled_fix(instance: &InstanceRef) -> String {
          (`gcloud compute instances update-from-file {name} --zone {zone} --project {project} \
          --source {name}.yaml --most-disruptive-allowed-action RESTART`) and start it again"
     )
-}
-
-/// Runs `futures` together and answers their outputs in order. The reads
-/// borrow the provider, so they cannot be spawned as tasks.
-async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
-    let mut pending: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
-    let mut done: Vec<Option<F::Output>> = pending.iter().map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        let mut waiting = false;
-        for (f, out) in pending.iter_mut().zip(done.iter_mut()) {
-            if out.is_none() {
-                match f.as_mut().poll(cx) {
-                    Poll::Ready(v) => *out = Some(v),
-                    Poll::Pending => waiting = true,
-                }
-            }
-        }
-        if waiting {
-            Poll::Pending
-        } else {
-            Poll::Ready(())
-        }
-    })
-    .await;
-    done.into_iter().flatten().collect()
 }
 
 impl GceRoutes {
@@ -141,7 +113,8 @@ impl GceRoutes {
         };
         let mut failure = None;
         for chunk in to_read.chunks(CONCURRENT_READS) {
-            let reads = join_all(chunk.iter().map(|i| self.can_ip_forward(i)).collect()).await;
+            let reads =
+                futures::future::join_all(chunk.iter().map(|i| self.can_ip_forward(i))).await;
             let mut known = self.forwarding.lock().unwrap_or_else(|e| e.into_inner());
             for (instance, read) in chunk.iter().zip(reads) {
                 match read {
@@ -186,18 +159,6 @@ impl GceRoutes {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[tokio::test]
-    async fn join_all_answers_in_order_whatever_finishes_first() {
-        let slow_first = |i: u64| async move {
-            tokio::time::sleep(std::time::Duration::from_millis(30 - i * 10)).await;
-            i
-        };
-        assert_eq!(
-            join_all(vec![slow_first(0), slow_first(1), slow_first(2)]).await,
-            [0, 1, 2]
-        );
-    }
 
     #[test]
     fn the_fix_names_the_instance_and_both_ways_to_turn_it_on() {
