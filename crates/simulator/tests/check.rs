@@ -11,12 +11,15 @@
 //! * `CRC_CHECK_MODE=watch` — one mode for every seed instead of the seed's.
 //!
 //! The pinned-seed tests are the seeds that found bugs (a)–(g) before they
-//! were fixed; each keeps its bug fixed.
+//! were fixed; each keeps its bug fixed. The `forwarding_lost` pins are
+//! sequences that class exists for, each failing with the planted bug it
+//! is named against.
 
 use route_controller::Mode;
 use route_core::Cidr;
 use simulator::check::{
-    Faults, Kind, Options, PASSING, generate, report, run_case, run_case_with, run_seeds, shrink,
+    Faults, ForwardingStyle, Kind, Options, PASSING, Step, generate, report, run_case,
+    run_case_with, run_seeds, shrink,
 };
 
 fn env<T: std::str::FromStr>(name: &str) -> Option<T> {
@@ -148,6 +151,33 @@ fn creation_blocked_by_a_backing_off_deletion_does_not_spin_seed_3905() {
         3905,
         "recreate,address_change,behind_back,foreign,odd_pod_cidrs,errors,timeouts,lag,leader",
     );
+}
+
+/// Read-only style (GCE, Azure): n2 (i-2) and n9 (i-9) register at 0 s and
+/// 56.1 s on new instances without their forwarding prerequisite; the
+/// operator turns n2's on at 45.5 s; n9's stays off. n2 reads
+/// ForwardingDisabled until the fix is read afresh, n9 to the end, and
+/// neither is ever written RouteCreated while the last check said off.
+/// Fails when the planner ignores `forwarding_disabled`.
+#[test]
+fn nodes_on_instances_without_forwarding_read_forwarding_disabled_until_the_operator_fixes_one_seed_2()
+ {
+    let case = generate(2, Faults::parse("forwarding_lost").unwrap(), None);
+    assert_eq!(case.cloud.forwarding, Some(ForwardingStyle::ReadOnly));
+    let starts_off = |name: &str| {
+        case.steps
+            .iter()
+            .any(|t| matches!(&t.step, Step::Create(n) if n.name == name && n.forwarding_off))
+    };
+    assert!(starts_off("n2") && starts_off("n9"));
+    assert!(
+        case.steps
+            .iter()
+            .any(|t| matches!(&t.step, Step::FixForwarding { node } if node == "n2"))
+    );
+    let out = run_case(&case);
+    assert!(out.passed(), "{}", report(&case, &out, &Options::default()));
+    assert!(out.stats.forwarding_checks > 0);
 }
 
 #[test]
