@@ -117,11 +117,20 @@ impl Prerequisites {
             .iter()
             .filter(|n| !n.pod_cidrs.is_empty() && !n.deleting)
         {
-            let known = self.known.get(&n.uid);
-            let recheck = known.is_some_and(|k| k.recheck.is_some_and(|t| now >= t));
+            let known = self.known.get_mut(&n.uid);
+            let recheck = known
+                .as_ref()
+                .is_some_and(|k| k.recheck.is_some_and(|t| now >= t));
             if (full || recheck) && routed(&n.name) {
                 due.fresh.push(n.clone());
-            } else if known.is_none() {
+            } else if let Some(k) = known {
+                if recheck {
+                    // Not routed (yet, or any more): nothing to read now,
+                    // but its recheck must move on, or the loop would wake
+                    // for it again at once.
+                    k.recheck = Some(now + RECHECK);
+                }
+            } else {
                 due.new.push(n.clone());
             }
         }
@@ -281,6 +290,21 @@ mod tests {
         );
         let due = p.due(&nodes, |_| true, now + Duration::from_secs(7200));
         assert_eq!(due.fresh.len(), 1, "routed now: read at the resync");
+    }
+
+    /// Found by the checker (seed 842): a Node found disabled whose route
+    /// is not in the table (an invalid pod CIDR) kept a recheck in the past,
+    /// and the loop woke for it at once, pass after pass.
+    #[tokio::test(start_paused = true)]
+    async fn a_disabled_node_without_a_route_moves_its_recheck_on_instead_of_waking_the_loop_at_once()
+     {
+        let mut p = Prerequisites::new(Duration::from_secs(12 * 3600));
+        let now = Instant::now();
+        let due = p.due(&[node("a")], |_| false, now);
+        p.absorb(&due, vec![("a".into(), disabled())], |_| false, now);
+        let later = now + RECHECK;
+        assert!(p.due(&[node("a")], |_| false, later).is_empty());
+        assert_eq!(p.next_wake(), Some(later + RECHECK));
     }
 
     #[tokio::test(start_paused = true)]

@@ -768,10 +768,18 @@ impl Driver<'_> {
                 let reports = self.reports();
                 let mut r = Route::new(target.clone(), Destination::Cidr(c)).named(name);
                 r.cloud_target = "eni-elsewhere".into();
-                // A route names the Node whose instance it points at.
+                // A route names the Node whose instance it points at. A
+                // Node still waiting for its providerID runs on an instance
+                // all the same, and a cloud that reports instances names it
+                // (a route without one would be kept as unknown, which no
+                // real listing produces).
                 if let Some(t) = self.api.get(&target) {
                     r = r.with_addresses(t.addresses.clone(), reports);
-                    r.target_provider_id = t.provider_id.map(Into::into);
+                    let eventual = lock(&self.world)
+                        .eventual
+                        .get(&t.uid)
+                        .map(|(p, _)| p.clone());
+                    r.target_provider_id = t.provider_id.clone().or(eventual).map(Into::into);
                 }
                 self.insert(r);
             }
