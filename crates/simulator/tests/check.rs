@@ -123,6 +123,30 @@ fn a_refusal_for_a_stopped_instance_outlives_a_pod_cidr_conflict_seed_8630() {
     );
 }
 
+/// Every class of issue 27's day, by name, so a later class does not change
+/// the sequences the seeds below pin.
+const ALL_18: &str = "recreate,new_instance,late_data,address_change,instance_stop,behind_back,foreign,odd_pod_cidrs,errors,timeouts,throttle,lag,slow,leader,late_renewal,refuse_stopped,api_outage,forwarding_lost";
+
+/// Shrunk (3,000 seeds with every class on): n2 is re-created at 134.7 s on
+/// a new instance that cannot forward, with the invalid pod CIDR
+/// `10.244.13.0/33`. Found disabled once, its recheck fell due at 434.7 s,
+/// but only Nodes with a route are read afresh, so the recheck stayed in
+/// the past and the loop woke for it at once, 1,000 passes at one instant.
+#[test]
+fn a_node_without_forwarding_and_without_a_route_does_not_livelock_the_loop_seed_842() {
+    pinned(842, ALL_18);
+}
+
+/// Shrunk (10,000 seeds with every class on): at 128 s n1's pod CIDR is
+/// pointed behind the controller's back at n2, which is still waiting for
+/// its providerID; the route named no instance, the planner keeps a route
+/// whose instance is unknown, and the table never converged. A cloud that
+/// reports instances names one on every route; the checker now does too.
+#[test]
+fn a_hijacked_route_to_a_node_waiting_for_its_provider_id_names_its_instance_seed_1350() {
+    pinned(1350, ALL_18);
+}
+
 /// Eleven steps remain after shrinking: Nodes created and deleted around
 /// two throttle storms (one request per 9 s for 30 s from 3.4 s, one per
 /// 18 s for 44 s from 153 s). After the last storm ends at 197 s, calls
