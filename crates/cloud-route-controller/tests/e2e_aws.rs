@@ -475,7 +475,7 @@ async fn a_source_dest_check_turned_back_on_behind_the_controllers_back_is_repai
     let ec2 = client(&endpoint).await;
     let proxy = Proxy::start(&endpoint).await.unwrap();
     let cluster = unique_cluster("e2e-sdc");
-    let net = create_network(&ec2, "10.33.0.0/16", Some(&cluster))
+    let net = create_network(&ec2, "10.34.0.0/16", Some(&cluster))
         .await
         .unwrap();
     let instances = run_instances(&ec2, &net, 3).await.unwrap();

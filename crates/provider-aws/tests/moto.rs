@@ -1021,7 +1021,9 @@ async fn a_resyncs_forwarding_check_costs_one_describe_per_200_instances_and_one
         .unwrap_or(201);
     let ep = endpoint().await;
     let ec2 = testing::client(&ep).await;
-    let net = testing::create_network(&ec2, "10.11.0.0/16", None)
+    // A VPC CIDR no other test uses: moto names instances by private IP,
+    // and a test that looks instances up by that name must find one.
+    let net = testing::create_network(&ec2, "10.19.0.0/16", None)
         .await
         .unwrap();
     let mut instances = Vec::new();
