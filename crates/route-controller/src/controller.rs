@@ -10,9 +10,10 @@
 //! order data flows, and owns no logic of its own:
 //!
 //! ```text
-//! prerequisites ─► snapshot ─► plan ─► hold ─► warn ─► execute ─► absorb ─► status ─► finish
-//! (cloud I/O when   (cloud I/O  (pure)  (pure)  (Events) (cloud I/O) (pure)  (nodes/status)
-//!  a check is due)   on a full pass)
+//! snapshot ─► prerequisites ─► plan ─► hold ─► warn ─► execute ─► absorb ─► status ─► finish
+//! (cloud I/O  (cloud I/O when   (pure)  (pure)  (Events) (cloud I/O) (pure)  (nodes/status)
+//!  on a full   a check is due)
+//!  pass)
 //! ```
 
 use std::sync::Arc;
@@ -248,7 +249,7 @@ impl Controller {
         let mut report = PassReport::new(kind, trigger);
         // 1. Snapshot: the Nodes and the route table, cached or listed (cloud I/O).
         let use_cache = kind == PassKind::Cached && !self.holds.wants_listing(started);
-        let snap =
+        let mut snap =
             match snapshot::take(&self.nodes, &mut self.routes, &self.executor, use_cache).await {
                 Ok(snap) => snap,
                 Err(e) => return self.list_failed(report, e, started),
@@ -256,7 +257,6 @@ impl Controller {
         // 1b. Prerequisites: what the cloud needs on a Node's instance before
         //     it delivers the pod traffic the Node forwards, when a check is
         //     due (cloud I/O).
-        let mut snap = snap;
         self.check_prerequisites(&mut snap).await;
         if snap.listed {
             self.scheduler.full_pass_listed(started);
