@@ -383,15 +383,18 @@ impl Admin {
         Ok(v["port"].clone())
     }
 
-    /// A port's `allowed_address_pairs` as `ip_address` strings, in order.
+    /// A port's `allowed_address_pairs` as `ip_address` strings, sorted:
+    /// Neutron keeps the pairs in rows of their own and promises no order.
     pub async fn pair_ips(&self, id: &str) -> Result<Vec<String>, String> {
-        Ok(self.port(id).await?["allowed_address_pairs"]
+        let mut ips: Vec<String> = self.port(id).await?["allowed_address_pairs"]
             .as_array()
             .map(Vec::as_slice)
             .unwrap_or(&[])
             .iter()
             .filter_map(|p| p["ip_address"].as_str().map(str::to_string))
-            .collect())
+            .collect();
+        ips.sort();
+        Ok(ips)
     }
 
     /// Replaces a port's `allowed_address_pairs` as another tool would.
