@@ -43,7 +43,7 @@ pub async fn cleanup(args: CleanupArgs) -> anyhow::Result<ExitCode> {
     let targets = cloud.targets();
     let owned: Vec<Route> = listed
         .into_iter()
-        .filter(|r| targets.is_empty() || targets.contains(&r.target))
+        .filter(|r| targets.is_empty() || targets.contains(&r.table))
         .filter(|r| is_responsible_for_route(&cidrs, &r.destination))
         .collect();
     print!("{}", table(cluster, &owned, args.yes));
@@ -106,10 +106,10 @@ async fn delete_all<'r>(
 }
 
 fn table_name(r: &Route) -> &str {
-    if r.target.is_empty() {
+    if r.table.is_empty() {
         "the route table"
     } else {
-        r.target.as_str()
+        r.table.as_str()
     }
 }
 
@@ -137,14 +137,10 @@ fn table(cluster: &str, routes: &[Route], yes: bool) -> String {
         let _ = writeln!(
             s,
             "  {:<24} {:<40} {:<24} {:<30}",
-            if r.target.is_empty() { "-" } else { &r.target },
+            if r.table.is_empty() { "-" } else { &r.table },
             r.name,
             r.destination.to_string(),
-            if r.target_node.is_empty() {
-                "-"
-            } else {
-                &r.target_node
-            }
+            if r.node.is_empty() { "-" } else { &r.node }
         );
     }
     s

@@ -85,7 +85,7 @@ pub async fn plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
             cluster_cidrs: cidrs,
             needs: cloud.capabilities().needs,
             replace_blackholes: cloud.capabilities().replaces_blackholes,
-            targets: cloud.targets(),
+            tables: cloud.targets(),
         },
     );
     let conditions: Vec<ConditionChange<'_>> = plan
@@ -208,10 +208,10 @@ fn table(r: &Report<'_>) -> String {
                 "  {:<40} {:<24} {:<30} {:?}",
                 d.route.name,
                 d.route.destination.to_string(),
-                if d.route.target_node.is_empty() {
+                if d.route.node.is_empty() {
                     "-"
                 } else {
-                    &d.route.target_node
+                    &d.route.node
                 },
                 d.reason
             );
@@ -231,7 +231,8 @@ fn table(r: &Report<'_>) -> String {
             } else {
                 c.after
                     .iter()
-                    .map(|i| p.deletions[*i].route.name.clone())
+                    .filter_map(|k| p.deletions.iter().find(|d| d.key() == *k))
+                    .map(|d| d.route.name.to_string())
                     .collect::<Vec<_>>()
                     .join(",")
             };
@@ -239,7 +240,7 @@ fn table(r: &Report<'_>) -> String {
                 s,
                 "  {:<24} {:<30} {:<20} {:?}",
                 c.route.destination.to_string(),
-                c.route.target_node,
+                c.route.node,
                 after,
                 c.reason
             );

@@ -61,7 +61,7 @@ async fn cleanup_removes_the_clusters_routes_from_every_table_and_only_with_yes(
         for i in 0..3 {
             cloud.insert_route(
                 CLUSTER,
-                Route::from_text(format!("n{i}"), &format!("10.244.{i}.0/24")).in_target(t),
+                Route::from_text(format!("n{i}"), &format!("10.244.{i}.0/24")).in_table(t),
             );
         }
         // A VPN route in the same table, outside the cluster CIDR.
@@ -69,13 +69,10 @@ async fn cleanup_removes_the_clusters_routes_from_every_table_and_only_with_yes(
             CLUSTER,
             Route::from_text("vpn", "192.168.7.0/24")
                 .named(format!("vpn-{t}"))
-                .in_target(t),
+                .in_table(t),
         );
         // Another cluster's route for the same range.
-        cloud.insert_route(
-            "other",
-            Route::from_text("n0", "10.244.0.0/24").in_target(t),
-        );
+        cloud.insert_route("other", Route::from_text("n0", "10.244.0.0/24").in_table(t));
     }
     let dir = TempDir::new("cleanup");
     let config = sim_cloud_config(dir.path(), "cloud.yaml", &sim.url(), None);

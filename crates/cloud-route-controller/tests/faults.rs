@@ -260,7 +260,7 @@ impl Invariants {
                     .cidr()
                     .is_some_and(|c| in_cluster(&c) && (self.ipv6 || c.family() == IpFamily::V4))
             })
-            .map(|r| (r.target_node.to_string(), r.destination.to_string()))
+            .map(|r| (r.node.to_string(), r.destination.to_string()))
             .collect();
         let missing: Vec<_> = want.difference(&have).collect();
         let extra: Vec<_> = have.difference(&want).collect();
@@ -383,7 +383,7 @@ async fn check_once(state: &Mutex<CheckState>, cloud: &MemoryCloud, nodes: &Api<
     let mut s = state.lock().expect("checker state");
     let pending = std::mem::take(&mut s.pending_deletes);
     for e in pending {
-        let node = e.target_node.clone().unwrap_or_default();
+        let node = e.node.clone().unwrap_or_default();
         let dest = e.destination.clone().unwrap_or(Destination::parse(""));
         s.deletes_checked += 1;
         if live_claims(&list.items, &node, &dest) {
@@ -727,7 +727,7 @@ async fn controller_killed_between_route_creation_and_status_patch() {
     .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
     ctl.child.kill().expect("SIGKILL the controller");
     let _ = ctl.child.wait();
-    let victim = first.target_node.clone().unwrap_or_default();
+    let victim = first.node.clone().unwrap_or_default();
     let cond = c.network_unavailable(&victim).await.unwrap();
     assert!(
         cond.is_none(),
@@ -1187,7 +1187,7 @@ async fn bad_pod_cidrs_are_warned_about_and_never_routed() {
         .cloud
         .routes(CLUSTER)
         .into_iter()
-        .map(|r| r.target_node.to_string())
+        .map(|r| r.node.to_string())
         .collect();
     for name in ["outside", "twin-a", "twin-b"] {
         assert!(!routed.iter().any(|r| r == name), "{name} got a route");

@@ -351,7 +351,7 @@ async fn metrics_and_logs_after_a_scripted_scenario() {
             *called
                 .entry((
                     e.op.as_str().into(),
-                    e.target_node.unwrap_or_default(),
+                    e.node.unwrap_or_default(),
                     e.destination.unwrap_or_default(),
                     e.result,
                 ))

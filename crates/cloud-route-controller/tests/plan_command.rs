@@ -131,13 +131,13 @@ async fn plan_prints_exactly_the_stale_and_missing_routes_and_changes_nothing() 
     assert_eq!(p.deletions.len(), 1, "{json_out}");
     let d = &p.deletions[0];
     assert_eq!(d.route.name, "r-gone");
-    assert_eq!(d.route.target_node, "gone");
+    assert_eq!(d.route.node, "gone");
     assert_eq!(d.route.destination, Destination::parse("10.244.9.0/24"));
     assert_eq!(d.reason, DeletionReason::NodeGone);
 
     assert_eq!(p.creations.len(), 1, "{json_out}");
     let cr = &p.creations[0];
-    assert_eq!(cr.route.target_node, "missing");
+    assert_eq!(cr.route.node, "missing");
     assert_eq!(cr.route.destination, Destination::parse("10.244.2.0/24"));
     assert_eq!(cr.reason, CreationReason::Missing);
     assert!(cr.after.is_empty(), "nothing to wait for: {json_out}");
@@ -146,7 +146,7 @@ async fn plan_prints_exactly_the_stale_and_missing_routes_and_changes_nothing() 
         .find(|n| n.metadata.name.as_deref() == Some("missing"))
         .and_then(|n| n.metadata.uid.clone())
         .unwrap();
-    assert_eq!(cr.name_hint, missing_uid, "the name hint is the node's UID");
+    assert_eq!(cr.node_uid, missing_uid, "the name hint is the node's UID");
 
     assert!(p.conflicts.is_empty(), "{json_out}");
     assert!(p.outside_cluster.is_empty(), "{json_out}");

@@ -525,7 +525,7 @@ async fn admin_log(State(sim): State<Arc<Sim>>, Query(q): Query<LogQuery>) -> Re
             caller: r.caller.to_string(),
             cluster: r.cluster,
             op: r.op,
-            target_node: r.target_node,
+            node: r.node,
             destination: r.destination.map(|d| d.to_string()),
             batch: r.batch,
             result: r.result.err().map_or("ok", ErrorKind::as_str).to_string(),

@@ -32,7 +32,7 @@ pub struct WireRoute {
     pub name: String,
     /// The target node.
     #[serde(default)]
-    pub target_node: String,
+    pub node: String,
     /// The destination as text.
     pub destination: String,
     /// The route's target is gone.
@@ -40,16 +40,16 @@ pub struct WireRoute {
     pub blackhole: bool,
     /// The target node's addresses (`{"type": "InternalIP", "address": ...}`).
     #[serde(default)]
-    pub target_node_addresses: Vec<NodeAddress>,
+    pub node_addresses: Vec<NodeAddress>,
     /// The addresses are reliable.
     #[serde(default)]
     pub enable_node_addresses: bool,
     /// What the route points at in the cloud's terms.
     #[serde(default)]
-    pub cloud_target: String,
+    pub next_hop: String,
     /// The target node's `spec.providerID`.
     #[serde(default)]
-    pub target_provider_id: Option<String>,
+    pub node_provider_id: Option<String>,
     /// The route table it lives in (empty: the cluster's one table).
     #[serde(default)]
     pub target: String,
@@ -59,14 +59,14 @@ impl From<&Route> for WireRoute {
     fn from(r: &Route) -> Self {
         Self {
             name: r.name.to_string(),
-            target_node: r.target_node.to_string(),
+            node: r.node.to_string(),
             destination: r.destination.to_string(),
             blackhole: r.blackhole,
-            target_node_addresses: r.target_node_addresses.clone(),
+            node_addresses: r.node_addresses.clone(),
             enable_node_addresses: r.enable_node_addresses,
-            cloud_target: r.cloud_target.to_string(),
-            target_provider_id: r.target_provider_id.as_deref().map(String::from),
-            target: r.target.to_string(),
+            next_hop: r.next_hop.to_string(),
+            node_provider_id: r.node_provider_id.as_deref().map(String::from),
+            target: r.table.to_string(),
         }
     }
 }
@@ -75,14 +75,14 @@ impl From<WireRoute> for Route {
     fn from(w: WireRoute) -> Self {
         Route {
             name: w.name.into(),
-            target_node: w.target_node.into(),
+            node: w.node.into(),
             destination: Destination::parse(&w.destination),
             blackhole: w.blackhole,
-            target_node_addresses: w.target_node_addresses,
+            node_addresses: w.node_addresses,
             enable_node_addresses: w.enable_node_addresses,
-            cloud_target: w.cloud_target.into(),
-            target_provider_id: w.target_provider_id.map(Text::from),
-            target: w.target.into(),
+            next_hop: w.next_hop.into(),
+            node_provider_id: w.node_provider_id.map(Text::from),
+            table: w.target.into(),
         }
     }
 }
@@ -367,7 +367,7 @@ pub struct LogEntry {
     /// What was called.
     pub op: Operation,
     /// The route's target node (creations and deletions).
-    pub target_node: Option<String>,
+    pub node: Option<String>,
     /// The route's destination (creations and deletions).
     pub destination: Option<String>,
     /// The `seq` of the batch a change belongs to.
@@ -495,8 +495,8 @@ mod tests {
             )
             .blackholed();
         let mut full = full;
-        full.cloud_target = "i-123".into();
-        full.target_provider_id = Some("memory://n1".into());
+        full.next_hop = "i-123".into();
+        full.node_provider_id = Some("memory://n1".into());
         let shapes = [
             full,
             Route::new("", Cidr::parse("10.244.1.0/24").unwrap()),
@@ -519,7 +519,7 @@ mod tests {
             r.destination.cidr(),
             Some(Cidr::parse("10.0.0.0/8").unwrap())
         );
-        assert!(r.name.is_empty() && r.target_node.is_empty() && !r.blackhole);
+        assert!(r.name.is_empty() && r.node.is_empty() && !r.blackhole);
         assert!(serde_json::from_str::<WireRoute>(r#"{"destination": "x", "extra": 1}"#).is_err());
     }
 

@@ -26,7 +26,7 @@ fn want(node: &str, dest: &str) -> Route {
         ],
         false,
     );
-    r.target_provider_id = Some(format!("memory://{node}").into());
+    r.node_provider_id = Some(format!("memory://{node}").into());
     r
 }
 
@@ -60,13 +60,10 @@ async fn create_list_delete_round_trip_with_every_field() {
         .unwrap();
     assert_eq!(v4.name, "c1-uid-a-10.244.1.0-24");
     assert_eq!(v6.name, "c1-uid-a-fd00-1---64");
-    assert_eq!(v4.cloud_target, "10.0.0.7");
+    assert_eq!(v4.next_hop, "10.0.0.7");
     assert!(v4.enable_node_addresses);
-    assert_eq!(
-        v4.target_node_addresses,
-        want("a", "10.244.1.0/24").target_node_addresses
-    );
-    assert_eq!(v4.target_provider_id.as_deref(), Some("memory://a"));
+    assert_eq!(v4.node_addresses, want("a", "10.244.1.0/24").node_addresses);
+    assert_eq!(v4.node_provider_id.as_deref(), Some("memory://a"));
 
     let listed = c.list_routes(C).await.unwrap();
     assert_eq!(listed.len(), 2);
@@ -240,7 +237,7 @@ async fn two_callers_are_told_apart_in_log_and_stats() {
     let log = admin.log(0).await.unwrap();
     let who: Vec<(&str, Operation, Option<&str>)> = log
         .iter()
-        .map(|e| (e.caller.as_str(), e.op, e.target_node.as_deref()))
+        .map(|e| (e.caller.as_str(), e.op, e.node.as_deref()))
         .collect();
     assert_eq!(
         who,
@@ -510,7 +507,7 @@ async fn batches_report_each_change() {
     assert_eq!(out[1].as_ref().unwrap_err().kind, ErrorKind::NotFound);
     let b = out[2].as_ref().unwrap().as_ref().unwrap();
     assert_eq!(
-        (b.target_node.as_str(), b.name.as_str()),
+        (b.node.as_str(), b.name.as_str()),
         ("b", "c1-ub-10.244.1.0-24")
     );
     assert!(out[3].as_ref().unwrap().is_some());
@@ -520,7 +517,7 @@ async fn batches_report_each_change() {
         .await
         .unwrap()
         .into_iter()
-        .map(|r| r.target_node.to_string())
+        .map(|r| r.node.to_string())
         .collect();
     nodes.sort();
     assert_eq!(nodes, ["b", "c"]);
@@ -587,7 +584,7 @@ async fn behind_the_back_edits_and_reset() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(replaced.target_node, "stranger");
+    assert_eq!(replaced.node, "stranger");
     assert_eq!(admin.route_counts().await.unwrap()[C], 1);
 
     // Admin calls are neither logged nor counted by the cloud.

@@ -156,13 +156,13 @@ impl World {
             .flatten()
             .map(|r| {
                 let addr = r
-                    .target_node_addresses
+                    .node_addresses
                     .iter()
                     .find(|a| a.kind == "InternalIP")
-                    .or(r.target_node_addresses.first())
+                    .or(r.node_addresses.first())
                     .map(|a| a.address.to_string())
                     .unwrap_or_else(|| "-".into());
-                (r.destination.clone(), (r.target_node.clone(), addr))
+                (r.destination.clone(), (r.node.clone(), addr))
             })
             .collect())
     }

@@ -575,21 +575,21 @@ impl Ec2Routes {
     /// that names none, the cluster's only table.
     async fn table_of(&self, cluster: &str, route: &Route) -> Result<String, CloudError> {
         let known = self.state().tables.get(cluster).cloned();
-        if !route.target.is_empty() {
+        if !route.table.is_empty() {
             // Only a table this cluster manages: never another one, whatever
             // a caller passes.
             let managed = known
                 .clone()
                 .unwrap_or_else(|| self.config.configured_tables());
-            if managed.is_empty() || managed.iter().any(|t| *t == route.target) {
-                return Ok(route.target.to_string());
+            if managed.is_empty() || managed.iter().any(|t| *t == route.table) {
+                return Ok(route.table.to_string());
             }
             return Err(CloudError::new(
                 ErrorKind::InvalidRequest,
                 format!(
                     "route {} names route table {}, which is not one of cluster {cluster}'s ({})",
                     route.destination,
-                    route.target,
+                    route.table,
                     managed.join(", ")
                 ),
             ));
@@ -666,7 +666,7 @@ impl Ec2Routes {
 
     /// The instance a route to `route` must target.
     async fn target_instance(&self, route: &Route) -> Result<String, CloudError> {
-        if let Some(pid) = route.target_provider_id.as_deref() {
+        if let Some(pid) = route.node_provider_id.as_deref() {
             return instance_id_from_provider_id(pid)
                 .map(str::to_string)
                 .ok_or_else(|| {
@@ -674,18 +674,18 @@ impl Ec2Routes {
                         ErrorKind::InvalidRequest,
                         format!(
                             "node {}: provider id {pid:?} does not name an EC2 instance (aws:///<zone>/i-...)",
-                            route.target_node
+                            route.node
                         ),
                     )
                 });
         }
-        if route.target_node.is_empty() {
+        if route.node.is_empty() {
             return Err(CloudError::new(
                 ErrorKind::InvalidRequest,
                 "a route to create needs a target node",
             ));
         }
-        if let Some(i) = self.state().index.instance_of(&route.target_node) {
+        if let Some(i) = self.state().index.instance_of(&route.node) {
             return Ok(i.to_string());
         }
         // No provider id yet: upstream's fallback, the node name as the
@@ -693,7 +693,7 @@ impl Ec2Routes {
         let req = self.client.describe_instances().filters(
             Filter::builder()
                 .name("private-dns-name")
-                .values(route.target_node.as_str())
+                .values(route.node.as_str())
                 .build(),
         );
         let out = self.call(Op::DescribeInstances, || req.send()).await?;
@@ -709,14 +709,14 @@ impl Ec2Routes {
                 ErrorKind::InvalidRequest,
                 format!(
                     "node {} has no spec.providerID and no instance has it as private DNS name",
-                    route.target_node
+                    route.node
                 ),
             )),
             _ => Err(CloudError::new(
                 ErrorKind::InvalidRequest,
                 format!(
                     "node {} has no spec.providerID and {} instances have it as private DNS name",
-                    route.target_node,
+                    route.node,
                     ids.len()
                 ),
             )),
@@ -1053,8 +1053,7 @@ impl Ec2Routes {
         // Before the controller has shown its Nodes, an unknown instance
         // may well be a Node's.
         st.index.has_observed()
-            && to_route(r, &st.index, &st.interfaces)
-                .is_some_and(|route| route.target_node.is_empty())
+            && to_route(r, &st.index, &st.interfaces).is_some_and(|route| route.node.is_empty())
     }
 
     async fn replace(
@@ -1165,10 +1164,10 @@ fn to_route(
     let node = instance.and_then(|i| index.node_of(i)).unwrap_or_default();
     let mut route = Route::new(node, Destination::parse(dest)).named(dest);
     route.blackhole = blackhole;
-    route.cloud_target = target.to_string().into();
+    route.next_hop = target.to_string().into();
     // As `create_route` returns it, so a cached creation and a later list
     // agree (the trait promises that).
-    route.target_provider_id = instance
+    route.node_provider_id = instance
         .and_then(|i| index.provider_id_of(i))
         .map(Into::into);
     Some(route)
@@ -1366,7 +1365,7 @@ impl CloudRoutes for Ec2Routes {
                     if route.blackhole {
                         holes.insert(route.name.to_string());
                     }
-                    routes.push(route.in_target(id));
+                    routes.push(route.in_table(id));
                 }
             }
             blackholes.push((id.to_string(), holes));
@@ -1380,8 +1379,8 @@ impl CloudRoutes for Ec2Routes {
         // deletes it only inside the cluster CIDRs when no Node claims it.
         let unknown: Vec<String> = routes
             .iter()
-            .filter(|r| r.target_node.is_empty() && !r.blackhole)
-            .map(|r| format!("{} {} -> {}", r.target, r.name, r.cloud_target))
+            .filter(|r| r.node.is_empty() && !r.blackhole)
+            .map(|r| format!("{} {} -> {}", r.table, r.name, r.next_hop))
             .collect();
         if !unknown.is_empty() {
             warn!(
@@ -1477,14 +1476,14 @@ impl CloudRoutes for Ec2Routes {
         if let Some(b) = st.blackholes.get_mut(&table) {
             b.remove(&dest_text);
         }
-        st.index.learn(&instance, &route.target_node);
+        st.index.learn(&instance, &route.node);
         drop(st);
-        info!(cluster, table, destination = %dest, target = target.id(), node = %route.target_node, "created route");
-        let mut created = Route::new(route.target_node.clone(), dest)
+        info!(cluster, table, destination = %dest, target = target.id(), node = %route.node, "created route");
+        let mut created = Route::new(route.node.clone(), dest)
             .named(dest_text)
-            .in_target(table.as_str());
-        created.cloud_target = target.id().into();
-        created.target_provider_id = route.target_provider_id.clone();
+            .in_table(table.as_str());
+        created.next_hop = target.id().into();
+        created.node_provider_id = route.node_provider_id.clone();
         Ok(created)
     }
 
@@ -1496,7 +1495,7 @@ impl CloudRoutes for Ec2Routes {
         if let Some(b) = self.state().blackholes.get_mut(&table) {
             b.remove(&dest.to_string());
         }
-        info!(cluster, table, destination = %dest, target = %route.cloud_target, "deleted route");
+        info!(cluster, table, destination = %dest, target = %route.next_hop, "deleted route");
         Ok(())
     }
 }
@@ -1600,13 +1599,13 @@ mod tests {
         );
         let r = to_route(&eni_active, &ix, &enis).unwrap();
         assert_eq!(
-            r.target_node, "node-a",
+            r.node, "node-a",
             "the interface maps back to its instance's Node"
         );
-        assert_eq!(r.cloud_target, "eni-1");
-        assert_eq!(r.target_provider_id.as_deref(), Some("aws:///z/i-0000000a"));
+        assert_eq!(r.next_hop, "eni-1");
+        assert_eq!(r.node_provider_id.as_deref(), Some("aws:///z/i-0000000a"));
         let r = to_route(&eni_active, &ix, &none).unwrap();
-        assert_eq!(r.target_node, "", "an unmapped interface names no node");
+        assert_eq!(r.node, "", "an unmapped interface names no node");
 
         let mine = owned(
             Ec2Route::builder()
@@ -1616,12 +1615,12 @@ mod tests {
                 .state(RouteState::Active),
         );
         let r = to_route(&mine, &ix, &none).unwrap();
-        assert_eq!(r.target_node, "node-a");
+        assert_eq!(r.node, "node-a");
         assert_eq!(r.name, "10.244.1.0/24");
-        assert_eq!(r.cloud_target, "i-0000000a");
+        assert_eq!(r.next_hop, "i-0000000a");
         assert!(!r.blackhole);
         assert_eq!(
-            r.target_provider_id.as_deref(),
+            r.node_provider_id.as_deref(),
             Some("aws:///z/i-0000000a"),
             "the observed Node's providerID, as a creation returns it"
         );
@@ -1633,8 +1632,8 @@ mod tests {
                 .state(RouteState::Active),
         );
         let r = to_route(&stranger, &ix, &none).unwrap();
-        assert_eq!(r.target_node, "", "unknown instance names no node");
-        assert_eq!(r.target_provider_id, None);
+        assert_eq!(r.node, "", "unknown instance names no node");
+        assert_eq!(r.node_provider_id, None);
         assert_eq!(r.destination.to_string(), "fd00:10:244:2::/64");
 
         let gone = owned(
@@ -1645,7 +1644,7 @@ mod tests {
         );
         let r = to_route(&gone, &ix, &none).unwrap();
         assert!(r.blackhole);
-        assert_eq!(r.cloud_target, "eni-3");
+        assert_eq!(r.next_hop, "eni-3");
     }
 
     #[test]

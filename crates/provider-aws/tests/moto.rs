@@ -29,7 +29,7 @@ fn node(name: &str, instance: &testing::Instance, cidr: &str) -> NodeView {
 /// The route the planner would ask for: node, CIDR and provider id.
 fn wanted(n: &NodeView) -> Route {
     let mut r = Route::new(n.name.clone(), n.valid_pod_cidrs()[0]);
-    r.target_provider_id = n.provider_id.as_deref().map(Into::into);
+    r.node_provider_id = n.provider_id.as_deref().map(Into::into);
     r
 }
 
@@ -81,8 +81,8 @@ async fn lists_creates_and_deletes_routes_with_one_request_each() {
         .create_route(&cluster, "uid-node-a", &wanted(&a))
         .await
         .unwrap();
-    assert_eq!(ra.target_node, "node-a");
-    assert_eq!(ra.cloud_target, inst[0].id);
+    assert_eq!(ra.node, "node-a");
+    assert_eq!(ra.next_hop, inst[0].id);
     assert_eq!(
         (
             count(&p, "ModifyInstanceAttribute"),
@@ -142,7 +142,7 @@ async fn lists_creates_and_deletes_routes_with_one_request_each() {
     listed.sort_by_key(|r| r.name.clone());
     let got: Vec<(&str, &str, bool)> = listed
         .iter()
-        .map(|r| (r.name.as_str(), r.target_node.as_str(), r.blackhole))
+        .map(|r| (r.name.as_str(), r.node.as_str(), r.blackhole))
         .collect();
     assert_eq!(
         got,
@@ -184,12 +184,12 @@ async fn lists_creates_and_deletes_routes_with_one_request_each() {
     observe(&p, std::slice::from_ref(&a));
     let listed = p.list_routes(&cluster).await.unwrap();
     let orphan = listed.iter().find(|r| r.name == "10.244.1.0/24").unwrap();
-    assert_eq!(orphan.target_node, "");
-    assert_eq!(orphan.cloud_target, inst[1].id);
+    assert_eq!(orphan.node, "");
+    assert_eq!(orphan.next_hop, inst[1].id);
 
     // Bad input is refused without a request.
     let mut bad = wanted(&a);
-    bad.target_provider_id = Some("gce://project/zone/vm".into());
+    bad.node_provider_id = Some("gce://project/zone/vm".into());
     let creates = count(&p, "CreateRoute");
     let e = p.create_route(&cluster, "x", &bad).await.unwrap_err();
     assert_eq!(e.kind, ErrorKind::InvalidRequest);
@@ -217,7 +217,7 @@ async fn without_observed_nodes_routes_are_named_by_private_dns() {
     let listed = p.list_routes("c").await.unwrap();
     assert_eq!(listed.len(), 1);
     assert!(!inst[0].private_dns_name.is_empty());
-    assert_eq!(listed[0].target_node, inst[0].private_dns_name);
+    assert_eq!(listed[0].node, inst[0].private_dns_name);
     assert_eq!(count(&p, "DescribeInstances"), 1);
     // Once nodes are shown, no more lookups.
     observe(
@@ -239,7 +239,7 @@ async fn without_observed_nodes_routes_are_named_by_private_dns() {
         "10.244.6.0/24".parse::<route_core::Cidr>().unwrap(),
     );
     let created = p2.create_route("c", "u", &r).await.unwrap();
-    assert_eq!(created.cloud_target, inst[0].id);
+    assert_eq!(created.next_hop, inst[0].id);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -278,7 +278,7 @@ async fn finds_its_table_by_tag_and_never_touches_another_clusters() {
     p.create_route(&mine, "u", &wanted(&a)).await.unwrap();
     let listed = p.list_routes(&mine).await.unwrap();
     assert_eq!(listed.len(), 1);
-    assert_eq!(listed[0].cloud_target, inst_mine[0].id);
+    assert_eq!(listed[0].next_hop, inst_mine[0].id);
     p.delete_route(&mine, &listed[0]).await.unwrap();
     p.create_route(&mine, "u", &wanted(&a)).await.unwrap();
 
@@ -409,7 +409,7 @@ async fn blackhole_routes_are_reported_and_replaced() {
 
     let (replaces, creates) = (count(&p, "ReplaceRoute"), count(&p, "CreateRoute"));
     let r = p.create_route("bh", "u", &wanted(&a_new)).await.unwrap();
-    assert_eq!(r.cloud_target, inst[1].id);
+    assert_eq!(r.next_hop, inst[1].id);
     assert_eq!(
         count(&p, "ReplaceRoute"),
         replaces + 1,
@@ -419,7 +419,7 @@ async fn blackhole_routes_are_reported_and_replaced() {
     let listed = p.list_routes("bh").await.unwrap();
     let a_route = listed.iter().find(|r| r.name == "10.244.0.0/24").unwrap();
     assert!(!a_route.blackhole);
-    assert_eq!(a_route.target_node, "node-a");
+    assert_eq!(a_route.node, "node-a");
 
     // A provider that has not listed yet learns of the blackhole from
     // RouteAlreadyExists and replaces it too.
@@ -488,7 +488,7 @@ async fn throttling_slows_the_client_down_without_losing_routes() {
     proxy.throttle_every(0);
 
     assert_eq!(listed.len(), 8, "no route lost: {listed:?}");
-    assert!(listed.iter().all(|r| !r.target_node.is_empty()));
+    assert!(listed.iter().all(|r| !r.node.is_empty()));
     let log = proxy.log();
     let injected = log.iter().filter(|r| r.throttled).count();
     assert!(injected >= 3, "the proxy throttled {injected} requests");
@@ -554,7 +554,7 @@ async fn concurrent_creations_for_one_instance_turn_off_source_dest_check_once()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_listed_route_carries_the_provider_id_its_creation_returned() {
     // Regression (found by the conformance suite): create_route returned the
-    // Node's providerID in `target_provider_id`, a later list None, so a
+    // Node's providerID in `node_provider_id`, a later list None, so a
     // cached creation and a listing of the same route disagreed although the
     // trait promises create returns the route as a list would show it.
     let ep = endpoint().await;
@@ -574,7 +574,7 @@ async fn a_listed_route_carries_the_provider_id_its_creation_returned() {
         .await
         .unwrap();
     assert_eq!(
-        created.target_provider_id.as_deref(),
+        created.node_provider_id.as_deref(),
         Some(inst[0].provider_id.as_str())
     );
     assert_eq!(p.list_routes(&cluster).await.unwrap(), vec![created]);
@@ -600,7 +600,7 @@ async fn a_route_left_to_an_instance_no_node_names_is_moved_with_one_replace_rou
     let other = node("node-o", &inst[2], "10.244.8.0/24");
     observe(&p, &[n.clone(), other.clone()]);
     let created = p.create_route("c", "uid", &wanted(&n)).await.unwrap();
-    assert_eq!(created.cloud_target, inst[1].id);
+    assert_eq!(created.next_hop, inst[1].id);
     assert_eq!(count(&p, "ReplaceRoute"), 1, "moved in one call");
     assert_eq!(count(&p, "DeleteRoute"), 0);
     assert_eq!(
@@ -690,7 +690,7 @@ async fn route_a_multi_nic_node(
         .create_route(cluster, &n.uid, &wanted(&n))
         .await
         .expect("a route to the multi-NIC Node");
-    assert_eq!(created.cloud_target.as_str(), primary);
+    assert_eq!(created.next_hop.as_str(), primary);
     primary
 }
 
@@ -823,7 +823,7 @@ async fn an_instance_that_gained_an_interface_is_described_again_after_ec2_refus
     assert_eq!(e.kind, ErrorKind::Transient, "{e}");
     assert!(e.message.contains("multiple interfaces"), "{e}");
     let created = p.create_route(&cluster, &n.uid, &second).await.unwrap();
-    assert_eq!(created.cloud_target.as_str(), primary);
+    assert_eq!(created.next_hop.as_str(), primary);
     assert_eq!(count(&p, "DescribeInstances"), 1);
 }
 

@@ -27,8 +27,8 @@ fn observe(p: &Ec2Routes, nodes: &[NodeView]) {
 }
 
 fn wanted(n: &NodeView, table: &str) -> Route {
-    let mut r = Route::new(n.name.clone(), n.valid_pod_cidrs()[0]).in_target(table);
-    r.target_provider_id = n.provider_id.as_deref().map(Into::into);
+    let mut r = Route::new(n.name.clone(), n.valid_pod_cidrs()[0]).in_table(table);
+    r.node_provider_id = n.provider_id.as_deref().map(Into::into);
     r
 }
 
@@ -124,13 +124,7 @@ async fn three_tagged_tables_get_every_route_and_foreign_routes_are_never_listed
     );
     let got: Vec<(String, String, String)> = listed
         .iter()
-        .map(|r| {
-            (
-                r.target.to_string(),
-                r.name.to_string(),
-                r.target_node.to_string(),
-            )
-        })
+        .map(|r| (r.table.to_string(), r.name.to_string(), r.node.to_string()))
         .collect();
     assert_eq!(
         got,
@@ -144,7 +138,7 @@ async fn three_tagged_tables_get_every_route_and_foreign_routes_are_never_listed
                 .create_route(&cluster, "hint", &wanted(n, t))
                 .await
                 .unwrap();
-            assert_eq!(created.target, t.as_str());
+            assert_eq!(created.table, t.as_str());
         }
     }
     assert_eq!(
@@ -174,16 +168,10 @@ async fn three_tagged_tables_get_every_route_and_foreign_routes_are_never_listed
         );
     }
     let mut listed = p.list_routes(&cluster).await.unwrap();
-    listed.sort_by(|x, y| (&x.target, &x.name).cmp(&(&y.target, &y.name)));
+    listed.sort_by(|x, y| (&x.table, &x.name).cmp(&(&y.table, &y.name)));
     let got: Vec<(String, String, String)> = listed
         .iter()
-        .map(|r| {
-            (
-                r.target.to_string(),
-                r.name.to_string(),
-                r.target_node.to_string(),
-            )
-        })
+        .map(|r| (r.table.to_string(), r.name.to_string(), r.node.to_string()))
         .collect();
     let mut want = Vec::new();
     for t in &tables {
@@ -194,14 +182,14 @@ async fn three_tagged_tables_get_every_route_and_foreign_routes_are_never_listed
         }
     }
     assert_eq!(got, want, "the interface route maps back to node-b");
-    let b_route = listed.iter().find(|r| r.target_node == "node-b").unwrap();
+    let b_route = listed.iter().find(|r| r.node == "node-b").unwrap();
     assert_eq!(
-        b_route.target_provider_id.as_deref(),
+        b_route.node_provider_id.as_deref(),
         Some(inst[1].provider_id.as_str())
     );
 
     // Deleting node-b's routes from every table touches nothing else.
-    for r in listed.iter().filter(|r| r.target_node == "node-b") {
+    for r in listed.iter().filter(|r| r.node == "node-b") {
         p.delete_route(&cluster, r).await.unwrap();
     }
     for t in &tables {
@@ -270,7 +258,7 @@ async fn configured_route_table_ids_are_the_targets_and_a_missing_one_is_permane
     let inst = testing::run_instances(&ec2, &net, 1).await.unwrap();
     let n = NodeView::new("n", "u", &["10.244.3.0/24"]).with_provider_id(&inst[0].provider_id);
     let mut r = Route::new("n", n.valid_pod_cidrs()[0]);
-    r.target_provider_id = n.provider_id.as_deref().map(Into::into);
+    r.node_provider_id = n.provider_id.as_deref().map(Into::into);
     let e = p.create_route("c", "u", &r).await.unwrap_err();
     assert_eq!(e.kind, route_cloud::ErrorKind::InvalidRequest, "{e}");
     // Nor is a route to a table this cluster does not manage.
@@ -278,7 +266,7 @@ async fn configured_route_table_ids_are_the_targets_and_a_missing_one_is_permane
         .await
         .unwrap();
     let e = p
-        .create_route("c", "u", &r.clone().in_target(stranger.as_str()))
+        .create_route("c", "u", &r.clone().in_table(stranger.as_str()))
         .await
         .unwrap_err();
     assert_eq!(e.kind, route_cloud::ErrorKind::InvalidRequest, "{e}");

@@ -352,7 +352,7 @@ impl AzureRoutes {
             Destination::Unparsable(text) => {
                 // Visible to an operator, never deleted.
                 let mut r = Route::new(node, Destination::Unparsable(text)).named(raw.name.clone());
-                r.cloud_target = hop.to_string().into();
+                r.next_hop = hop.to_string().into();
                 return Some(r);
             }
         };
@@ -384,7 +384,7 @@ impl AzureRoutes {
         let mut route = Route::new(node, cidr)
             .named(raw.name.clone())
             .with_addresses(addresses, true);
-        route.cloud_target = hop.to_string().into();
+        route.next_hop = hop.to_string().into();
         Some(route)
     }
 
@@ -396,31 +396,27 @@ impl AzureRoutes {
                 format!("cannot create a route to unparsable {}", route.destination),
             ));
         };
-        if route.target_node.is_empty() {
+        if route.node.is_empty() {
             return Err(CloudError::new(
                 ErrorKind::InvalidRequest,
                 format!("the route for {cidr} names no node"),
             ));
         }
         let family = cidr.family();
-        let hop = internal_ips(&route.target_node_addresses)
+        let hop = internal_ips(&route.node_addresses)
             .find(|ip| ip.is_ipv4() == (family == IpFamily::V4))
             .ok_or_else(|| {
                 CloudError::new(
                     ErrorKind::InvalidRequest,
                     format!(
                         "node {:?} has no {family} InternalIP to route {cidr} to",
-                        route.target_node
+                        route.node
                     ),
                 )
             })?;
         let prefix = cidr.to_string();
         Ok(RawRoute::ours(
-            names::route_name(
-                self.config.ipv6_dual_stack_enabled,
-                &route.target_node,
-                &prefix,
-            ),
+            names::route_name(self.config.ipv6_dual_stack_enabled, &route.node, &prefix),
             prefix,
             hop.to_string(),
         ))
@@ -593,8 +589,8 @@ impl AzureRoutes {
                     self.nodes
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
-                        .entry(r.target_node.to_string())
-                        .or_insert_with(|| r.target_node_addresses.clone());
+                        .entry(r.node.to_string())
+                        .or_insert_with(|| r.node_addresses.clone());
                     creations.push((slot, raw));
                 }
                 Err(e) => results[slot] = Err(e),
@@ -768,14 +764,12 @@ impl CloudRoutes for AzureRoutes {
         let fresh = self.to_route(&RawRoute::ours(
             route.name.to_string(),
             cidr.to_string(),
-            route.cloud_target.to_string(),
+            route.next_hop.to_string(),
         ))?;
-        (fresh.target_node_addresses != route.target_node_addresses
-            || fresh.target_node != route.target_node)
-            .then(|| Route {
-                target: route.target.clone(),
-                ..fresh
-            })
+        (fresh.node_addresses != route.node_addresses || fresh.node != route.node).then(|| Route {
+            table: route.table.clone(),
+            ..fresh
+        })
     }
 
     async fn list_routes(&self, cluster: &str) -> Result<Vec<Route>, CloudError> {
@@ -858,8 +852,8 @@ mod tests {
         let r = p
             .to_route(&raw("n1", "10.244.1.0/24", "VirtualAppliance", "10.0.0.5"))
             .unwrap();
-        assert_eq!(r.target_node, "n1");
-        assert_eq!(r.cloud_target, "10.0.0.5");
+        assert_eq!(r.node, "n1");
+        assert_eq!(r.next_hop, "10.0.0.5");
         assert!(r.enable_node_addresses && !r.blackhole);
         // Dual-stack names are recognised in single-stack mode too.
         let r = p
@@ -870,7 +864,7 @@ mod tests {
                 "fd00::2",
             ))
             .unwrap();
-        assert_eq!(r.target_node, "n2");
+        assert_eq!(r.node, "n2");
         for foreign in [
             raw("Default-Route", "0.0.0.0/0", "VirtualAppliance", "10.0.0.4"),
             raw("n1", "10.244.1.0/24", "Internet", ""),

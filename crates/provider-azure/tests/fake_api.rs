@@ -80,7 +80,7 @@ async fn a_burst_of_100_creations_is_one_put_and_10_deletions_another() {
     assert_eq!(listed.len(), 100);
     let gone: Vec<Route> = listed
         .into_iter()
-        .filter(|r| r.target_node.ends_with('3'))
+        .filter(|r| r.node.ends_with('3'))
         .collect();
     assert_eq!(gone.len(), 10);
     let batch = Batch {
@@ -346,7 +346,7 @@ async fn only_this_clusters_routes_are_listed_and_foreign_ones_survive_every_wri
     let listed = p.list_routes("c").await.unwrap();
     let names: Vec<&str> = listed.iter().map(|r| r.name.as_str()).collect();
     assert_eq!(names, ["node-gone"]);
-    assert_eq!(listed[0].target_node, "node-gone");
+    assert_eq!(listed[0].node, "node-gone");
     let batch = Batch {
         delete: listed.clone(),
         create: creations(0..3).create,

@@ -46,7 +46,7 @@ fn v6(i: u8) -> Cidr {
 fn want(node: &NodeView, destination: Cidr) -> Route {
     let mut r =
         Route::new(node.name.as_str(), destination).with_addresses(node.addresses.clone(), false);
-    r.target_provider_id = node.provider_id.as_deref().map(Into::into);
+    r.node_provider_id = node.provider_id.as_deref().map(Into::into);
     r
 }
 
@@ -99,9 +99,9 @@ fn listed_once<'a>(routes: &'a [Route], d: Cidr, node: &NodeView) -> Result<&'a 
     );
     let r = mine[0];
     ensure!(
-        r.target_node == node.name,
+        r.node == node.name,
         "the route for {d} targets node {:?}, expected {:?}: {r:?}",
-        r.target_node,
+        r.node,
         node.name
     );
     ensure!(
@@ -143,7 +143,7 @@ pub async fn list_after_create(s: &Subject) -> Result<(), String> {
     let b = s.nodes.last().map_or(a, |n| &**n);
     let created = create_ok(s, a, v4(1)).await?;
     ensure!(
-        created.destination == Destination::Cidr(v4(1)) && created.target_node == a.name,
+        created.destination == Destination::Cidr(v4(1)) && created.node == a.name,
         "create_route returned {created:?} for {} to {:?}",
         v4(1),
         a.name
@@ -204,7 +204,7 @@ pub async fn create_existing(s: &Subject) -> Result<(), String> {
     create_ok(s, a, v4(4)).await?;
     match create(s, a, v4(4)).await {
         Ok(r) => ensure!(
-            r.destination == Destination::Cidr(v4(4)) && r.target_node == a.name,
+            r.destination == Destination::Cidr(v4(4)) && r.node == a.name,
             "the second create_route of {} returned {r:?}",
             v4(4)
         ),
@@ -468,10 +468,7 @@ pub async fn cancel_safety(s: &Subject) -> Result<(), String> {
             .map_err(|e| format!("the list after a create cut at {cut:?}: {e}"))?;
         let shown = on(&listed, d);
         ensure!(
-            shown.len() <= 1
-                && shown
-                    .iter()
-                    .all(|r| r.target_node == a.name && !r.blackhole),
+            shown.len() <= 1 && shown.iter().all(|r| r.node == a.name && !r.blackhole),
             "after a create cut at {cut:?}, {d} is listed as {shown:?}"
         );
         match settle(async || create(s, a, d).await).await {
@@ -497,7 +494,7 @@ pub async fn cancel_safety(s: &Subject) -> Result<(), String> {
             .map_err(|e| format!("the list after a delete cut at {cut:?}: {e}"))?;
         let shown = on(&listed, d);
         ensure!(
-            shown.len() <= 1 && shown.iter().all(|r| r.target_node == a.name),
+            shown.len() <= 1 && shown.iter().all(|r| r.node == a.name),
             "after a delete cut at {cut:?}, {d} is listed as {shown:?}"
         );
         match settle(async || s.cloud.delete_route(&s.cluster, &route).await).await {

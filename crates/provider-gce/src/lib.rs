@@ -561,8 +561,8 @@ impl GceRoutes {
             .unwrap_or_else(|| instance.name.as_str().into());
         let mut route =
             Route::from_text(node.as_str(), dest).named(r.name.clone().unwrap_or_default());
-        route.cloud_target = instance.path().into();
-        route.target_provider_id = Some(instance.provider_id().into());
+        route.next_hop = instance.path().into();
+        route.node_provider_id = Some(instance.provider_id().into());
         route.blackhole = r.warnings.iter().any(|w| {
             w.code
                 .as_ref()
@@ -574,10 +574,9 @@ impl GceRoutes {
 
     /// The route `create_route` reports for `name`, as a list would show it.
     fn created(&self, name: &str, cidr: Cidr, route: &Route, instance: &InstanceRef) -> Route {
-        let mut created =
-            Route::new(route.target_node.clone(), Destination::Cidr(cidr)).named(name);
-        created.cloud_target = instance.path().into();
-        created.target_provider_id = Some(instance.provider_id().into());
+        let mut created = Route::new(route.node.clone(), Destination::Cidr(cidr)).named(name);
+        created.next_hop = instance.path().into();
+        created.node_provider_id = Some(instance.provider_id().into());
         created
     }
 }
@@ -752,12 +751,12 @@ impl CloudRoutes for GceRoutes {
                 format!(
                     "gce: cannot route {cidr} to node {:?}: network {} has no internal IPv6 range \
                      (enableUlaInternalIpv6); set `ipv6: true` to send IPv6 routes anyway",
-                    route.target_node, self.config.network
+                    route.node, self.config.network
                 ),
             ));
         }
         let Some(instance) = route
-            .target_provider_id
+            .node_provider_id
             .as_deref()
             .and_then(InstanceRef::from_provider_id)
         else {
@@ -765,7 +764,7 @@ impl CloudRoutes for GceRoutes {
                 ErrorKind::InvalidRequest,
                 format!(
                     "gce: node {:?} has no providerID of the form gce://<project>/<zone>/<instance> (got {:?})",
-                    route.target_node, route.target_provider_id
+                    route.node, route.node_provider_id
                 ),
             ));
         };

@@ -44,7 +44,7 @@ fn node(fake: &FakeGce, i: usize) -> NodeView {
 
 fn want(n: &NodeView, cidr: &str) -> Route {
     let mut r = Route::new(n.name.as_str(), Cidr::parse(cidr).expect("a CIDR literal"));
-    r.target_provider_id = n.provider_id.as_deref().map(Into::into);
+    r.node_provider_id = n.provider_id.as_deref().map(Into::into);
     r
 }
 
@@ -116,7 +116,7 @@ async fn created_routes_have_upstreams_shape() {
     );
     assert_eq!(created.name, r.name);
     assert_eq!(
-        created.cloud_target,
+        created.next_hop,
         format!("projects/{}/zones/{ZONE}/instances/node-1", fake.project())
     );
 }
@@ -297,7 +297,7 @@ async fn a_second_writer_is_seen_by_the_next_list() {
     );
     let listed = c.list_routes("k8s").await.unwrap();
     assert_eq!(listed.len(), 1);
-    assert_eq!(listed[0].target_node, "node-1");
+    assert_eq!(listed[0].node, "node-1");
     assert_eq!(listed[0].destination.to_string(), "10.244.2.0/24");
     // Deleting the route the other writer already removed: not found.
     let gone = Route::from_text("node-0", "10.244.1.0/24").named("k8s-10-244-1-0-24");
@@ -405,12 +405,7 @@ async fn stopped_or_deleted_next_hops_are_blackholes() {
     fake.stop_instance(ZONE, "node-1");
     fake.delete_instance(ZONE, "node-2");
     let listed = c.list_routes("k8s").await.unwrap();
-    let hole = |node: &str| {
-        listed
-            .iter()
-            .find(|r| r.target_node == node)
-            .map(|r| r.blackhole)
-    };
+    let hole = |node: &str| listed.iter().find(|r| r.node == node).map(|r| r.blackhole);
     assert_eq!(
         (hole("node-0"), hole("node-1"), hole("node-2")),
         (Some(false), Some(true), Some(true))

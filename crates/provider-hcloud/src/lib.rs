@@ -260,7 +260,7 @@ impl HcloudRoutes {
         Ok(find(&servers))
     }
 
-    /// The gateway for a route to `route.target_node`: its `InternalIP` inside
+    /// The gateway for a route to `route.node`: its `InternalIP` inside
     /// the network's range, else its server's private IP on the network.
     async fn gateway_for(&self, route: &Route) -> Result<(IpAddr, Option<u64>), CloudError> {
         let cached = self.cache().ip_range;
@@ -269,12 +269,12 @@ impl HcloudRoutes {
             None => Cidr::parse(&self.get_network().await?.ip_range).ok(),
         };
         let server_id = route
-            .target_provider_id
+            .node_provider_id
             .as_deref()
             .and_then(|p| p.strip_prefix(PROVIDER_ID_PREFIX))
             .and_then(|id| id.parse::<u64>().ok());
         let by_address = route
-            .target_node_addresses
+            .node_addresses
             .iter()
             .filter(|a| a.kind == "InternalIP")
             .filter_map(|a| parse_ip_sloppy(&a.address))
@@ -282,7 +282,7 @@ impl HcloudRoutes {
         if let Some(ip) = by_address {
             return Ok((ip, server_id));
         }
-        let name = route.target_node.clone();
+        let name = route.node.clone();
         let server = self
             .find_server(|c| match server_id {
                 Some(id) => c.by_id.get(&id).cloned(),
@@ -296,7 +296,7 @@ impl HcloudRoutes {
                 format!(
                     "hcloud: node {:?} has no InternalIP inside the network's range {} and no server \
                      attached to the network; it may not be attached yet",
-                    route.target_node,
+                    route.node,
                     range.map_or_else(|| "(unknown)".to_string(), |r| r.to_string())
                 ),
             )),
@@ -399,12 +399,12 @@ impl HcloudRoutes {
     fn to_route(&self, r: &NetworkRoute, servers: &ServerCache, cache: &Cache) -> Route {
         let mut route =
             Route::from_text("", &r.destination).named(format!("{}-{}", r.gateway, r.destination));
-        route.cloud_target = r.gateway.clone().into();
+        route.next_hop = r.gateway.clone().into();
         let Some(gw) = parse_ip_sloppy(&r.gateway) else {
             route.blackhole = true;
             return route;
         };
-        route.target_node_addresses = vec![NodeAddress::internal_ip(gw.to_string())];
+        route.node_addresses = vec![NodeAddress::internal_ip(gw.to_string())];
         let server = servers.by_ip.get(&gw);
         let listed_since = |l: &Learned| servers.fetched.is_some_and(|t| t > l.at);
         match (cache.learned.get(&gw), server) {
@@ -413,15 +413,15 @@ impl HcloudRoutes {
             // blackhole, as on clouds that report one).
             (Some(l), None) if listed_since(l) => route.blackhole = true,
             (Some(l), s) if s.is_none_or(|s| l.server_id.is_none_or(|id| id == s.id)) => {
-                route.target_node = l.node.clone().into();
-                route.target_provider_id = s
+                route.node = l.node.clone().into();
+                route.node_provider_id = s
                     .map(|s| s.id)
                     .or(l.server_id)
                     .map(|id| format!("{PROVIDER_ID_PREFIX}{id}").into());
             }
             (_, Some(s)) => {
-                route.target_node = s.name.clone().into();
-                route.target_provider_id = Some(format!("{PROVIDER_ID_PREFIX}{}", s.id).into());
+                route.node = s.name.clone().into();
+                route.node_provider_id = Some(format!("{PROVIDER_ID_PREFIX}{}", s.id).into());
             }
             (_, None) => route.blackhole = true,
         }
@@ -499,7 +499,7 @@ impl CloudRoutes for HcloudRoutes {
                     ErrorKind::InvalidRequest,
                     format!(
                         "hcloud: cannot route {c} to node {:?}: Hetzner Cloud network routes are IPv4-only",
-                        route.target_node
+                        route.node
                     ),
                 ));
             }
@@ -519,18 +519,18 @@ impl CloudRoutes for HcloudRoutes {
         self.cache().learned.insert(
             gateway,
             Learned {
-                node: route.target_node.to_string(),
+                node: route.node.to_string(),
                 server_id,
                 at: Instant::now(),
             },
         );
-        let mut created = Route::new(route.target_node.clone(), Destination::Cidr(cidr))
+        let mut created = Route::new(route.node.clone(), Destination::Cidr(cidr))
             .named(format!("{}-{}", body.gateway, body.destination))
             .with_addresses(vec![NodeAddress::internal_ip(body.gateway.clone())], false);
-        created.cloud_target = body.gateway.into();
-        created.target_provider_id = server_id
+        created.next_hop = body.gateway.into();
+        created.node_provider_id = server_id
             .map(|id| format!("{PROVIDER_ID_PREFIX}{id}").into())
-            .or_else(|| route.target_provider_id.clone());
+            .or_else(|| route.node_provider_id.clone());
         Ok(created)
     }
 
@@ -538,7 +538,7 @@ impl CloudRoutes for HcloudRoutes {
     /// for a route that does not carry its gateway.
     async fn delete_route(&self, _cluster: &str, route: &Route) -> Result<(), CloudError> {
         let destination = route.destination.to_string();
-        let gateway = match parse_ip_sloppy(route.cloud_target.trim()) {
+        let gateway = match parse_ip_sloppy(route.next_hop.trim()) {
             Some(ip) => ip.to_string(),
             None => {
                 let network = self.get_network().await?;

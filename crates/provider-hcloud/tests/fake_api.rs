@@ -28,7 +28,7 @@ fn node_route(i: u32) -> Route {
         ],
         false,
     );
-    r.target_provider_id = Some(format!("hcloud://{}", 100 + i).into());
+    r.node_provider_id = Some(format!("hcloud://{}", 100 + i).into());
     r
 }
 
@@ -87,10 +87,10 @@ async fn list_create_delete_cost_exactly_the_documented_requests() {
     let created = p.create_route("c", "uid-0", &node_route(0)).await.unwrap();
     assert_eq!(fake.total() - before, 2, "create = add_route + one poll");
     assert_eq!(
-        created.cloud_target, "10.0.0.2",
+        created.next_hop, "10.0.0.2",
         "gateway = InternalIP inside the range"
     );
-    assert_eq!(created.target_provider_id.as_deref(), Some("hcloud://100"));
+    assert_eq!(created.node_provider_id.as_deref(), Some("hcloud://100"));
     assert_eq!(created.name, "10.0.0.2-10.244.0.0/24");
     assert!(!created.enable_node_addresses);
     p.create_route("c", "uid-1", &node_route(1)).await.unwrap();
@@ -111,7 +111,7 @@ async fn list_create_delete_cost_exactly_the_documented_requests() {
     );
     assert_eq!(listed.len(), 2);
     assert_eq!(listed[0], created, "list shows what create returned");
-    assert_eq!(listed[1].target_node, "node-1");
+    assert_eq!(listed[1].node, "node-1");
 
     let before = fake.total();
     p.delete_route("c", &listed[0]).await.unwrap();
@@ -149,16 +149,16 @@ async fn gateways_map_to_servers_and_unknown_ones_are_blackholes() {
         .iter()
         .find(|r| r.destination == dest("10.244.5.0/24"))
         .unwrap();
-    assert_eq!(known.target_node, "node-5");
-    assert_eq!(known.target_provider_id.as_deref(), Some("hcloud://105"));
+    assert_eq!(known.node, "node-5");
+    assert_eq!(known.node_provider_id.as_deref(), Some("hcloud://105"));
     assert!(!known.blackhole);
-    assert_eq!(known.cloud_target, "10.0.0.7");
+    assert_eq!(known.next_hop, "10.0.0.7");
     let dead = listed
         .iter()
         .find(|r| r.destination == dest("10.244.99.0/24"))
         .unwrap();
     assert!(dead.blackhole);
-    assert_eq!(dead.target_node, "");
+    assert_eq!(dead.node, "");
 
     // The stale route keeps missing, but the list is not fetched again within
     // the refresh interval.
@@ -168,17 +168,17 @@ async fn gateways_map_to_servers_and_unknown_ones_are_blackholes() {
     // A node without an InternalIP in the network's range is found by its
     // provider id in the cached server list: no further request.
     let mut no_ip = node_route(9);
-    no_ip.target_node_addresses = vec![NodeAddress::internal_ip("192.168.1.1")];
+    no_ip.node_addresses = vec![NodeAddress::internal_ip("192.168.1.1")];
     let before = fake.total();
     let r = p.create_route("c", "u9", &no_ip).await.unwrap();
-    assert_eq!(r.cloud_target, "10.0.0.11");
+    assert_eq!(r.next_hop, "10.0.0.11");
     assert_eq!(fake.count("list_servers"), 3);
     assert_eq!(fake.count("add_route"), 1);
     assert!(fake.total() - before >= 2);
 
     // Unknown node, list recently fetched: a clear error, no flood.
     let mut ghost = Route::new("ghost", dest("10.244.200.0/24"));
-    ghost.target_provider_id = Some("hcloud://999".into());
+    ghost.node_provider_id = Some("hcloud://999".into());
     let e = p.create_route("c", "ug", &ghost).await.unwrap_err();
     assert_eq!(e.kind, ErrorKind::Transient);
     assert!(e.message.contains("ghost"), "{}", e.message);
@@ -601,7 +601,7 @@ async fn route_to_a_deleted_server_is_a_blackhole_once_the_server_list_says_so()
         .iter()
         .find(|r| r.destination == dest("10.244.0.0/24"))
         .unwrap();
-    assert_eq!(r.target_node, "node-new");
+    assert_eq!(r.node, "node-new");
     assert!(!r.blackhole);
 }
 

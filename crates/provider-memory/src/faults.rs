@@ -105,7 +105,7 @@ impl MemoryCloud {
     /// The route goes into the table its `target` names.
     pub fn insert_route(&self, cluster: &str, mut route: Route) -> Option<Route> {
         let mut s = self.lock();
-        let key = table_key(cluster, &route.target);
+        let key = table_key(cluster, &route.table);
         let table = s.tables.entry(key).or_default();
         if route.name.is_empty() {
             route.name = format!("{cluster}-external-{}", table.len()).into();

@@ -29,7 +29,7 @@ pub struct CallRecord {
     /// What was called.
     pub op: Operation,
     /// The route's target node (creations and deletions).
-    pub target_node: Option<String>,
+    pub node: Option<String>,
     /// The route's destination (creations and deletions).
     pub destination: Option<Destination>,
     /// The `seq` of the batch this change belongs to.
@@ -74,7 +74,7 @@ impl CallLog {
             caller: Arc::clone(caller),
             cluster: cluster.to_string(),
             op,
-            target_node: route.map(|r| r.target_node.to_string()),
+            node: route.map(|r| r.node.to_string()),
             destination: route.map(|r| r.destination.clone()),
             batch,
             result,

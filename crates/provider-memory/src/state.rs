@@ -132,11 +132,11 @@ impl State {
         let refused = match self.config.needs {
             TargetNeeds::Nothing => None,
             TargetNeeds::ProviderId => route
-                .target_provider_id
+                .node_provider_id
                 .as_deref()
                 .is_none_or(|p| p.trim().is_empty())
-                .then(|| format!("node {:?} has no spec.providerID", route.target_node)),
-            TargetNeeds::InternalIp => (!route.target_node_addresses.iter().any(|a| {
+                .then(|| format!("node {:?} has no spec.providerID", route.node)),
+            TargetNeeds::InternalIp => (!route.node_addresses.iter().any(|a| {
                 a.kind == "InternalIP"
                     && route_core::cidr::parse_ip_sloppy(&a.address)
                         .is_some_and(|ip| ip.is_ipv4() == (cidr.family() == IpFamily::V4))
@@ -144,7 +144,7 @@ impl State {
             .then(|| {
                 format!(
                     "node {:?} has no {} InternalIP to route {cidr} to",
-                    route.target_node,
+                    route.node,
                     cidr.family()
                 )
             }),
@@ -152,7 +152,7 @@ impl State {
         if let Some(msg) = refused {
             return Err(CloudError::new(ErrorKind::InvalidRequest, msg));
         }
-        let target = route.target.as_str();
+        let target = route.table.as_str();
         if !self.config.targets.is_empty() && !self.config.targets.iter().any(|t| t == target) {
             // As EC2's InvalidRouteTableID.NotFound: a table that went away.
             return Err(CloudError::new(
@@ -165,15 +165,12 @@ impl State {
         let list_lag = self.config.list_lag;
         let table = self.tables.entry(table_key(cluster, target)).or_default();
         if let Some(existing) = table.get(&route.destination) {
-            let msg = if existing.route.target_node == route.target_node {
-                format!(
-                    "a route for {cidr} to node {:?} already exists",
-                    route.target_node
-                )
+            let msg = if existing.route.node == route.node {
+                format!("a route for {cidr} to node {:?} already exists", route.node)
             } else {
                 format!(
                     "the route table already has a route for {cidr} (to node {:?})",
-                    existing.route.target_node
+                    existing.route.node
                 )
             };
             return Err(CloudError::new(ErrorKind::AlreadyExists, msg));
@@ -191,23 +188,23 @@ impl State {
             .chars()
             .map(|c| if c == '/' || c == ':' { '-' } else { c })
             .collect();
-        let cloud_target = route
-            .target_node_addresses
+        let next_hop = route
+            .node_addresses
             .iter()
             .find(|a| a.kind == "InternalIP")
             .map(|a| a.address.clone())
-            .or_else(|| route.target_provider_id.clone())
-            .unwrap_or_else(|| route.target_node.clone());
+            .or_else(|| route.node_provider_id.clone())
+            .unwrap_or_else(|| route.node.clone());
         let stored = Route {
             name: format!("{cluster}-{name_hint}-{cidr_text}").into(),
-            target_node: route.target_node.clone(),
+            node: route.node.clone(),
             destination: route.destination.clone(),
             blackhole: false,
-            target_node_addresses: route.target_node_addresses.clone(),
+            node_addresses: route.node_addresses.clone(),
             enable_node_addresses: reports,
-            cloud_target,
-            target_provider_id: route.target_provider_id.clone(),
-            target: route.target.clone(),
+            next_hop,
+            node_provider_id: route.node_provider_id.clone(),
+            table: route.table.clone(),
         };
         table.insert(
             route.destination.clone(),
@@ -232,7 +229,7 @@ impl State {
         };
         let table = self
             .tables
-            .get_mut(&table_key(cluster, &route.target))
+            .get_mut(&table_key(cluster, &route.table))
             .ok_or_else(missing)?;
         let found = table.get(&route.destination).ok_or_else(missing)?;
         // A route re-created under another name since it was listed is not the

@@ -27,7 +27,7 @@ fn want(node: &str, dest: &str) -> Route {
         ],
         false,
     );
-    r.target_provider_id = Some(format!("memory://{node}").into());
+    r.node_provider_id = Some(format!("memory://{node}").into());
     r
 }
 
@@ -51,13 +51,10 @@ async fn create_list_delete_round_trip() {
         v6.name, "c1-uid-a-fd00-1---64",
         "dual-stack routes differ by CIDR"
     );
-    assert_eq!(v4.cloud_target, "10.0.0.7", "the first InternalIP");
+    assert_eq!(v4.next_hop, "10.0.0.7", "the first InternalIP");
     assert!(v4.enable_node_addresses);
-    assert_eq!(
-        v4.target_node_addresses,
-        want("a", "10.244.1.0/24").target_node_addresses
-    );
-    assert_eq!(v4.target_provider_id.as_deref(), Some("memory://a"));
+    assert_eq!(v4.node_addresses, want("a", "10.244.1.0/24").node_addresses);
+    assert_eq!(v4.node_provider_id.as_deref(), Some("memory://a"));
 
     let listed = c.list_routes(C).await.unwrap();
     assert_eq!(listed.len(), 2);
@@ -201,7 +198,7 @@ async fn log_tags_callers_and_uses_virtual_time() {
             ("default", Operation::List, 750),
         ]
     );
-    assert_eq!(log[1].target_node.as_deref(), Some("n2"));
+    assert_eq!(log[1].node.as_deref(), Some("n2"));
     assert_eq!(log[1].destination, Some(cidr("10.244.2.0/24")));
     assert!(log[0].is_mutation() && !log[2].is_mutation());
     base.clear_log();
@@ -364,13 +361,13 @@ async fn batches_need_the_switch_and_apply_deletions_then_creations() {
     assert_eq!(out.len(), 5);
     assert_eq!(out[0], Ok(None));
     assert_eq!(out[1].as_ref().unwrap_err().kind, ErrorKind::NotFound);
-    assert_eq!(out[2].as_ref().unwrap().as_ref().unwrap().target_node, "b");
+    assert_eq!(out[2].as_ref().unwrap().as_ref().unwrap().node, "b");
     assert!(out[3].as_ref().unwrap().is_some());
     assert_eq!(out[4].as_ref().unwrap_err().kind, ErrorKind::InvalidRequest);
     let mut nodes: Vec<String> = c
         .routes(C)
         .into_iter()
-        .map(|r| r.target_node.to_string())
+        .map(|r| r.node.to_string())
         .collect();
     nodes.sort();
     assert_eq!(nodes, ["b", "c"]);
@@ -519,7 +516,7 @@ async fn routes_vanish_appear_and_die_behind_the_controllers_back() {
     );
     let listed = c.list_routes(C).await.unwrap();
     assert_eq!(listed.len(), 1);
-    assert_eq!(listed[0].target_node, "stranger");
+    assert_eq!(listed[0].node, "stranger");
     assert!(!listed[0].name.is_empty());
     c.delete_route(C, &listed[0]).await.unwrap();
 
@@ -685,18 +682,18 @@ async fn several_route_tables_keep_their_routes_apart_and_refuse_an_unknown_one(
     assert_eq!(c.targets(), [Text::from("a"), Text::from("b")]);
     let r = Route::from_text("n1", "10.0.1.0/24");
     let in_a = c
-        .create_route("k", "u1", &r.clone().in_target("a"))
+        .create_route("k", "u1", &r.clone().in_table("a"))
         .await
         .unwrap();
-    assert_eq!(in_a.target.as_str(), "a");
-    c.create_route("k", "u1", &r.clone().in_target("b"))
+    assert_eq!(in_a.table.as_str(), "a");
+    c.create_route("k", "u1", &r.clone().in_table("b"))
         .await
         .unwrap();
     let full = c
         .create_route(
             "k",
             "u2",
-            &Route::from_text("n2", "10.0.2.0/24").in_target("a"),
+            &Route::from_text("n2", "10.0.2.0/24").in_table("a"),
         )
         .await
         .unwrap_err();
@@ -706,7 +703,7 @@ async fn several_route_tables_keep_their_routes_apart_and_refuse_an_unknown_one(
         "the quota is per table"
     );
     let unknown = c
-        .create_route("k", "u1", &r.clone().in_target("c"))
+        .create_route("k", "u1", &r.clone().in_table("c"))
         .await
         .unwrap_err();
     assert_eq!(
@@ -719,7 +716,7 @@ async fn several_route_tables_keep_their_routes_apart_and_refuse_an_unknown_one(
         .await
         .unwrap()
         .iter()
-        .map(|r| r.target.to_string())
+        .map(|r| r.table.to_string())
         .collect();
     listed.sort();
     assert_eq!(listed, ["a", "b"]);

@@ -26,7 +26,7 @@
 //! parse are always listed, as unparsable, and never deleted.
 //!
 //! **Addresses.** Listed routes carry `enable_node_addresses = true` and, as
-//! `target_node_addresses`, the Node's current addresses while the next hop is
+//! `node_addresses`, the Node's current addresses while the next hop is
 //! still one of its InternalIPs, or only the next hop when it is not. So any
 //! address comparison sees a change exactly when the next hop is stale and
 //! the controller re-creates the route with the new address.
@@ -342,16 +342,16 @@ impl OpenStackRoutes {
     /// router when it names none.
     async fn router_of(&self, route: &Route) -> Result<String, CloudError> {
         let ids = self.router_ids().await?;
-        if !route.target.is_empty() {
-            return if ids.iter().any(|i| *i == route.target) {
-                Ok(route.target.to_string())
+        if !route.table.is_empty() {
+            return if ids.iter().any(|i| *i == route.table) {
+                Ok(route.table.to_string())
             } else {
                 Err(CloudError::new(
                     ErrorKind::InvalidRequest,
                     format!(
                         "route {} names router {}, which this controller does not manage ({})",
                         route.destination,
-                        route.target,
+                        route.table,
                         ids.join(", ")
                     ),
                 ))
@@ -396,29 +396,29 @@ impl OpenStackRoutes {
                     Destination::Cidr(_) => Destination::Unparsable(name.clone()),
                     d => d,
                 };
-                let target_node = hop
+                let node = hop
                     .and_then(|h| self.attribute(h))
                     .map(|(n, _)| n)
                     .unwrap_or_default();
                 return Some(Route {
                     name: name.into(),
-                    target_node: target_node.into(),
+                    node: node.into(),
                     destination,
                     blackhole: false,
-                    target_node_addresses: Vec::new(),
+                    node_addresses: Vec::new(),
                     enable_node_addresses: false,
-                    cloud_target: raw.nexthop.clone().into(),
-                    target_provider_id: None,
-                    target: Default::default(),
+                    next_hop: raw.nexthop.clone().into(),
+                    node_provider_id: None,
+                    table: Default::default(),
                 });
             }
         };
         let mut route = Route::new("", cidr).named(name);
-        route.cloud_target = hop.to_string().into();
+        route.next_hop = hop.to_string().into();
         match self.attribute(hop) {
             Some((node, addresses)) => {
-                route.target_node = node.into();
-                route.target_node_addresses = addresses;
+                route.node = node.into();
+                route.node_addresses = addresses;
                 route.enable_node_addresses = true;
             }
             None => {
@@ -428,7 +428,7 @@ impl OpenStackRoutes {
                     return None;
                 }
                 route.blackhole = true;
-                route.target_node_addresses = vec![NodeAddress::internal_ip(hop.to_string())];
+                route.node_addresses = vec![NodeAddress::internal_ip(hop.to_string())];
                 route.enable_node_addresses = true;
             }
         }
@@ -465,7 +465,7 @@ impl OpenStackRoutes {
             ));
         };
         let family = cidr.family();
-        let hop = internal_ips(&route.target_node_addresses)
+        let hop = internal_ips(&route.node_addresses)
             .find(|ip| match family {
                 IpFamily::V4 => ip.is_ipv4(),
                 IpFamily::V6 => ip.is_ipv6(),
@@ -475,7 +475,7 @@ impl OpenStackRoutes {
                     ErrorKind::InvalidRequest,
                     format!(
                         "node {:?} has no {family} InternalIP to route {cidr} to",
-                        route.target_node
+                        route.node
                     ),
                 )
             })?;
@@ -496,11 +496,11 @@ impl OpenStackRoutes {
                 ));
             }
         };
-        let hop = route.cloud_target.trim();
+        let hop = route.next_hop.trim();
         if hop.parse::<IpAddr>().is_err() {
             return Err(CloudError::new(
                 ErrorKind::InvalidRequest,
-                format!("route {destination} has no next hop to delete (cloud_target {hop:?})"),
+                format!("route {destination} has no next hop to delete (next_hop {hop:?})"),
             ));
         }
         Ok(RawRoute {
@@ -734,8 +734,8 @@ impl OpenStackRoutes {
                             .insert(
                                 hop,
                                 Learned {
-                                    node: r.target_node.to_string(),
-                                    addresses: r.target_node_addresses.clone(),
+                                    node: r.node.to_string(),
+                                    addresses: r.node_addresses.clone(),
                                 },
                             );
                     }
@@ -765,7 +765,7 @@ impl OpenStackRoutes {
                     Some(e) => Err(e.clone()),
                     None if present.contains(raw) => self
                         .to_route(raw)
-                        .map(|r| Some(r.in_target(g.router.as_str())))
+                        .map(|r| Some(r.in_table(g.router.as_str())))
                         .ok_or_else(|| {
                             CloudError::new(
                                 ErrorKind::Transient,
@@ -848,7 +848,7 @@ impl OpenStackRoutes {
                     cidr,
                     hop,
                     server: route
-                        .target_provider_id
+                        .node_provider_id
                         .as_deref()
                         .and_then(ports::server_id)
                         .map(str::to_string),
@@ -917,17 +917,15 @@ impl CloudRoutes for OpenStackRoutes {
         let cidr = route.destination.cidr()?;
         let fresh = self.to_route(&RawRoute {
             destination: cidr.to_string(),
-            nexthop: route.cloud_target.to_string(),
+            nexthop: route.next_hop.to_string(),
         })?;
         // Same route, same next hop: only what the provider reports about
         // its node may differ.
-        (fresh.target_node_addresses != route.target_node_addresses
-            || fresh.target_node != route.target_node)
-            .then(|| Route {
-                name: route.name.clone(),
-                target: route.target.clone(),
-                ..fresh
-            })
+        (fresh.node_addresses != route.node_addresses || fresh.node != route.node).then(|| Route {
+            name: route.name.clone(),
+            table: route.table.clone(),
+            ..fresh
+        })
     }
 
     fn targets(&self) -> Vec<Text> {
@@ -978,7 +976,7 @@ impl CloudRoutes for OpenStackRoutes {
                     .iter()
                     .filter(|r| !lacking.contains(&((*id).clone(), (*r).clone())))
                     .filter_map(|r| self.to_route(r))
-                    .map(|r| r.in_target(id.as_str())),
+                    .map(|r| r.in_table(id.as_str())),
             );
             for m in &state.malformed {
                 let text = m.to_string();
@@ -987,7 +985,7 @@ impl CloudRoutes for OpenStackRoutes {
                         name: text.clone().into(),
                         ..Route::new("", Destination::Unparsable(text))
                     }
-                    .in_target(id.as_str()),
+                    .in_table(id.as_str()),
                 );
             }
             tracing::debug!(
@@ -1048,16 +1046,13 @@ mod tests {
         idx.replace_all([("n1", vec![NodeAddress::internal_ip("10.0.0.5")])]);
 
         let r = p.to_route(&raw("10.244.1.0/24", "10.0.0.5")).unwrap();
-        assert_eq!(r.target_node, "n1");
+        assert_eq!(r.node, "n1");
         assert!(r.enable_node_addresses && !r.blackhole);
-        assert_eq!(
-            r.target_node_addresses,
-            vec![NodeAddress::internal_ip("10.0.0.5")]
-        );
-        assert_eq!(r.cloud_target, "10.0.0.5");
+        assert_eq!(r.node_addresses, vec![NodeAddress::internal_ip("10.0.0.5")]);
+        assert_eq!(r.next_hop, "10.0.0.5");
 
         let stale = p.to_route(&raw("10.244.9.0/24", "10.0.0.9")).unwrap();
-        assert!(stale.blackhole && stale.target_node.is_empty());
+        assert!(stale.blackhole && stale.node.is_empty());
 
         assert!(
             p.to_route(&raw("10.244.9.0/24", "192.168.1.1")).is_none(),
@@ -1079,20 +1074,14 @@ mod tests {
         );
         // Index unfed: the addresses given at creation are reported.
         let r = p.to_route(&raw("10.244.1.0/24", "10.0.0.5")).unwrap();
-        assert_eq!(
-            (r.target_node.as_str(), &r.target_node_addresses),
-            ("n1", &addrs)
-        );
+        assert_eq!((r.node.as_str(), &r.node_addresses), ("n1", &addrs));
 
         // The node moved to a new address: only the stale hop is reported,
         // so an address comparison asks for a re-creation.
         idx.replace_all([("n1", vec![NodeAddress::internal_ip("10.0.0.6")])]);
         let r = p.to_route(&raw("10.244.1.0/24", "10.0.0.5")).unwrap();
-        assert_eq!(r.target_node, "n1");
-        assert_eq!(
-            r.target_node_addresses,
-            vec![NodeAddress::internal_ip("10.0.0.5")]
-        );
+        assert_eq!(r.node, "n1");
+        assert_eq!(r.node_addresses, vec![NodeAddress::internal_ip("10.0.0.5")]);
     }
 
     #[test]
@@ -1102,7 +1091,7 @@ mod tests {
         assert_eq!(r.destination, Destination::Unparsable("not-a-cidr".into()));
         let r = p.to_route(&raw("10.99.0.0/24", "garbage")).unwrap();
         assert!(matches!(r.destination, Destination::Unparsable(_)));
-        assert_eq!(r.cloud_target, "garbage");
+        assert_eq!(r.next_hop, "garbage");
     }
 
     #[test]

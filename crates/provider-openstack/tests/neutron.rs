@@ -88,8 +88,8 @@ async fn lists_creates_and_deletes_routes_and_leaves_foreign_ones_alone() {
         )
         .await
         .unwrap();
-    assert_eq!(created.target_node, "n1");
-    assert_eq!(created.cloud_target, "10.0.0.5");
+    assert_eq!(created.node, "n1");
+    assert_eq!(created.next_hop, "10.0.0.5");
     assert_eq!(created.destination.to_string(), "10.244.1.0/24");
     assert!(created.enable_node_addresses);
     assert_eq!(
@@ -135,9 +135,9 @@ async fn lists_creates_and_deletes_routes_and_leaves_foreign_ones_alone() {
     let listed = p.list_routes(CLUSTER).await.unwrap();
     let orphan = listed
         .iter()
-        .find(|r| r.cloud_target == "10.0.0.6")
+        .find(|r| r.next_hop == "10.0.0.6")
         .expect("route of the removed node still listed");
-    assert_eq!(orphan.target_node, "n2");
+    assert_eq!(orphan.node, "n2");
 
     // A stale route in the node subnet that no one created here is a blackhole.
     admin
@@ -150,11 +150,8 @@ async fn lists_creates_and_deletes_routes_and_leaves_foreign_ones_alone() {
         .await
         .unwrap();
     let listed = p.list_routes(CLUSTER).await.unwrap();
-    let stale = listed
-        .iter()
-        .find(|r| r.cloud_target == "10.0.0.77")
-        .unwrap();
-    assert!(stale.blackhole && stale.target_node.is_empty());
+    let stale = listed.iter().find(|r| r.next_hop == "10.0.0.77").unwrap();
+    assert!(stale.blackhole && stale.node.is_empty());
 
     let removes_before = p.stats().total(ops::REMOVE_EXTRAROUTES);
     p.delete_route(CLUSTER, orphan).await.unwrap();
@@ -205,7 +202,7 @@ async fn a_batch_of_fifty_creations_is_one_update_call_on_both_paths() {
         assert_eq!(results.len(), 50);
         for (i, r) in results.iter().enumerate() {
             let route = r.as_ref().unwrap().as_ref().expect("a created route");
-            assert_eq!(route.target_node, format!("node-{i}"));
+            assert_eq!(route.node, format!("node-{i}"));
         }
         let w = writes(&p);
         assert_eq!(
@@ -260,7 +257,7 @@ async fn a_batch_of_fifty_creations_is_one_update_call_on_both_paths() {
         let (routes, _) = admin.routes(&router.router_id).await.unwrap();
         assert_eq!(routes.len(), 45);
         for d in &delete {
-            assert!(!routes.contains(&pair(&d.destination.to_string(), &d.cloud_target)));
+            assert!(!routes.contains(&pair(&d.destination.to_string(), &d.next_hop)));
         }
     }
 }
@@ -427,10 +424,12 @@ async fn garbage_routes_on_the_router_are_listed_as_unparsable_not_errors() {
         .filter(|r| matches!(r.destination, Destination::Unparsable(_)))
         .collect();
     assert_eq!(unparsable.len(), 2, "{listed:?}");
-    assert!(unparsable.iter().any(|r| r.destination
-        == Destination::Unparsable("not-a-cidr".into())
-        && r.target_node == "n1"));
-    assert!(unparsable.iter().any(|r| r.cloud_target == "garbage-hop"));
+    assert!(
+        unparsable.iter().any(
+            |r| r.destination == Destination::Unparsable("not-a-cidr".into()) && r.node == "n1"
+        )
+    );
+    assert!(unparsable.iter().any(|r| r.next_hop == "garbage-hop"));
     let e = p.delete_route(CLUSTER, unparsable[0]).await.unwrap_err();
     assert_eq!(e.kind, ErrorKind::InvalidRequest, "never deleted: {e}");
 }

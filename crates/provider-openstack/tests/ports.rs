@@ -32,7 +32,7 @@ fn config(url: &str, router: &TestRouter, mode: UpdateMode) -> OpenStackConfig {
 fn node_route(node: &str, ip: &str, cidr: &str) -> Route {
     let mut r =
         Route::from_text(node, cidr).with_addresses(vec![NodeAddress::internal_ip(ip)], false);
-    r.target_provider_id = Some(format!("openstack:///srv-{node}").into());
+    r.node_provider_id = Some(format!("openstack:///srv-{node}").into());
     r
 }
 
@@ -115,7 +115,7 @@ async fn fifty_nodes_on_two_routers_get_their_pairs_and_ten_deleted_nodes_lose_o
                     &format!("10.0.1.{}", i + 10),
                     &format!("10.244.{i}.0/24"),
                 );
-                (format!("uid-{i}"), r.in_target(*target))
+                (format!("uid-{i}"), r.in_table(*target))
             })
         })
         .collect();
@@ -181,7 +181,7 @@ async fn fifty_nodes_on_two_routers_get_their_pairs_and_ten_deleted_nodes_lose_o
     let delete: Vec<Route> = listed
         .iter()
         .filter(|r| {
-            r.target_node
+            r.node
                 .strip_prefix("node-")
                 .and_then(|n| n.parse::<usize>().ok())
                 .is_some_and(|n| n < 10)
@@ -254,7 +254,7 @@ async fn a_pair_removed_behind_the_providers_back_lists_the_route_missing_until_
     assert_eq!(on_router.len(), 1, "the router still holds it");
 
     let created = p.create_route(CLUSTER, "uid-1", &route).await.unwrap();
-    assert_eq!(created.target_node, "n1");
+    assert_eq!(created.node, "n1");
     assert_eq!(
         admin.pair_ips(&port).await.unwrap(),
         vec!["10.244.1.0/24", "192.168.1.0/24"]

@@ -10,7 +10,7 @@ use route_core::{NodeAddress, Route, Text};
 fn node_route(node: &str, ip: &str, cidr: &str, router: &str) -> Route {
     Route::from_text(node, cidr)
         .with_addresses(vec![NodeAddress::internal_ip(ip)], false)
-        .in_target(router)
+        .in_table(router)
 }
 
 async fn routes_on(admin: &Admin, router: &str) -> Vec<(String, String)> {
@@ -65,8 +65,8 @@ async fn a_revision_conflict_on_one_router_rereads_only_that_router() {
         .into_iter()
         .map(|r| r.expect("created").expect("route"))
         .collect();
-    assert_eq!(created[0].target, a.router_id.as_str());
-    assert_eq!(created[1].target, b.router_id.as_str());
+    assert_eq!(created[0].table, a.router_id.as_str());
+    assert_eq!(created[1].table, b.router_id.as_str());
     assert_eq!(p.stats().total(ops::UPDATE_ROUTER), 2);
     assert_eq!(
         p.stats().total(ops::GET_ROUTER),

@@ -1,6 +1,7 @@
 //! The absorb step: folding a pass's outcome back into the loop's state.
 //!
-//! Pure bookkeeping, no I/O: each landed or failed operation updates the
+//! Pure bookkeeping, no I/O: results are folded by operation key, and each
+//! landed or failed operation updates the
 //! [`RetryBook`] (backoff), the [`Holds`] (deletion grace, blackhole
 //! repairs) and the [`RouteCache`]. It returns what the rest of the pass must
 //! act on: the Warnings the failures call for (emitted by the status step)
@@ -14,10 +15,10 @@ use tokio::time::Instant;
 use tracing::info;
 
 use crate::execute::{OpResult, Outcome};
-use crate::hold::Holds;
+use crate::gate::Holds;
 use crate::nodes::NodeRef;
 use crate::nodes::NodeStore;
-use crate::retry::{OpKey, RetryBook};
+use crate::retry::RetryBook;
 use crate::snapshot::RouteCache;
 use crate::warnings::Warning;
 
@@ -57,20 +58,20 @@ pub fn absorb(
         routes,
     } = state;
     let mut out = Absorbed::default();
-    for (i, (d, r)) in plan.deletions.iter().zip(&outcome.deletions).enumerate() {
-        let key = OpKey::delete(d);
-        match r {
+    for d in &plan.deletions {
+        let key = d.key();
+        match outcome.of(&key) {
             OpResult::Done(_) => {
                 book.succeeded(&key);
                 book.release_quota_waiters(now);
                 routes.remove(&d.route);
-                holds.deletion_landed(plan, i, now);
+                holds.deletion_landed(plan, &key, now);
             }
             OpResult::Failed(e) => {
                 out.uncertain |= e.makes_cache_uncertain();
                 if e.makes_cache_uncertain() {
                     // It may well have happened.
-                    holds.deletion_landed(plan, i, now);
+                    holds.deletion_landed(plan, &key, now);
                 }
                 if e.kind == ErrorKind::NotFound {
                     // Gone already: the goal is reached; the resync that
@@ -80,7 +81,7 @@ pub fn absorb(
                     continue;
                 }
                 let at = book.failed(key.clone(), e, now, rand::rng().random::<f64>());
-                if let Some(v) = nodes.get(&d.route.target_node) {
+                if let Some(v) = nodes.get(&d.route.node) {
                     let node = NodeRef {
                         name: v.name.clone(),
                         uid: v.uid.clone(),
@@ -96,15 +97,15 @@ pub fn absorb(
             }
             OpResult::Abandoned => {
                 out.uncertain = true;
-                holds.deletion_landed(plan, i, now);
+                holds.deletion_landed(plan, &key, now);
             }
             // Not sent: the loop redoes it (`Outcome::fenced`), nothing to fold.
             OpResult::Cancelled | OpResult::Deferred | OpResult::Blocked => {}
         }
     }
-    for (c, r) in plan.creations.iter().zip(&outcome.creations) {
-        let key = OpKey::create(c);
-        match r {
+    for c in &plan.creations {
+        let key = c.key();
+        match outcome.of(&key) {
             OpResult::Done(created) => {
                 book.succeeded(&key);
                 if let Some(replaced) = &c.replaces {
@@ -128,8 +129,8 @@ pub fn absorb(
                     continue;
                 }
                 let node = NodeRef {
-                    name: c.route.target_node.to_string(),
-                    uid: c.name_hint.clone(),
+                    name: c.route.node.to_string(),
+                    uid: c.node_uid.clone(),
                 };
                 out.warnings.push(Warning::failed_to_create(
                     node,
@@ -223,30 +224,30 @@ mod tests {
         )
     }
 
+    /// The outcome of a plan of one deletion and one creation.
+    fn outcome(p: &Plan, deletion: OpResult, creation: OpResult) -> Outcome {
+        let mut o = Outcome::default();
+        o.set(p.deletions[0].key(), deletion);
+        o.set(p.creations[0].key(), creation);
+        o
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_failed_creation_backs_off_and_warns_with_upstreams_reason() {
         let mut l = Loop::new();
         let p = plan(&l);
-        let outcome = Outcome {
-            deletions: vec![OpResult::Done(None)],
-            creations: vec![OpResult::Failed(CloudError::new(
-                ErrorKind::Transient,
-                "boom",
-            ))],
-        };
+        let outcome = outcome(
+            &p,
+            OpResult::Done(None),
+            OpResult::Failed(CloudError::new(ErrorKind::Transient, "boom")),
+        );
         let a = l.absorb(&p, &outcome);
         assert!(!a.uncertain);
         assert_eq!(a.warnings.len(), 1);
         assert_eq!(a.warnings[0].reason, Reason::FailedToCreateRoute);
         assert_eq!(a.warnings[0].node.name, "a");
-        assert!(
-            !l.book
-                .is_due(&OpKey::create(&p.creations[0]), Instant::now())
-        );
-        assert!(
-            l.book
-                .is_due(&OpKey::delete(&p.deletions[0]), Instant::now())
-        );
+        assert!(!l.book.is_due(&p.creations[0].key(), Instant::now()));
+        assert!(l.book.is_due(&p.deletions[0].key(), Instant::now()));
         assert!(l.routes.is_warm(), "a plain failure keeps the cached table");
     }
 
@@ -254,13 +255,11 @@ mod tests {
     async fn an_uncertain_answer_forgets_the_cached_table() {
         let mut l = Loop::new();
         let p = plan(&l);
-        let outcome = Outcome {
-            deletions: vec![OpResult::Done(None)],
-            creations: vec![OpResult::Failed(CloudError::new(
-                ErrorKind::AlreadyExists,
-                "exists",
-            ))],
-        };
+        let outcome = outcome(
+            &p,
+            OpResult::Done(None),
+            OpResult::Failed(CloudError::new(ErrorKind::AlreadyExists, "exists")),
+        );
         let a = l.absorb(&p, &outcome);
         assert!(a.uncertain);
         assert!(!l.routes.is_warm());
@@ -270,22 +269,17 @@ mod tests {
     async fn a_deletion_not_found_is_reached_and_not_warned_about() {
         let mut l = Loop::new();
         let p = plan(&l);
-        let outcome = Outcome {
-            deletions: vec![OpResult::Failed(CloudError::new(
-                ErrorKind::NotFound,
-                "no such route",
-            ))],
-            creations: vec![OpResult::Done(None)],
-        };
+        let outcome = outcome(
+            &p,
+            OpResult::Failed(CloudError::new(ErrorKind::NotFound, "no such route")),
+            OpResult::Done(None),
+        );
         let a = l.absorb(&p, &outcome);
         assert!(a.warnings.is_empty());
         assert!(
             a.uncertain,
             "not found means the table was not what we thought"
         );
-        assert!(
-            l.book
-                .is_due(&OpKey::delete(&p.deletions[0]), Instant::now())
-        );
+        assert!(l.book.is_due(&p.deletions[0].key(), Instant::now()));
     }
 }

@@ -10,11 +10,15 @@
 //! order data flows, and owns no logic of its own:
 //!
 //! ```text
-//! snapshot ─► prerequisites ─► plan ─► hold ─► warn ─► execute ─► absorb ─► status ─► finish
+//! snapshot ─► prerequisites ─► plan ─► gate ─► warn ─► execute ─► absorb ─► status ─► finish
 //! (cloud I/O  (cloud I/O when   (pure)  (pure)  (Events) (cloud I/O) (pure)  (nodes/status)
 //!  on a full   a check is due)
 //!  pass)
 //! ```
+//!
+//! Each pass runs in a `pass{id, trigger, kind, mode}` span, and each cloud
+//! request in a `cloud{op, ...}` span inside it, so the log lines of one
+//! pass share its id (JSON logs carry it in `span` and `spans`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,12 +29,12 @@ use route_core::{NetworkCondition, Plan, PlanConfig};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, error, info, warn};
+use tracing::{Instrument, debug, error, info, info_span, warn};
 
 use crate::absorb::{self, Absorbed};
 use crate::execute::{Executor, Fence, Outcome};
 use crate::forwarding::Prerequisites;
-use crate::hold::{Held, Holds};
+use crate::gate::{self, Gated, Holds, Room};
 use crate::metrics::{Metrics, MetricsHandle, PassOutcome};
 use crate::nodes::{NodeRef, NodeStore};
 use crate::retry::{BackoffConfig, OpKey, RetryBook};
@@ -100,6 +104,8 @@ pub struct Controller {
     /// Passes in a row whose condition patches failed, and when the next
     /// pass rewrites them.
     status_retry: (u32, Option<Instant>),
+    /// Passes run so far; the id of the next pass's span.
+    passes: u64,
 }
 
 impl Controller {
@@ -139,6 +145,7 @@ impl Controller {
             reports: None,
             first_sync: None,
             status_retry: (0, None),
+            passes: 0,
         }
     }
 
@@ -242,9 +249,23 @@ impl Controller {
         }
     }
 
-    /// Runs one pass now (also used by tests and tools). Each step is one
-    /// call; the steps that talk to the cloud or the API server say so.
+    /// Runs one pass now (also used by tests and tools), in a span of its
+    /// own that groups the pass's log lines.
     pub async fn pass(&mut self, kind: PassKind, trigger: SyncTrigger) -> PassReport {
+        self.passes += 1;
+        let span = info_span!(
+            "pass",
+            id = self.passes,
+            trigger = trigger.as_str(),
+            kind = kind.as_str(),
+            mode = self.cfg.mode.as_str()
+        );
+        self.run_pass(kind, trigger).instrument(span).await
+    }
+
+    /// The pass's steps, one call each; the steps that talk to the cloud or
+    /// the API server say so.
+    async fn run_pass(&mut self, kind: PassKind, trigger: SyncTrigger) -> PassReport {
         let started = Instant::now();
         let mut report = PassReport::new(kind, trigger);
         // 1. Snapshot: the Nodes and the route table, cached or listed (cloud I/O).
@@ -261,21 +282,18 @@ impl Controller {
         if snap.listed {
             self.scheduler.full_pass_listed(started);
             // A provider that discovers its route tables does so when listing.
-            self.cfg.plan.targets = self.executor.cloud().targets();
-            self.metrics.targets(&self.cfg.plan.targets);
+            self.cfg.plan.tables = self.executor.cloud().targets();
+            self.metrics.targets(&self.cfg.plan.tables);
         }
         // 2. Plan: what must exist, from the snapshot alone (pure).
         let plan = route_core::plan(&snap.nodes, &snap.routes, &self.cfg.plan);
-        // 3. Hold: what waits for its backoff, grace or repair (pure).
-        let held = self.hold(&plan, &snap);
+        // 3. Gate: one verdict per operation: run now, or why not (pure).
+        let gated = self.gate(&plan, &snap);
         // 4. Warn about what the plan refused and repairs that back off (Events).
-        let warnings = self.plan_warnings(&plan, &held);
+        let warnings = self.plan_warnings(&plan, &gated);
         self.emit(&warnings).await;
-        // 5. Execute the plan (cloud I/O).
-        let outcome = self
-            .executor
-            .execute(&plan, &self.book, &held, &snap.routes)
-            .await;
+        // 5. Execute what the gate lets through (cloud I/O).
+        let outcome = self.executor.execute(&plan, &gated).await;
         self.routes.keep(snap.routes);
         // 6. Absorb the outcome into the retry book, holds and route cache (pure).
         let absorbed = self.absorb(&plan, &outcome);
@@ -283,7 +301,7 @@ impl Controller {
         // 7. Status: NetworkUnavailable conditions (nodes/status I/O) and latency.
         report.conditions = self.update_status(&plan, &outcome).await;
         // 8. Finish: metrics, and when the next pass is due.
-        self.finish(&mut report, plan, outcome, &held, started);
+        self.finish(&mut report, plan, outcome, gated, started);
         report
     }
 
@@ -299,7 +317,7 @@ impl Controller {
         // (an instance's check is on until its first route): only Nodes
         // with a route are read afresh and warned about.
         let routed: std::collections::HashSet<&str> =
-            snap.routes.iter().map(|r| r.target_node.as_str()).collect();
+            snap.routes.iter().map(|r| r.node.as_str()).collect();
         let now = Instant::now();
         let due = self
             .prerequisites
@@ -354,41 +372,37 @@ impl Controller {
         self.emit(&found.warnings).await;
     }
 
-    /// Step 3: prunes the retry book to what this plan still wants and asks
-    /// the holds which operations wait.
-    fn hold(&mut self, plan: &Plan, snap: &Snapshot) -> Held {
+    /// Step 3: prunes the retry book to what this plan still wants and
+    /// gives every operation its verdict.
+    fn gate(&mut self, plan: &Plan, snap: &Snapshot) -> Gated {
         let wanted: std::collections::HashSet<OpKey> = plan
             .deletions
             .iter()
-            .map(OpKey::delete)
-            .chain(plan.creations.iter().map(OpKey::create))
+            .map(route_core::Deletion::key)
+            .chain(plan.creations.iter().map(route_core::Creation::key))
             .collect();
-        self.book.retain(&wanted, Instant::now());
+        let now = Instant::now();
+        self.book.retain(&wanted, now);
         self.metrics.pending_operations(wanted.len());
+        let max = self.executor.cloud().capabilities().max_routes;
+        let room = Room::new(max, &snap.routes);
+        let gated = gate::gate(plan, &mut self.holds, &self.book, &room, now, snap.listed);
         if !plan.is_noop() {
             debug!(
                 deletions = plan.deletions.len(),
                 creations = plan.creations.len(),
+                run = gated.iter().filter(|(_, v)| v.runs()).count(),
                 "executing plan"
             );
+            for (key, verdict) in gated.iter() {
+                debug!(operation = %key, verdict = %verdict.describe(now), "gate");
+            }
         }
-        // Table sizes matter only under a route limit; counting them on
-        // every pass of a cloud without one would be wasted work.
-        let max = self.executor.cloud().capabilities().max_routes;
-        let sizes = max.map(|_| crate::execute::table_sizes(&snap.routes));
-        let room = |target: &str| {
-            let used = sizes.as_ref().and_then(|s| s.get(target)).copied();
-            max.map(|max| max.saturating_sub(used.unwrap_or(0)))
-        };
-        let now = Instant::now();
-        let book = &self.book;
-        self.holds.hold(plan, now, snap.listed, room, |c| {
-            book.is_due(&OpKey::create(c), now)
-        })
+        gated
     }
 
-    /// Step 4: the Warnings the plan and the holds call for, each once.
-    fn plan_warnings(&mut self, plan: &Plan, held: &Held) -> Vec<Warning> {
+    /// Step 4: the Warnings the plan and the gate call for, each once.
+    fn plan_warnings(&mut self, plan: &Plan, gated: &Gated) -> Vec<Warning> {
         let nodes = &self.nodes;
         let mut warnings = self
             .warned
@@ -396,13 +410,13 @@ impl Controller {
                 nodes.get(name).map(|v| v.uid.clone())
             });
         let now = Instant::now();
-        for (name, uid, cidr, next) in &held.new_recurrences {
+        for r in &gated.new_recurrences {
             let node = NodeRef {
-                name: name.clone(),
-                uid: uid.clone(),
+                name: r.node.clone(),
+                uid: r.uid.clone(),
             };
-            let wait = next.saturating_duration_since(now);
-            warnings.push(Warning::route_blackholed(node, *cidr, wait));
+            let wait = r.next_repair.saturating_duration_since(now);
+            warnings.push(Warning::route_blackholed(node, r.cidr, wait));
         }
         warnings
     }
@@ -454,7 +468,7 @@ impl Controller {
                 return;
             }
         };
-        let mut known = self.cfg.plan.targets.clone();
+        let mut known = self.cfg.plan.tables.clone();
         let mut found_sorted = found.clone();
         known.sort();
         found_sorted.sort();
@@ -480,7 +494,7 @@ impl Controller {
         if !fence.is_open() {
             return Vec::new();
         }
-        let failed = |i: usize| !outcome.creations[i].is_done();
+        let failed = |k: &OpKey| !outcome.of(k).is_done();
         for waited in self.nodes.confirm_routes(plan, failed) {
             self.metrics.route_confirmed(waited);
         }
@@ -515,7 +529,7 @@ impl Controller {
         report: &mut PassReport,
         plan: Plan,
         outcome: Outcome,
-        held: &Held,
+        gated: Gated,
         started: Instant,
     ) {
         let result = if outcome.any_failed() {
@@ -525,13 +539,7 @@ impl Controller {
         } else {
             PassOutcome::Noop
         };
-        let remaining = outcome
-            .deletions
-            .iter()
-            .chain(&outcome.creations)
-            .filter(|r| !r.is_done())
-            .count();
-        self.metrics.pending_operations(remaining);
+        self.metrics.pending_operations(outcome.pending());
         self.metrics
             .backlog(self.book.len(), self.holds.recurring_blackholes());
         let (trigger, kind) = (report.trigger, report.kind);
@@ -540,7 +548,7 @@ impl Controller {
             .pass_finished(trigger, kind, result, outcome.changed(), took);
         let wake = [
             self.book.next_wake(started),
-            held.until,
+            gated.until,
             self.status_retry.1,
             self.prerequisites.next_wake(),
         ]
@@ -722,10 +730,13 @@ mod tests {
         );
         // Not due yet: the retry is deferred, nothing is sent.
         let r = f.ctl.pass(PassKind::Cached, SyncTrigger::NodeChange).await;
-        assert_eq!(r.outcome.creations[0], crate::OpResult::Deferred);
+        assert_eq!(
+            *r.outcome.creation(&r.plan.creations[0]),
+            crate::OpResult::Deferred
+        );
         tokio::time::advance(Duration::from_secs(2)).await;
         let r = f.ctl.pass(PassKind::Cached, SyncTrigger::NodeChange).await;
-        assert!(r.outcome.creations[0].is_done());
+        assert!(r.outcome.creation(&r.plan.creations[0]).is_done());
         assert_eq!(
             f.status.condition_of("a"),
             Some(NetworkCondition::RouteCreated)
@@ -778,9 +789,10 @@ mod tests {
             assert_eq!(f.cloud.routes_in("c", t).len(), 2, "{t} is full at 2");
         }
         let refused = r
-            .outcome
+            .plan
             .creations
             .iter()
+            .map(|c| r.outcome.creation(c))
             .filter(
                 |o| matches!(o, crate::OpResult::Failed(e) if e.kind == ErrorKind::QuotaExceeded),
             )

@@ -1,29 +1,32 @@
 //! Executing a plan against the cloud.
 //!
-//! The executor owns no state between passes: the retry book and the route
-//! cache belong to the reconcile loop, which hands them in. It runs the plan's
-//! deletions and the creations that depend on nothing concurrently, bounded by
-//! the provider's `max_concurrent_operations`; a creation that must follow a
-//! deletion (address change, blackhole replacement) starts only after that
-//! deletion succeeded. Providers that take batches get the whole plan in one
-//! call. A throttled answer closes a shared [`ThrottleGate`] until its
-//! retry-after, so the rest of the pass waits instead of piling more requests
-//! on the cloud.
+//! The executor owns no state between passes and decides nothing about
+//! *whether* an operation runs: the gate ([`crate::gate`]) gave each one its
+//! verdict, and the executor runs those whose verdict is
+//! [`Verdict::Run`](crate::gate::Verdict::Run). It runs the deletions and the
+//! creations that depend on nothing concurrently, bounded by the provider's
+//! `max_concurrent_operations`; a creation that must follow a deletion
+//! (address change, blackhole replacement) starts only after that deletion
+//! succeeded. Providers that take batches get the whole plan in one call. A
+//! throttled answer closes a shared [`ThrottleGate`] until its retry-after,
+//! so the rest of the pass waits instead of piling more requests on the
+//! cloud. Results are keyed like the plan's operations ([`OpKey`]).
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::collections::HashMap;
+
 use futures::future::join_all;
 pub use route_cloud::Fence;
 use route_cloud::{Batch, CloudError, CloudRoutes, ErrorKind};
-use route_core::{Plan, Route};
+use route_core::{Creation, Deletion, OpKey, Plan, Route};
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
-use tracing::{info, warn};
+use tracing::{Instrument, info, info_span, warn};
 
-use crate::hold::Held;
+use crate::gate::{Gated, Verdict};
 use crate::metrics::MetricsHandle;
-use crate::retry::{OpKey, RetryBook};
 use crate::throttle::{ThrottleGate, Ticket};
 
 /// The result of one planned operation.
@@ -33,9 +36,9 @@ pub enum OpResult {
     Done(Option<Route>),
     /// The cloud refused or failed.
     Failed(CloudError),
-    /// Waiting for its backoff; not attempted.
+    /// Held by the gate (backoff, grace, a repair's hold); not attempted.
     Deferred,
-    /// A deletion it depends on did not succeed in this pass.
+    /// A deletion it depends on did not run or did not succeed in this pass.
     Blocked,
     /// Not sent: the fence was closed (leadership lost, renew deadline
     /// passed, shutting down). Redone once this replica may write again.
@@ -57,40 +60,61 @@ impl OpResult {
     }
 }
 
-/// What a pass did.
+/// What a pass did: one result per planned operation, by key.
 #[derive(Debug, Default, Clone)]
 pub struct Outcome {
-    /// One result per `plan.deletions`.
-    pub deletions: Vec<OpResult>,
-    /// One result per `plan.creations`.
-    pub creations: Vec<OpResult>,
+    results: HashMap<OpKey, OpResult>,
 }
 
+/// The result of an operation the pass did not get to.
+static NOT_ATTEMPTED: OpResult = OpResult::Deferred;
+
 impl Outcome {
+    /// The result of operation `key`.
+    pub fn of(&self, key: &OpKey) -> &OpResult {
+        self.results.get(key).unwrap_or(&NOT_ATTEMPTED)
+    }
+
+    /// The result of creation `c`.
+    pub fn creation(&self, c: &Creation) -> &OpResult {
+        self.of(&c.key())
+    }
+
+    /// The result of deletion `d`.
+    pub fn deletion(&self, d: &Deletion) -> &OpResult {
+        self.of(&d.key())
+    }
+
+    /// Records the result of operation `key`.
+    pub fn set(&mut self, key: OpKey, result: OpResult) {
+        self.results.insert(key, result);
+    }
+
+    /// Every result, in no particular order.
+    pub fn results(&self) -> impl Iterator<Item = (&OpKey, &OpResult)> {
+        self.results.iter()
+    }
+
     /// Number of successful mutations.
     pub fn changed(&self) -> usize {
-        self.deletions
-            .iter()
-            .chain(&self.creations)
-            .filter(|r| r.is_done())
-            .count()
+        self.results.values().filter(|r| r.is_done()).count()
     }
 
     /// How many operations the fence cut off.
     pub fn fenced(&self) -> usize {
-        self.deletions
-            .iter()
-            .chain(&self.creations)
-            .filter(|r| r.is_fenced())
-            .count()
+        self.results.values().filter(|r| r.is_fenced()).count()
     }
 
     /// Any operation failed.
     pub fn any_failed(&self) -> bool {
-        self.deletions
-            .iter()
-            .chain(&self.creations)
+        self.results
+            .values()
             .any(|r| matches!(r, OpResult::Failed(_)))
+    }
+
+    /// Operations not done by the end of the pass.
+    pub fn pending(&self) -> usize {
+        self.results.values().filter(|r| !r.is_done()).count()
     }
 }
 
@@ -173,246 +197,190 @@ impl Executor {
         t
     }
 
-    /// Executes `plan`, skipping operations whose backoff is not due in
-    /// `book` and those `held` back. `table` is the route table the plan was
-    /// made from: with a provider route limit (per route target), creations
-    /// that cannot fit are refused here, without spending a request on a
-    /// certain refusal.
-    pub async fn execute(
-        &self,
-        plan: &Plan,
-        book: &RetryBook,
-        held: &Held,
-        table: &[Route],
-    ) -> Outcome {
-        let now = Instant::now();
+    /// Executes the operations of `plan` that `gated` lets run; the others
+    /// get the result their verdict calls for, without a request.
+    pub async fn execute(&self, plan: &Plan, gated: &Gated) -> Outcome {
         let caps = self.cloud.capabilities();
-        let is_held = |flags: &[bool], i: usize| flags.get(i).copied().unwrap_or(false);
-        let del_due: Vec<bool> = plan
+        let mut out = Outcome::default();
+        for key in plan
             .deletions
             .iter()
-            .enumerate()
-            .map(|(i, d)| !is_held(&held.deletions, i) && book.is_due(&OpKey::delete(d), now))
-            .collect();
-        let mut cre_due: Vec<bool> = plan
-            .creations
-            .iter()
-            .enumerate()
-            .map(|(i, c)| !is_held(&held.creations, i) && book.is_due(&OpKey::create(c), now))
-            .collect();
-        let mut over_limit = vec![false; plan.creations.len()];
-        if let Some(max) = caps.max_routes {
-            // Room per route target. Only deletions attempted in this pass
-            // may free it; a held or backed-off one leaves its route in place.
-            let mut used = table_sizes(table);
-            for (d, due) in plan.deletions.iter().zip(&del_due) {
-                if *due && let Some(n) = used.get_mut(d.route.target.as_str()) {
-                    *n = n.saturating_sub(1);
+            .map(Deletion::key)
+            .chain(plan.creations.iter().map(Creation::key))
+        {
+            match gated.verdict(&key) {
+                Some(Verdict::Run) => {}
+                Some(Verdict::NoRoom { table, max }) => {
+                    let table = if table.is_empty() {
+                        "the route table".to_string()
+                    } else {
+                        format!("route table {table}")
+                    };
+                    let e = CloudError::new(
+                        ErrorKind::QuotaExceeded,
+                        format!(
+                            "the {} provider allows at most {max} routes and {table} is full; delete routes or raise the limit",
+                            self.cloud.name(),
+                        ),
+                    );
+                    out.set(key, OpResult::Failed(e));
                 }
-            }
-            for (i, due) in cre_due.iter_mut().enumerate() {
-                let c = &plan.creations[i];
-                // A replacement in place takes no room.
-                if !*due || c.replaces.is_some() {
-                    continue;
-                }
-                let n = used.entry(c.route.target.as_str()).or_default();
-                if *n >= max {
-                    *due = false;
-                    over_limit[i] = true;
-                } else {
-                    *n += 1;
+                Some(Verdict::Blocked { .. }) => out.set(key, OpResult::Blocked),
+                Some(Verdict::Deferred { .. } | Verdict::Held { .. }) | None => {
+                    out.set(key, OpResult::Deferred);
                 }
             }
         }
-        let mut out = if caps.supports_batch {
-            self.execute_batch(plan, &del_due, &cre_due).await
+        if caps.supports_batch {
+            self.execute_batch(plan, gated, &mut out).await;
         } else {
-            self.execute_each(plan, &del_due, &cre_due).await
-        };
-        for (i, over) in over_limit.into_iter().enumerate() {
-            if over {
-                let target = &plan.creations[i].route.target;
-                let table = if target.is_empty() {
-                    "the route table".to_string()
-                } else {
-                    format!("route table {target}")
-                };
-                out.creations[i] = OpResult::Failed(CloudError::new(
-                    ErrorKind::QuotaExceeded,
-                    format!(
-                        "the {} provider allows at most {} routes and {table} is full; delete routes or raise the limit",
-                        self.cloud.name(),
-                        caps.max_routes.unwrap_or_default()
-                    ),
-                ));
-            }
+            self.execute_each(plan, gated, &mut out).await;
         }
         out
     }
 
-    async fn execute_each(&self, plan: &Plan, del_due: &[bool], cre_due: &[bool]) -> Outcome {
+    async fn execute_each(&self, plan: &Plan, gated: &Gated, out: &mut Outcome) {
         let permits = Arc::new(Semaphore::new(
             self.cloud.capabilities().max_concurrent_operations.max(1),
         ));
-        let deletions = plan.deletions.iter().enumerate().map(|(i, d)| {
+        let runs = |key: &OpKey| gated.runs(key);
+        let deletions = plan
+            .deletions
+            .iter()
+            .map(|d| (d.key(), d))
+            .filter(|(k, _)| runs(k))
+            .map(|(key, d)| {
+                let permits = permits.clone();
+                async move {
+                    let _p = permits.acquire().await;
+                    (key, self.delete(&d.route).await)
+                }
+            });
+        let (independent, dependent): (Vec<_>, Vec<_>) = plan
+            .creations
+            .iter()
+            .map(|c| (c.key(), c))
+            .filter(|(k, _)| runs(k))
+            .partition(|(_, c)| c.after.is_empty());
+        let first = independent.into_iter().map(|(key, c)| {
             let permits = permits.clone();
             async move {
-                if !del_due[i] {
-                    return OpResult::Deferred;
-                }
                 let _p = permits.acquire().await;
-                self.delete(&d.route).await
+                (key, self.create(&c.node_uid, &c.route).await)
             }
         });
-        let independent = plan.creations.iter().enumerate().map(|(i, c)| {
+        let (deleted, created) = futures::join!(join_all(deletions), join_all(first));
+        for (key, r) in deleted.into_iter().chain(created) {
+            out.set(key, r);
+        }
+        let out_ref = &*out;
+        let then = dependent.into_iter().map(|(key, c)| {
             let permits = permits.clone();
             async move {
-                if !c.after.is_empty() {
-                    return None;
-                }
-                if !cre_due[i] {
-                    return Some(OpResult::Deferred);
+                if !c.after.iter().all(|d| out_ref.of(d).is_done()) {
+                    return (key, OpResult::Blocked);
                 }
                 let _p = permits.acquire().await;
-                Some(self.create(&c.name_hint, &c.route).await)
+                (key, self.create(&c.node_uid, &c.route).await)
             }
         });
-        let (deletions, first) = futures::join!(join_all(deletions), join_all(independent));
-        let dependent = plan.creations.iter().enumerate().map(|(i, c)| {
-            let permits = permits.clone();
-            let deletions = &deletions;
-            let already = first[i].clone();
-            async move {
-                if let Some(r) = already {
-                    return r;
-                }
-                if !c.after.iter().all(|&d| deletions[d].is_done()) {
-                    return OpResult::Blocked;
-                }
-                if !cre_due[i] {
-                    return OpResult::Deferred;
-                }
-                let _p = permits.acquire().await;
-                self.create(&c.name_hint, &c.route).await
-            }
-        });
-        let creations = join_all(dependent).await;
-        Outcome {
-            deletions,
-            creations,
+        let results = join_all(then).await;
+        for (key, r) in results {
+            out.set(key, r);
         }
     }
 
-    async fn execute_batch(&self, plan: &Plan, del_due: &[bool], cre_due: &[bool]) -> Outcome {
-        let mut out = Outcome {
-            deletions: vec![OpResult::Deferred; plan.deletions.len()],
-            creations: vec![OpResult::Deferred; plan.creations.len()],
-        };
-        let del_idx: Vec<usize> = (0..plan.deletions.len()).filter(|&i| del_due[i]).collect();
-        let mut cre_idx = Vec::new();
-        for (i, c) in plan.creations.iter().enumerate() {
-            if !cre_due[i] {
-                continue;
-            }
-            // A batch applies deletions first, so a dependent creation may
-            // ride along only if its deletions are in the same batch.
-            if c.after.iter().all(|d| del_due[*d]) {
-                cre_idx.push(i);
-            } else {
-                out.creations[i] = OpResult::Blocked;
-            }
-        }
-        if del_idx.is_empty() && cre_idx.is_empty() {
-            return out;
+    async fn execute_batch(&self, plan: &Plan, gated: &Gated, out: &mut Outcome) {
+        // The gate blocked every creation whose deletions do not run, so a
+        // dependent creation rides along with its deletions: a batch applies
+        // deletions first.
+        let deletions: Vec<(OpKey, &Deletion)> = plan
+            .deletions
+            .iter()
+            .map(|d| (d.key(), d))
+            .filter(|(k, _)| gated.runs(k))
+            .collect();
+        let creations: Vec<(OpKey, &Creation)> = plan
+            .creations
+            .iter()
+            .map(|c| (c.key(), c))
+            .filter(|(k, _)| gated.runs(k))
+            .collect();
+        if deletions.is_empty() && creations.is_empty() {
+            return;
         }
         let batch = Batch {
-            delete: del_idx
+            delete: deletions.iter().map(|(_, d)| d.route.clone()).collect(),
+            create: creations
                 .iter()
-                .map(|&i| plan.deletions[i].route.clone())
-                .collect(),
-            create: cre_idx
-                .iter()
-                .map(|&i| {
-                    (
-                        plan.creations[i].name_hint.clone(),
-                        plan.creations[i].route.clone(),
-                    )
-                })
+                .map(|(_, c)| (c.node_uid.clone(), c.route.clone()))
                 .collect(),
         };
-        let cancel = |out: &mut Outcome, r: OpResult| {
-            for &i in &del_idx {
-                out.deletions[i] = r.clone();
+        let all = |out: &mut Outcome, r: &OpResult| {
+            for (k, _) in &deletions {
+                out.set(k.clone(), r.clone());
             }
-            for &i in &cre_idx {
-                out.creations[i] = r.clone();
+            for (k, _) in &creations {
+                out.set(k.clone(), r.clone());
             }
         };
         let Ok(ticket) = self.fence.guard(self.wait_gate()).await else {
-            cancel(&mut out, OpResult::Cancelled);
-            return out;
+            all(out, &OpResult::Cancelled);
+            return;
         };
         // Checked here rather than inside the guard below, so a batch the
         // fence refuses outright is known not to have been sent.
         if self.fence.check().is_err() {
-            cancel(&mut out, OpResult::Cancelled);
-            return out;
+            all(out, &OpResult::Cancelled);
+            return;
         }
         let started = Instant::now();
+        let span = info_span!(
+            "cloud",
+            op = "batch",
+            deletions = deletions.len(),
+            creations = creations.len()
+        );
         let answer = match self
             .fence
             .guard(self.cloud.apply_batch(&self.cluster, &batch))
+            .instrument(span)
             .await
         {
             Ok(Err(e)) if e.kind == ErrorKind::Fenced => {
                 // The provider's own check after a wait of its own: not sent.
                 info!(reason = %e.message, "batch route update not sent; it is redone once this replica may write again");
-                cancel(&mut out, OpResult::Cancelled);
-                return out;
+                all(out, &OpResult::Cancelled);
+                return;
             }
             Ok(a) => a,
             Err(e) => {
                 info!(reason = %e.message, "batch route update abandoned; it is redone after a fresh list");
-                cancel(&mut out, OpResult::Abandoned);
-                return out;
+                all(out, &OpResult::Abandoned);
+                return;
             }
         };
         match answer {
-            Ok(results) if results.len() == del_idx.len() + cre_idx.len() => {
+            Ok(results) if results.len() == deletions.len() + creations.len() => {
                 ticket.succeeded();
-                let (d, c) = results.split_at(del_idx.len());
-                for (&i, r) in del_idx.iter().zip(d) {
-                    out.deletions[i] = to_result(r.clone());
-                    log_op(
-                        "delete",
-                        &plan.deletions[i].route,
-                        &out.deletions[i],
-                        started,
-                    );
-                }
-                for (&i, r) in cre_idx.iter().zip(c) {
+                let (d, c) = results.split_at(deletions.len());
+                for ((key, del), r) in deletions.iter().zip(d) {
                     let r = to_result(r.clone());
-                    out.creations[i] = match (r, &plan.creations[i]) {
-                        (OpResult::Done(None), cr) => OpResult::Done(Some(cr.route.clone())),
-                        (r, _) => r,
+                    log_op("delete", &del.route, &r, started);
+                    out.set(key.clone(), r);
+                }
+                for ((key, cre), r) in creations.iter().zip(c) {
+                    let r = match to_result(r.clone()) {
+                        OpResult::Done(None) => OpResult::Done(Some(cre.route.clone())),
+                        r => r,
                     };
-                    log_op(
-                        "create",
-                        &plan.creations[i].route,
-                        &out.creations[i],
-                        started,
-                    );
+                    log_op("create", &cre.route, &r, started);
+                    out.set(key.clone(), r);
                 }
                 // A creation whose deletion failed inside the batch is blocked.
-                for &i in &cre_idx {
-                    if !plan.creations[i]
-                        .after
-                        .iter()
-                        .all(|&d| out.deletions[d].is_done())
-                        && !out.creations[i].is_done()
-                    {
-                        out.creations[i] = OpResult::Blocked;
+                for (key, cre) in &creations {
+                    if !cre.after.iter().all(|d| out.of(d).is_done()) && !out.of(key).is_done() {
+                        out.set(key.clone(), OpResult::Blocked);
                     }
                 }
             }
@@ -423,18 +391,17 @@ impl Executor {
                     format!(
                         "batch answer has {} results for {} changes; treating the outcome as unknown",
                         results.len(),
-                        del_idx.len() + cre_idx.len()
+                        deletions.len() + creations.len()
                     ),
                 );
-                fail_all(&mut out, &del_idx, &cre_idx, &e);
+                all(out, &OpResult::Failed(e));
             }
             Err(e) => {
                 note(ticket, Err(&e));
-                warn!(error = %e, deletions = del_idx.len(), creations = cre_idx.len(), "batch route update failed");
-                fail_all(&mut out, &del_idx, &cre_idx, &e);
+                warn!(error = %e, deletions = deletions.len(), creations = creations.len(), "batch route update failed");
+                all(out, &OpResult::Failed(e));
             }
         }
-        out
     }
 
     async fn delete(&self, route: &Route) -> OpResult {
@@ -448,9 +415,11 @@ impl Executor {
             return cancelled("delete", route, &e, OpResult::Cancelled);
         }
         let started = Instant::now();
+        let span = info_span!("cloud", op = "delete", node = %route.node, destination = %route.destination);
         let answer = self
             .fence
             .guard(self.cloud.delete_route(&self.cluster, route))
+            .instrument(span)
             .await;
         let r = match answer {
             Err(e) => return cancelled("delete", route, &e, OpResult::Abandoned),
@@ -479,9 +448,11 @@ impl Executor {
             return cancelled("create", route, &e, OpResult::Cancelled);
         }
         let started = Instant::now();
+        let span = info_span!("cloud", op = "create", node = %route.node, destination = %route.destination);
         let answer = self
             .fence
             .guard(self.cloud.create_route(&self.cluster, hint, route))
+            .instrument(span)
             .await;
         let r = match answer {
             Err(e) => return cancelled("create", route, &e, OpResult::Abandoned),
@@ -503,15 +474,6 @@ impl Executor {
     }
 }
 
-/// How many routes each route target of `table` holds.
-pub fn table_sizes(table: &[Route]) -> std::collections::HashMap<&str, usize> {
-    let mut sizes = std::collections::HashMap::new();
-    for r in table {
-        *sizes.entry(r.target.as_str()).or_default() += 1;
-    }
-    sizes
-}
-
 /// Tells the gate how the cloud answered.
 fn note(ticket: Ticket<'_>, r: Result<(), &CloudError>) {
     match r {
@@ -531,7 +493,7 @@ fn cancelled(op: &str, route: &Route, e: &CloudError, r: OpResult) -> OpResult {
     };
     info!(
         operation = op,
-        node = %route.target_node,
+        node = %route.node,
         destination = %route.destination,
         reason = %e.message,
         "{what}"
@@ -546,21 +508,12 @@ fn to_result(r: Result<Option<Route>, CloudError>) -> OpResult {
     }
 }
 
-fn fail_all(out: &mut Outcome, del: &[usize], cre: &[usize], e: &CloudError) {
-    for &i in del {
-        out.deletions[i] = OpResult::Failed(e.clone());
-    }
-    for &i in cre {
-        out.creations[i] = OpResult::Failed(e.clone());
-    }
-}
-
 fn log_op(op: &str, route: &Route, r: &OpResult, started: Instant) {
     let elapsed_ms = started.elapsed().as_millis() as u64;
     match r {
         OpResult::Done(_) => info!(
             operation = op,
-            node = %route.target_node,
+            node = %route.node,
             destination = %route.destination,
             elapsed_ms,
             result = "ok",
@@ -568,7 +521,7 @@ fn log_op(op: &str, route: &Route, r: &OpResult, started: Instant) {
         ),
         OpResult::Failed(e) => warn!(
             operation = op,
-            node = %route.target_node,
+            node = %route.node,
             destination = %route.destination,
             elapsed_ms,
             result = e.kind.as_str(),
@@ -582,7 +535,8 @@ fn log_op(op: &str, route: &Route, r: &OpResult, started: Instant) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::retry::BackoffConfig;
+    use crate::gate::{Gated, Room, Verdict};
+    use crate::retry::{BackoffConfig, RetryBook};
     use provider_memory::{MemoryCloud, MemoryConfig, Operation};
     use route_core::{Cidr, NodeView, PlanConfig};
 
@@ -623,12 +577,10 @@ mod tests {
         )
     }
 
-    fn nothing_held(plan: &Plan) -> Held {
-        Held {
-            deletions: vec![false; plan.deletions.len()],
-            creations: vec![false; plan.creations.len()],
-            ..Held::default()
-        }
+    /// The gate's verdicts for `plan` with no history, under `room`.
+    fn gated(plan: &Plan, book: &RetryBook, room: &Room) -> Gated {
+        let mut holds = crate::gate::Holds::new(Duration::ZERO, Duration::from_secs(300));
+        crate::gate::gate(plan, &mut holds, book, room, Instant::now(), true)
     }
 
     fn calls(cloud: &MemoryCloud, op: Operation) -> usize {
@@ -644,10 +596,12 @@ mod tests {
         let ex = executor(&cloud, Fence::new(true));
         let p = plan(&nodes(3), &[]);
         let book = RetryBook::new(BackoffConfig::default());
-        let out = ex.execute(&p, &book, &nothing_held(&p), &[]).await;
-        let refused: Vec<&OpResult> = out
+        let room = Room::new(cloud.capabilities().max_routes, &[]);
+        let out = ex.execute(&p, &gated(&p, &book, &room)).await;
+        let refused: Vec<&OpResult> = p
             .creations
             .iter()
+            .map(|c| out.creation(c))
             .filter(|r| matches!(r, OpResult::Failed(e) if e.kind == ErrorKind::QuotaExceeded))
             .collect();
         assert_eq!(refused.len(), 1, "{out:?}");
@@ -665,13 +619,23 @@ mod tests {
         let p = plan(&nodes(3), &[]);
         let mut book = RetryBook::new(BackoffConfig::default());
         let e = CloudError::new(ErrorKind::Transient, "boom");
-        book.failed(OpKey::create(&p.creations[1]), &e, Instant::now(), 0.5);
-        let mut held = nothing_held(&p);
-        held.creations[2] = true;
-        let out = ex.execute(&p, &book, &held, &[]).await;
-        assert!(out.creations[0].is_done());
-        assert_eq!(out.creations[1], OpResult::Deferred, "in backoff");
-        assert_eq!(out.creations[2], OpResult::Deferred, "held");
+        book.failed(p.creations[1].key(), &e, Instant::now(), 0.5);
+        let mut gated = gated(&p, &book, &Room::unlimited());
+        gated.set(
+            p.creations[2].key(),
+            Verdict::Held {
+                until: Instant::now() + Duration::from_secs(1),
+                why: crate::gate::Hold::DeletionGrace,
+            },
+        );
+        let out = ex.execute(&p, &gated).await;
+        assert!(out.creation(&p.creations[0]).is_done());
+        assert_eq!(
+            *out.creation(&p.creations[1]),
+            OpResult::Deferred,
+            "in backoff"
+        );
+        assert_eq!(*out.creation(&p.creations[2]), OpResult::Deferred, "held");
         assert_eq!(calls(&cloud, Operation::Create), 1);
     }
 
@@ -680,10 +644,11 @@ mod tests {
         let cloud = cloud(MemoryConfig::default());
         let ex = executor(&cloud, Fence::new(false));
         let p = plan(&nodes(2), &[]);
-        let book = RetryBook::new(BackoffConfig::default());
-        let out = ex.execute(&p, &book, &nothing_held(&p), &[]).await;
+        let out = ex.execute(&p, &Gated::run_all(&p)).await;
         assert!(
-            out.creations.iter().all(|r| *r == OpResult::Cancelled),
+            p.creations
+                .iter()
+                .all(|c| *out.creation(c) == OpResult::Cancelled),
             "{out:?}"
         );
         assert!(cloud.log().is_empty());
@@ -702,18 +667,17 @@ mod tests {
         assert_eq!((p.deletions.len(), p.creations.len()), (1, 1));
         assert_eq!(
             p.creations[0].after,
-            vec![0],
+            vec![p.deletions[0].key()],
             "the creation follows the deletion"
         );
         cloud.fail_next(Operation::Delete, 1, ErrorKind::Transient);
-        let book = RetryBook::new(BackoffConfig::default());
-        let out = ex.execute(&p, &book, &nothing_held(&p), &table).await;
-        assert!(matches!(out.deletions[0], OpResult::Failed(_)));
-        assert_eq!(out.creations[0], OpResult::Blocked);
+        let out = ex.execute(&p, &Gated::run_all(&p)).await;
+        assert!(matches!(out.deletion(&p.deletions[0]), OpResult::Failed(_)));
+        assert_eq!(*out.creation(&p.creations[0]), OpResult::Blocked);
         assert_eq!(calls(&cloud, Operation::Create), 0);
-        let out = ex.execute(&p, &book, &nothing_held(&p), &table).await;
+        let out = ex.execute(&p, &Gated::run_all(&p)).await;
         assert!(
-            out.deletions[0].is_done() && out.creations[0].is_done(),
+            out.deletion(&p.deletions[0]).is_done() && out.creation(&p.creations[0]).is_done(),
             "{out:?}"
         );
         let ops: Vec<Operation> = cloud.log().iter().map(|c| c.op).collect();
@@ -734,8 +698,7 @@ mod tests {
         cloud.insert_route(CLUSTER, Route::new("gone", cidr("10.0.99.0/24")));
         let listed = ex.list().await.unwrap();
         let p = plan(&nodes(3), &listed);
-        let book = RetryBook::new(BackoffConfig::default());
-        let out = ex.execute(&p, &book, &nothing_held(&p), &listed).await;
+        let out = ex.execute(&p, &Gated::run_all(&p)).await;
         assert_eq!(out.changed(), 4, "{out:?}");
         assert_eq!(calls(&cloud, Operation::Batch), 1);
         assert_eq!(cloud.routes(CLUSTER).len(), 3);

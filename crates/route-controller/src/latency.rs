@@ -117,7 +117,7 @@ impl RouteLatency {
         &mut self,
         node: impl Fn(&str) -> Option<Arc<NodeView>>,
         plan: &Plan,
-        failed: impl Fn(usize) -> bool,
+        failed: impl Fn(&route_core::OpKey) -> bool,
     ) -> Vec<Duration> {
         let mut waited = Vec::new();
         if self.awaiting == 0 {
@@ -318,12 +318,13 @@ mod tests {
         let b = plan
             .creations
             .iter()
-            .position(|c| c.route.target_node.as_str() == "b")
-            .unwrap();
+            .find(|c| c.route.node.as_str() == "b")
+            .unwrap()
+            .key();
         let lookup = f.nodes.clone();
         let waited = f
             .latency
-            .confirm(|n| lookup.get(n).cloned(), &plan, |i| i == b);
+            .confirm(|n| lookup.get(n).cloned(), &plan, |k| *k == b);
         assert_eq!(waited, vec![Duration::from_millis(250)]);
         assert!(!f.latency.awaits_route("uid-a"));
         assert!(f.latency.awaits_route("uid-b"), "its creation failed");

@@ -4,10 +4,10 @@
 //!
 //! ```text
 //! watch ──► nodes ──► schedule ──► controller::pass ─────────────────────────────────────────────────► metrics
-//! (kube      (cache,    (modes:      snapshot ─► plan ─► hold ─► warnings ─► execute ─► absorb ─► status
-//!  watcher)   latency,   when/what)  (table:     (route   (grace,  (Warning    (cloud,     (retry    (conditions,
-//!             triggers)              cached or    core)    backoff) Events)     throttle)   book,     Events)
-//!                                    listed)                                                cache)
+//! (kube      (cache,    (modes:      snapshot ─► plan ─► gate ──► warnings ─► execute ─► absorb ─► status
+//!  watcher)   latency,   when/what)  (table:     (route   (one      (Warning    (cloud,     (retry    (conditions,
+//!             triggers)              cached or    core)    verdict   Events)     throttle)   book,     Events)
+//!                                    listed)               per op)                          cache)
 //! ```
 //!
 //! The decisions about *what* must exist live in `route-core`; this crate
@@ -22,7 +22,7 @@ pub mod absorb;
 pub mod controller;
 pub mod execute;
 pub mod forwarding;
-pub mod hold;
+pub mod gate;
 pub mod latency;
 pub mod metrics;
 pub mod nodes;

@@ -392,7 +392,11 @@ impl NodeStore {
 
     /// Ends the latency measurement of every Node whose routes are all in
     /// place after `plan` (see [`RouteLatency::confirm`]); returns the waits.
-    pub fn confirm_routes(&self, plan: &Plan, failed: impl Fn(usize) -> bool) -> Vec<Duration> {
+    pub fn confirm_routes(
+        &self,
+        plan: &Plan,
+        failed: impl Fn(&route_core::OpKey) -> bool,
+    ) -> Vec<Duration> {
         let mut inner = self.lock();
         let Inner { cache, latency } = &mut *inner;
         latency.confirm(|name| cache.get(name), plan, failed)

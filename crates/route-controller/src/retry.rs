@@ -13,55 +13,10 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use route_cloud::CloudError;
-use route_core::{Creation, Deletion};
 use tokio::time::Instant;
 
-/// Identifies one cloud operation across passes.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum OpKey {
-    /// Create a route for this node (by UID) and destination in one route
-    /// target (table): each table's creation fails and retries on its own.
-    Create {
-        /// Node UID.
-        uid: String,
-        /// Destination CIDR.
-        destination: String,
-        /// The route target (table, router); empty with a single table.
-        table: String,
-    },
-    /// Delete this listed route.
-    Delete {
-        /// Provider's route name.
-        name: String,
-        /// Destination as listed.
-        destination: String,
-        /// Target node.
-        target: String,
-        /// The route target (table, router); empty with a single table.
-        table: String,
-    },
-}
-
-impl OpKey {
-    /// The key of a planned creation.
-    pub fn create(c: &Creation) -> Self {
-        OpKey::Create {
-            uid: c.name_hint.clone(),
-            destination: c.route.destination.to_string(),
-            table: c.route.target.to_string(),
-        }
-    }
-
-    /// The key of a planned deletion.
-    pub fn delete(d: &Deletion) -> Self {
-        OpKey::Delete {
-            name: d.route.name.to_string(),
-            destination: d.route.destination.to_string(),
-            target: d.route.target_node.to_string(),
-            table: d.route.target.to_string(),
-        }
-    }
-}
+/// Operations are known by their plan key, across passes.
+pub use route_core::OpKey;
 
 /// The least wait before retrying a creation refused for quota.
 pub const QUOTA_RETRY_FLOOR: Duration = Duration::from_secs(60);
@@ -127,7 +82,15 @@ impl RetryBook {
 
     /// May this operation be attempted at `now`?
     pub fn is_due(&self, key: &OpKey, now: Instant) -> bool {
-        self.entries.get(key).is_none_or(|e| now >= e.next_at)
+        self.due_at(key, now).is_none()
+    }
+
+    /// When this operation's backoff ends, if it has not ended at `now`.
+    pub fn due_at(&self, key: &OpKey, now: Instant) -> Option<Instant> {
+        self.entries
+            .get(key)
+            .map(|e| e.next_at)
+            .filter(|&at| now < at)
     }
 
     /// Records a failure; returns when the operation may be retried.
@@ -168,9 +131,9 @@ impl RetryBook {
             // The instance is stopped or gone: like a blackhole repair that
             // came back, each retry waits twice as long as the one before,
             // from the repair floor up to the maximum, in every mode.
-            let repair = crate::hold::BLACKHOLE_REPAIR_FLOOR
+            let repair = crate::gate::BLACKHOLE_REPAIR_FLOOR
                 .saturating_mul(1u32 << e.failures.saturating_sub(1).min(16))
-                .min(self.cfg.max.max(crate::hold::BLACKHOLE_REPAIR_FLOOR));
+                .min(self.cfg.max.max(crate::gate::BLACKHOLE_REPAIR_FLOOR));
             wait = wait.max(repair);
         }
         if err.kind == route_cloud::ErrorKind::QuotaExceeded {
@@ -260,9 +223,9 @@ mod tests {
 
     fn key() -> OpKey {
         OpKey::Create {
-            uid: "u".into(),
-            destination: "10.0.0.0/24".into(),
-            table: String::new(),
+            node_uid: "u".into(),
+            destination: route_core::Destination::parse("10.0.0.0/24"),
+            table: Default::default(),
         }
     }
 
@@ -305,10 +268,8 @@ mod tests {
         let err = CloudError::new(ErrorKind::Transient, "boom");
         b.failed(key(), &err, t0, 0.0);
         let deletion = OpKey::Delete {
-            name: "stray".into(),
-            destination: "10.0.0.0/24".into(),
-            target: "gone".into(),
-            table: String::new(),
+            route: route_core::Route::from_text("gone", "10.0.0.0/24").named("stray"),
+            copy: 0,
         };
         b.failed(deletion.clone(), &err, t0, 0.0);
         let t1 = t0 + Duration::from_secs(1);
@@ -395,9 +356,9 @@ mod tests {
         // A plain failure is forgotten with the want.
         let transient = CloudError::new(ErrorKind::Transient, "boom");
         let other = OpKey::Create {
-            uid: "v".into(),
-            destination: "10.0.1.0/24".into(),
-            table: String::new(),
+            node_uid: "v".into(),
+            destination: route_core::Destination::parse("10.0.1.0/24"),
+            table: Default::default(),
         };
         b.failed(other.clone(), &transient, t0, 0.0);
         b.retain(&HashSet::from([key()]), t0);

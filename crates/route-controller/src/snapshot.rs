@@ -130,7 +130,7 @@ pub async fn take(
 /// Routes present in one table and not the other (by node, destination, blackhole).
 fn drift(cached: &[Route], listed: &[Route]) -> usize {
     fn key(r: &Route) -> (&str, &route_core::Destination, bool) {
-        (r.target_node.as_str(), &r.destination, r.blackhole)
+        (r.node.as_str(), &r.destination, r.blackhole)
     }
     let mut counts: HashMap<_, i64> = HashMap::with_capacity(cached.len());
     for r in cached {

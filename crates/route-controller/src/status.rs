@@ -61,7 +61,7 @@ pub async fn write_conditions(
     if !fence.is_open() {
         return Written::default();
     }
-    let failed = |i: usize| !outcome.creations[i].is_done();
+    let failed = |k: &route_core::OpKey| !outcome.of(k).is_done();
     let wanted: Vec<(NodeRef, NetworkCondition)> = plan
         .nodes
         .iter()
@@ -332,10 +332,11 @@ mod tests {
     }
 
     fn done(plan: &Plan) -> Outcome {
-        Outcome {
-            deletions: Vec::new(),
-            creations: vec![crate::OpResult::Done(None); plan.creations.len()],
+        let mut o = Outcome::default();
+        for c in &plan.creations {
+            o.set(c.key(), crate::OpResult::Done(None));
         }
+        o
     }
 
     #[test]

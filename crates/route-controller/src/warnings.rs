@@ -129,9 +129,9 @@ impl Warning {
     ) -> Self {
         let message = format!(
             "Could not create route {} {} for node {}: {e} ({})",
-            c.name_hint,
+            c.node_uid,
             c.route.destination,
-            c.route.target_node,
+            c.route.node,
             next_attempt(e, failures, wait)
         );
         Self {
@@ -153,7 +153,7 @@ impl Warning {
             "Could not delete route {} {} for node {} ({}): {e}",
             d.route.name,
             d.route.destination,
-            d.route.target_node,
+            d.route.node,
             next_attempt(e, failures, wait)
         );
         Self {

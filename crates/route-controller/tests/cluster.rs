@@ -104,7 +104,7 @@ fn routes_of(cloud: &MemoryCloud, node: &str) -> Vec<Route> {
     cloud
         .routes(CLUSTER)
         .into_iter()
-        .filter(|r| r.target_node == node)
+        .filter(|r| r.node == node)
         .collect()
 }
 
@@ -218,12 +218,8 @@ async fn address_change_recreates_the_route_when_the_provider_reports_addresses(
             .unwrap();
         wait_until(WAIT, "route re-created with the new address", || async {
             let r = routes_of(&cloud, "moves");
-            (r.len() == 1
-                && r[0]
-                    .target_node_addresses
-                    .iter()
-                    .any(|a| a.address == "10.0.0.44"))
-            .then_some(())
+            (r.len() == 1 && r[0].node_addresses.iter().any(|a| a.address == "10.0.0.44"))
+                .then_some(())
         })
         .await
         .unwrap();
@@ -417,7 +413,7 @@ async fn external_cloud_provider_order_routes_the_node_when_its_provider_id_arri
         wait_condition(&c, &name, "False", "RouteCreated").await;
         let r = &routes_of(&cloud, &name)[0];
         assert_eq!(
-            r.target_provider_id.as_deref(),
+            r.node_provider_id.as_deref(),
             Some("aws:///eu-west-1a/i-0late")
         );
         assert_eq!(

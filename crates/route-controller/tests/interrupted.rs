@@ -156,7 +156,7 @@ impl Run {
             let name = format!("node-{i}");
             if self.status.condition_of(&name) == Some(NetworkCondition::RouteCreated) {
                 assert!(
-                    routes.iter().any(|r| r.target_node.as_str() == name),
+                    routes.iter().any(|r| r.node.as_str() == name),
                     "{name} reads RouteCreated without a route"
                 );
             }

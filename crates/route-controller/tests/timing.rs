@@ -336,7 +336,7 @@ async fn already_exists_makes_incremental_relist_spaced_by_ten_seconds() {
     sleep(Duration::from_secs(1)).await;
     // Someone else creates node-1's route before the controller does.
     let mut pre = route_core::Route::new("node-1", node(1).valid_pod_cidrs()[0]);
-    pre.target_node_addresses = node(1).addresses.clone();
+    pre.node_addresses = node(1).addresses.clone();
     h.cloud.insert_route(CLUSTER, pre);
     h.nodes.apply(NodeEvent::Apply(node(1)));
     sleep(Duration::from_millis(1)).await;
@@ -382,13 +382,7 @@ async fn throttled_answers_wait_for_retry_after() {
     sleep(Duration::from_secs(120)).await;
     if h.cloud.routes(CLUSTER).len() != 40 {
         for c in h.cloud.log() {
-            eprintln!(
-                "{:?} {:?} {:?} {:?}",
-                c.at - t0,
-                c.op,
-                c.target_node,
-                c.result
-            );
+            eprintln!("{:?} {:?} {:?} {:?}", c.at - t0, c.op, c.node, c.result);
         }
     }
     assert_eq!(
@@ -502,7 +496,7 @@ async fn node_recreated_with_same_name_and_cidr_on_a_new_instance_gets_a_route_t
         let routes = h.cloud.routes(CLUSTER);
         assert_eq!(routes.len(), 1, "{mode:?}");
         assert_eq!(
-            routes[0].target_provider_id.as_deref(),
+            routes[0].node_provider_id.as_deref(),
             Some("aws:///eu-west-1a/i-0bbb"),
             "{mode:?}: the route follows the new instance"
         );

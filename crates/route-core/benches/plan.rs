@@ -120,10 +120,10 @@ fn bench_plan(c: &mut Criterion) {
     let tables = ["rtb-a", "rtb-b", "rtb-c"];
     let routes: Vec<Route> = tables
         .iter()
-        .flat_map(|t| base.routes.iter().map(move |r| r.clone().in_target(*t)))
+        .flat_map(|t| base.routes.iter().map(move |r| r.clone().in_table(*t)))
         .collect();
     let config = PlanConfig {
-        targets: tables.iter().map(|t| (*t).into()).collect(),
+        tables: tables.iter().map(|t| (*t).into()).collect(),
         ..base.config.clone()
     };
     let cl = Cluster {

@@ -20,7 +20,8 @@ pub use model::{
 };
 pub use plan::{
     AwaitingNodeData, Conflict, Creation, CreationReason, Deletion, DeletionReason, InvalidPodCidr,
-    MissingNodeData, NetworkCondition, NodeOutcome, OutsideCidr, Plan, PlanConfig, TargetNeeds,
+    MissingNodeData, NetworkCondition, NodeOutcome, OpKey, OutsideCidr, Plan, PlanConfig,
+    TargetNeeds,
 };
 pub use planner::{is_responsible_for_route, plan, routable_pod_cidr, same_addresses};
 pub use text::Text;

@@ -239,55 +239,66 @@ impl From<Cidr> for Destination {
 
 /// A cloud route, as listed by a provider or as wanted by the planner.
 ///
-/// Mirrors upstream's `cloudprovider.Route`, plus two fields providers need to
-/// address the route in their API (`cloud_target`) and to create it
-/// (`target_provider_id`).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// Mirrors upstream's `cloudprovider.Route` (`TargetNode`,
+/// `DestinationCIDR`, `Blackhole`, `TargetNodeAddresses`,
+/// `EnableNodeAddresses`), plus what providers need to address the route in
+/// their API ([`Route::next_hop`]), to create it ([`Route::node_provider_id`])
+/// and to tell their tables apart ([`Route::table`]). The field names say
+/// which thing each one is: the table it lives in, the Node it serves, the
+/// Node's instance, and what it points at in the cloud's own terms.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Route {
     /// The provider's name for the route; empty on routes the planner wants created.
     pub name: Text,
-    /// The Kubernetes node name the route sends traffic to; may be empty.
-    pub target_node: Text,
+    /// The Kubernetes Node the route sends traffic to (upstream's
+    /// `TargetNode`); may be empty.
+    #[serde(alias = "target_node")]
+    pub node: Text,
     /// The destination (a pod CIDR).
     pub destination: Destination,
     /// The cloud reports the route as a blackhole (its target is gone).
     pub blackhole: bool,
-    /// The target node's addresses, as the provider knows them.
-    pub target_node_addresses: Vec<NodeAddress>,
-    /// The provider fills `target_node_addresses` reliably, so a difference
-    /// from the node's addresses means the route must be re-created.
+    /// The Node's addresses, as the provider knows them.
+    #[serde(alias = "target_node_addresses")]
+    pub node_addresses: Vec<NodeAddress>,
+    /// The provider fills `node_addresses` reliably, so a difference from
+    /// the Node's addresses means the route must be re-created.
     pub enable_node_addresses: bool,
     /// What the route points at in the cloud's own terms (instance id,
-    /// next-hop IP, gateway). Opaque to the planner.
-    pub cloud_target: Text,
-    /// The target node's `spec.providerID` (filled on routes to create).
-    pub target_provider_id: Option<Text>,
-    /// The route table (router, …) the route lives in, for providers with
-    /// several per cluster ([`crate::PlanConfig::targets`]); empty when the
-    /// provider has one.
-    #[serde(default)]
-    pub target: Text,
+    /// next-hop IP, gateway, network interface). Opaque to the planner.
+    #[serde(alias = "cloud_target")]
+    pub next_hop: Text,
+    /// The Node's `spec.providerID`, i.e. its instance: filled on routes to
+    /// create, and on listed routes where the provider knows which instance
+    /// the route names.
+    #[serde(alias = "target_provider_id")]
+    pub node_provider_id: Option<Text>,
+    /// The route table (AWS route table, OpenStack router, ...) the route
+    /// lives in, for providers with several per cluster
+    /// ([`crate::PlanConfig::tables`]); empty when the provider has one.
+    #[serde(default, alias = "target")]
+    pub table: Text,
 }
 
 impl Route {
     /// A route to `node` for `destination`, with nothing else set.
-    pub fn new(target_node: impl Into<Text>, destination: impl Into<Destination>) -> Self {
+    pub fn new(node: impl Into<Text>, destination: impl Into<Destination>) -> Self {
         Self {
             name: Text::default(),
-            target_node: target_node.into(),
+            node: node.into(),
             destination: destination.into(),
             blackhole: false,
-            target_node_addresses: Vec::new(),
+            node_addresses: Vec::new(),
             enable_node_addresses: false,
-            cloud_target: Text::default(),
-            target_provider_id: None,
-            target: Text::default(),
+            next_hop: Text::default(),
+            node_provider_id: None,
+            table: Text::default(),
         }
     }
 
     /// Parses `destination` from text (cloud answers); never fails.
-    pub fn from_text(target_node: impl Into<Text>, destination: &str) -> Self {
-        Self::new(target_node, Destination::parse(destination))
+    pub fn from_text(node: impl Into<Text>, destination: &str) -> Self {
+        Self::new(node, Destination::parse(destination))
     }
 
     /// Builder: sets the name.
@@ -298,14 +309,14 @@ impl Route {
 
     /// Builder: sets the target addresses and marks them as reliable.
     pub fn with_addresses(mut self, addrs: Vec<NodeAddress>, enable: bool) -> Self {
-        self.target_node_addresses = addrs;
+        self.node_addresses = addrs;
         self.enable_node_addresses = enable;
         self
     }
 
     /// Builder: sets the route table it lives in.
-    pub fn in_target(mut self, target: impl Into<Text>) -> Self {
-        self.target = target.into();
+    pub fn in_table(mut self, table: impl Into<Text>) -> Self {
+        self.table = table.into();
         self
     }
 

@@ -1,17 +1,23 @@
 //! The plan: what must change in the cloud and on the Nodes.
 //!
 //! A [`Plan`] is computed by [`crate::planner::plan`] from a snapshot of Nodes
-//! and cloud routes. It is data only; the controller executes it. Operations
-//! refer to each other by index: a creation lists every deletion of a route
-//! with the same destination, which must succeed before it may start (a route
+//! and cloud routes. It is data only; the controller executes it.
+//!
+//! Every planned operation is a value with a key ([`OpKey`]): the same key
+//! names it in the plan, in the controller's gate, in the executor's outcome
+//! and in the retry book, so no structure depends on another's order.
+//! Operations refer to each other by key: a creation lists, in
+//! [`Creation::after`], every deletion of a route with the same destination
+//! in the same table, which must succeed before it may start (a route
 //! re-created after an address change, a blackhole replaced by a live route,
-//! a CIDR moving from a stale route to its new node); everything else may run
-//! concurrently.
+//! a CIDR moving from a stale route to its new node); everything else may
+//! run concurrently.
 
 use serde::{Deserialize, Serialize};
 
 use crate::cidr::Cidr;
-use crate::model::{ConditionState, Route};
+use crate::model::{ConditionState, Destination, Route};
+use crate::text::Text;
 
 /// Planner settings.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -31,10 +37,11 @@ pub struct PlanConfig {
     #[serde(default)]
     pub replace_blackholes: bool,
     /// The route tables of this cluster, for providers with several (AWS
-    /// route tables, OpenStack routers): every Node's route must exist in
-    /// each. Empty for providers with one; from the provider.
-    #[serde(default)]
-    pub targets: Vec<crate::text::Text>,
+    /// route tables, OpenStack routers; the provider contract calls them
+    /// route targets): every Node's route must exist in each. Empty for
+    /// providers with one; from the provider.
+    #[serde(default, alias = "targets")]
+    pub tables: Vec<crate::text::Text>,
 }
 
 /// What a provider needs on a Node to create a route to it.
@@ -153,6 +160,70 @@ pub enum CreationReason {
     TargetChanged,
 }
 
+/// The identity of one planned cloud operation, across modules and passes.
+///
+/// Upstream's route controller keys its work by Node and CIDR; so does this
+/// one, plus the table, since each table's route fails and retries on its
+/// own. A key says nothing about the operation's position in a plan: plans
+/// may be joined, filtered and re-sorted freely.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum OpKey {
+    /// Create the route of this Node (by UID: a Node re-created under the
+    /// same name is another Node) for this destination in this table.
+    Create {
+        /// The Node's `metadata.uid`.
+        node_uid: String,
+        /// The pod CIDR.
+        destination: Destination,
+        /// The route table ([`Route::table`]); empty with a single table.
+        table: Text,
+    },
+    /// Delete this route, exactly as the cloud listed it: providers delete
+    /// by what they listed, so that is what tells two deletions apart.
+    Delete {
+        /// The listed route.
+        route: Route,
+        /// Which copy of it: 0, or for a route listed more than once
+        /// exactly alike (a cloud that keeps duplicate entries), 1 for the
+        /// second, and so on; each listed copy is deleted.
+        copy: u32,
+    },
+}
+
+impl std::fmt::Display for OpKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let table = |t: &Text| {
+            if t.is_empty() {
+                String::new()
+            } else {
+                format!(" in {t}")
+            }
+        };
+        match self {
+            OpKey::Create {
+                node_uid,
+                destination,
+                table: t,
+            } => write!(
+                f,
+                "create {destination} for Node uid {node_uid}{}",
+                table(t)
+            ),
+            OpKey::Delete { route, .. } => {
+                write!(f, "delete {}", route.destination)?;
+                if !route.name.is_empty() {
+                    write!(f, " ({})", route.name)?;
+                }
+                if !route.node.is_empty() {
+                    write!(f, " to {}", route.node)?;
+                }
+                write!(f, "{}", table(&route.table))
+            }
+        }
+    }
+}
+
 /// One route to delete.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Deletion {
@@ -160,23 +231,54 @@ pub struct Deletion {
     pub route: Route,
     /// Why.
     pub reason: DeletionReason,
+    /// Which copy of the route this is, when the cloud listed it more than
+    /// once exactly alike ([`OpKey::Delete`]); 0 otherwise.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub copy: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+impl Deletion {
+    /// This deletion's identity.
+    pub fn key(&self) -> OpKey {
+        OpKey::Delete {
+            route: self.route.clone(),
+            copy: self.copy,
+        }
+    }
 }
 
 /// One route to create.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Creation {
-    /// The route wanted: target node, destination, the node's addresses and provider id.
+    /// The route wanted: Node, destination, the Node's addresses and provider id.
     pub route: Route,
-    /// The name hint for the provider: the node's UID (as upstream).
-    pub name_hint: String,
-    /// Indices into [`Plan::deletions`] that must succeed before this creation starts.
-    pub after: Vec<usize>,
+    /// The Node's UID: part of the creation's identity, and the name hint
+    /// the provider is given (as upstream).
+    pub node_uid: String,
+    /// The deletions that must succeed before this creation starts: those
+    /// of routes with the same destination in the same table.
+    pub after: Vec<OpKey>,
     /// The blackhole route this creation replaces in place
     /// ([`PlanConfig::replace_blackholes`]); it is not deleted.
     #[serde(default)]
     pub replaces: Option<Route>,
     /// Why.
     pub reason: CreationReason,
+}
+
+impl Creation {
+    /// This creation's identity.
+    pub fn key(&self) -> OpKey {
+        OpKey::Create {
+            node_uid: self.node_uid.clone(),
+            destination: self.route.destination.clone(),
+            table: self.route.table.clone(),
+        }
+    }
 }
 
 /// Two or more nodes claim overlapping pod CIDRs; no competing route is created.
@@ -280,8 +382,8 @@ pub struct NodeOutcome {
     pub node: String,
     /// Node UID.
     pub uid: String,
-    /// Indices into [`Plan::creations`] for this node.
-    pub creations: Vec<usize>,
+    /// The keys of this node's creations in [`Plan::creations`].
+    pub creations: Vec<OpKey>,
     /// Some pod CIDR of this node cannot get a route in this plan (no pod
     /// CIDRs at all, a conflict with no existing route to this node, outside
     /// the cluster CIDRs, not a CIDR, Node data the provider needs missing).
@@ -297,13 +399,13 @@ pub struct NodeOutcome {
 impl NodeOutcome {
     /// Every pod CIDR of the node has its route once the creations have run,
     /// given which of them failed.
-    pub fn routed_after(&self, failed: impl Fn(usize) -> bool) -> bool {
-        !self.unroutable && !self.creations.iter().any(|&i| failed(i))
+    pub fn routed_after(&self, failed: impl Fn(&OpKey) -> bool) -> bool {
+        !self.unroutable && !self.creations.iter().any(failed)
     }
 
     /// The condition the node should carry once the creations have run,
     /// given which of them failed; `None` when the node already says so.
-    pub fn condition_after(&self, failed: impl Fn(usize) -> bool) -> Option<NetworkCondition> {
+    pub fn condition_after(&self, failed: impl Fn(&OpKey) -> bool) -> Option<NetworkCondition> {
         let want = NetworkCondition::wanted(self.routed_after(failed), self.forwarding_disabled);
         (!want.already_set(self.current.as_ref())).then_some(want)
     }
@@ -312,9 +414,10 @@ impl NodeOutcome {
 /// Everything a reconcile pass must do.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Plan {
-    /// Routes to delete; all may run concurrently.
+    /// Routes to delete; all may run concurrently. Keys are unique.
     pub deletions: Vec<Deletion>,
-    /// Routes to create; each may start once the deletions it lists succeeded.
+    /// Routes to create; each may start once the deletions it lists
+    /// succeeded. Keys are unique.
     pub creations: Vec<Creation>,
     /// Condition bookkeeping, in node order: one entry per managed node
     /// that has creations or whose condition must change. A managed node

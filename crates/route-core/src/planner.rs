@@ -29,8 +29,9 @@
 //!    one) gets no route: upstream would create one it can never delete. It
 //!    is reported in [`Plan::outside_cluster`]. Pod CIDRs that are not CIDRs
 //!    are reported in [`Plan::invalid_pod_cidrs`].
-//! 8. Ordering is explicit: a creation lists, in [`Creation::after`], every
-//!    deletion with the same destination; nothing else is ordered.
+//! 8. Ordering is explicit: a creation lists, in [`Creation::after`], the
+//!    keys of every deletion with the same destination in its table; nothing
+//!    else is ordered.
 //! 9. A kept route that names another instance than the node's
 //!    `spec.providerID` (a Node re-created under the same name on a new
 //!    instance) is replaced ([`DeletionReason::TargetChanged`]); upstream
@@ -55,7 +56,7 @@ use crate::cidr::Cidr;
 use crate::model::{Destination, NodeAddress, NodeView, PodCidr, Route};
 use crate::plan::{
     AwaitingNodeData, Conflict, Creation, CreationReason, Deletion, DeletionReason, InvalidPodCidr,
-    MissingNodeData, NetworkCondition, NodeOutcome, OutsideCidr, Plan, PlanConfig,
+    MissingNodeData, NetworkCondition, NodeOutcome, OpKey, OutsideCidr, Plan, PlanConfig,
 };
 use crate::text::Text;
 
@@ -108,8 +109,8 @@ pub fn same_addresses(a: &[NodeAddress], b: &[NodeAddress]) -> bool {
 
 /// Whether a route naming instance `route` may stand for a node whose
 /// `spec.providerID` is `node`. Unknown on either side is no evidence of a
-/// change; providers fill `Route::target_provider_id` only when they know it.
-fn same_target(route: Option<&str>, node: Option<&str>) -> bool {
+/// change; providers fill `Route::node_provider_id` only when they know it.
+fn same_instance(route: Option<&str>, node: Option<&str>) -> bool {
     match (route.map(str::trim), node.map(str::trim)) {
         (Some(r), Some(n)) if !r.is_empty() && !n.is_empty() => r == n,
         _ => true,
@@ -127,7 +128,43 @@ enum SlotState {
     Outside,
 }
 
-const NONE: u32 = u32::MAX;
+/// How a listed route for a (node, CIDR) fits the node as it is now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fit {
+    /// Same instance (or unknown), and the addresses match or are not tracked.
+    Matches,
+    /// The provider tracks addresses and they differ from the node's
+    /// (correction 3: compared as a multiset).
+    AddressesChanged,
+    /// The route names another instance than the node's providerID
+    /// (correction 9).
+    InstanceChanged,
+}
+
+impl Fit {
+    fn of(route: &Route, node: &NodeView) -> Self {
+        if !same_instance(
+            route.node_provider_id.as_deref(),
+            node.provider_id.as_deref(),
+        ) {
+            Fit::InstanceChanged
+        } else if route.enable_node_addresses
+            && !same_addresses(&route.node_addresses, &node.addresses)
+        {
+            Fit::AddressesChanged
+        } else {
+            Fit::Matches
+        }
+    }
+}
+
+/// The one listed route kept for a (node, CIDR) pair: its index in the
+/// table's route list, and how it fits.
+#[derive(Debug, Clone, Copy)]
+struct Kept {
+    route: u32,
+    fit: Fit,
+}
 
 /// One distinct valid pod CIDR of one node, and what the route list says about it.
 #[derive(Debug, Clone, Copy)]
@@ -135,19 +172,47 @@ struct Slot {
     cidr: Cidr,
     node: u32,
     state: SlotState,
-    /// Index of the route kept for this (node, CIDR), or [`NONE`].
-    kept: u32,
-    /// The kept route's addresses match the node's (or the provider does not
-    /// track them) and it names the node's instance (or either is unknown).
-    kept_matches: bool,
-    /// The kept route names another instance than the node's providerID.
-    kept_target_changed: bool,
+    /// The route kept for this (node, CIDR), if one is listed.
+    kept: Option<Kept>,
     /// What the node lacks for the provider to create this route.
     missing: Option<MissingNodeData>,
     /// A blackhole route for this (node, CIDR) is being deleted or replaced.
     blackhole_seen: bool,
-    /// Index of the blackhole route a creation replaces in place, or [`NONE`].
-    replaced: u32,
+    /// The blackhole route a creation replaces in place, by its index in
+    /// the route list (correction 4, [`PlanConfig::replace_blackholes`]).
+    replaced: Option<u32>,
+}
+
+impl Slot {
+    /// A creation may be planned for it now: routable, and the node has
+    /// what the provider needs (correction 10).
+    fn creatable(&self) -> bool {
+        self.state == SlotState::Routable && self.missing.is_none()
+    }
+
+    /// Why the route kept for it must be replaced, if it must: only a route
+    /// that will be re-created is replaced. In a conflict, outside the
+    /// cluster, or while the node lacks what a new route needs, a stale
+    /// route beats none.
+    fn replace_kept(&self) -> Option<DeletionReason> {
+        match self.kept?.fit {
+            _ if !self.creatable() => None,
+            Fit::Matches => None,
+            Fit::AddressesChanged => Some(DeletionReason::AddressesChanged),
+            Fit::InstanceChanged => Some(DeletionReason::TargetChanged),
+        }
+    }
+
+    /// Why a creation is planned for it, if one is.
+    fn creation_reason(&self) -> Option<CreationReason> {
+        match self.kept.map(|k| k.fit) {
+            Some(Fit::Matches) => None,
+            Some(Fit::AddressesChanged) => Some(CreationReason::AddressesChanged),
+            Some(Fit::InstanceChanged) => Some(CreationReason::TargetChanged),
+            None if self.blackhole_seen => Some(CreationReason::ReplacesBlackhole),
+            None => Some(CreationReason::Missing),
+        }
+    }
 }
 
 /// Per-node bookkeeping; slots of node `i` are `slots[start..end]`.
@@ -168,39 +233,39 @@ struct NodeInfo {
 /// Outputs are deterministic: deletions in route order, creations and node
 /// outcomes in node order (pod CIDR order within a node), conflicts by CIDR.
 ///
-/// With several route targets ([`PlanConfig::targets`]) every target is
+/// With several route tables ([`PlanConfig::tables`]) every table is
 /// planned on its own, from the routes listed in it, and the plans are
-/// joined: deletions and creations target by target in the order of
-/// `targets`, each creation carrying its target in [`Route::target`]. A Node
-/// is routed only when its routes exist in every target, so its condition
-/// is `RouteCreated` only then. Routes listed in a target that is not one of
-/// `targets` are not this cluster's and are left alone. With no targets
+/// joined: deletions and creations table by table in the order of
+/// `tables`, each creation carrying its table in [`Route::table`]. A Node
+/// is routed only when its routes exist in every table, so its condition
+/// is `RouteCreated` only then. Routes listed in a table that is not one of
+/// `tables` are not this cluster's and are left alone. With no tables
 /// configured, all routes form the one table (the common case).
 pub fn plan<N: Borrow<NodeView>>(nodes: &[N], routes: &[Route], config: &PlanConfig) -> Plan {
-    match config.targets.as_slice() {
+    match config.tables.as_slice() {
         [] => plan_one(nodes, routes, config, &Text::default(), None),
-        [only] if routes.iter().all(|r| r.target == *only) => {
+        [only] if routes.iter().all(|r| r.table == *only) => {
             plan_one(nodes, routes, config, only, None)
         }
-        targets => plan_targets(nodes, routes, config, targets),
+        tables => plan_tables(nodes, routes, config, tables),
     }
 }
 
-fn plan_targets<N: Borrow<NodeView>>(
+fn plan_tables<N: Borrow<NodeView>>(
     nodes: &[N],
     routes: &[Route],
     config: &PlanConfig,
-    targets: &[Text],
+    tables: &[Text],
 ) -> Plan {
-    let index: HashMap<&str, usize, FastHash> = targets
+    let index: HashMap<&str, usize, FastHash> = tables
         .iter()
         .enumerate()
         .map(|(i, t)| (t.as_str(), i))
         .collect();
-    let mut by_target: Vec<Vec<&Route>> = vec![Vec::new(); targets.len()];
+    let mut by_table: Vec<Vec<&Route>> = vec![Vec::new(); tables.len()];
     for r in routes {
-        if let Some(&i) = index.get(r.target.as_str()) {
-            by_target[i].push(r);
+        if let Some(&i) = index.get(r.table.as_str()) {
+            by_table[i].push(r);
         }
     }
     let mut joined = Plan::default();
@@ -208,49 +273,38 @@ fn plan_targets<N: Borrow<NodeView>>(
     let mut outcome_of: HashMap<String, usize, FastHash> = HashMap::default();
     let mut unroutable_somewhere: Vec<usize> = Vec::new();
     let prepared = prepare(nodes, config);
-    for (i, (target, routes)) in targets.iter().zip(&by_target).enumerate() {
+    for (i, (table, routes)) in tables.iter().zip(&by_table).enumerate() {
         // A Node left out as settled because it cannot be routed (and says
-        // so) in this target must not look routed in the join.
+        // so) in this table must not look routed in the join.
         let mut settled_unroutable = Vec::new();
         let p = decide(
             nodes,
             prepared.clone(),
             routes,
             config,
-            target,
+            table,
             Some(&mut settled_unroutable),
         );
         unroutable_somewhere.extend(settled_unroutable);
-        let (dels, cres) = (joined.deletions.len(), joined.creations.len());
+        // Keys name each table's operations: the plans join as they are.
         joined.deletions.extend(p.deletions);
-        joined
-            .creations
-            .extend(p.creations.into_iter().map(|mut c| {
-                for d in &mut c.after {
-                    *d += dels;
-                }
-                c
-            }));
+        joined.creations.extend(p.creations);
         for n in p.nodes {
             match outcome_of.entry(n.node.clone()) {
                 Entry::Occupied(e) => {
                     let o = &mut joined.nodes[*e.get()];
                     o.unroutable |= n.unroutable;
-                    o.creations.extend(n.creations.iter().map(|c| c + cres));
+                    o.creations.extend(n.creations);
                 }
                 Entry::Vacant(e) => {
                     e.insert(joined.nodes.len());
-                    let mut n = n;
-                    for c in &mut n.creations {
-                        *c += cres;
-                    }
                     joined.nodes.push(n);
                 }
             }
         }
         joined.unparsable_routes.extend(p.unparsable_routes);
         // What a pod CIDR is (conflicting, outside, invalid, awaiting data)
-        // does not depend on the target.
+        // does not depend on the table.
         if i == 0 {
             joined.conflicts = p.conflicts;
             joined.outside_cluster = p.outside_cluster;
@@ -271,13 +325,13 @@ fn plan_targets<N: Borrow<NodeView>>(
 }
 
 /// What the planner knows from the Nodes alone, before it looks at a route:
-/// built once per plan, shared by every route target.
+/// built once per plan, shared by every route table.
 #[derive(Clone)]
 struct Prepared<'n> {
     by_name: HashMap<&'n str, u32, FastHash>,
     info: Vec<NodeInfo>,
     slots: Vec<Slot>,
-    /// Conflicts, invalid and outside pod CIDRs: the same in every target.
+    /// Conflicts, invalid and outside pod CIDRs: the same in every table.
     plan: Plan,
 }
 
@@ -342,12 +396,10 @@ fn prepare<'n, N: Borrow<NodeView>>(nodes: &'n [N], config: &PlanConfig) -> Prep
                         cidr: *c,
                         node: ni,
                         state,
-                        kept: NONE,
-                        kept_matches: false,
-                        kept_target_changed: false,
+                        kept: None,
                         missing: config.needs.missing(n, c.family()),
                         blackhole_seen: false,
-                        replaced: NONE,
+                        replaced: None,
                     });
                 }
             }
@@ -370,7 +422,7 @@ fn plan_one<N: Borrow<NodeView>, R: Borrow<Route>>(
     nodes: &[N],
     routes: &[R],
     config: &PlanConfig,
-    target: &Text,
+    table: &Text,
     settled_unroutable: Option<&mut Vec<usize>>,
 ) -> Plan {
     decide(
@@ -378,44 +430,78 @@ fn plan_one<N: Borrow<NodeView>, R: Borrow<Route>>(
         prepare(nodes, config),
         routes,
         config,
-        target,
+        table,
         settled_unroutable,
     )
 }
 
-/// Plans one route target from the prepared Nodes and its routes.
+/// Plans one route table from the prepared Nodes and its routes, in three
+/// steps: what becomes of each listed route, which of them go, and what
+/// each Node gets.
 fn decide<N: Borrow<NodeView>, R: Borrow<Route>>(
     nodes: &[N],
     prepared: Prepared<'_>,
     routes: &[R],
     config: &PlanConfig,
-    target: &Text,
-    mut settled_unroutable: Option<&mut Vec<usize>>,
+    table: &Text,
+    settled_unroutable: Option<&mut Vec<usize>>,
 ) -> Plan {
-    let cluster = config.cluster_cidrs.as_slice();
     let Prepared {
         by_name,
         mut info,
         mut slots,
         mut plan,
     } = prepared;
+    let mut doomed = judge_routes(
+        nodes, &by_name, &mut info, &mut slots, routes, config, &mut plan,
+    );
+    settle_slots(&mut slots, &mut doomed);
+    let after = delete_doomed(routes, &doomed, &mut plan);
+    create_and_report(
+        nodes,
+        &info,
+        &slots,
+        routes,
+        table,
+        &after,
+        settled_unroutable,
+        &mut plan,
+    );
+    plan
+}
 
-    // Decide every route, in list order.
-    let mut decision: Vec<Option<DeletionReason>> = vec![None; routes.len()];
+/// Step 1: walks the table in list order and decides each route: kept for
+/// its (node, CIDR) slot, replaced in place, or doomed with a reason.
+/// Returns one entry per route: `Some(reason)` for those to delete.
+fn judge_routes<N: Borrow<NodeView>, R: Borrow<Route>>(
+    nodes: &[N],
+    by_name: &HashMap<&str, u32, FastHash>,
+    info: &mut [NodeInfo],
+    slots: &mut [Slot],
+    routes: &[R],
+    config: &PlanConfig,
+    plan: &mut Plan,
+) -> Vec<Option<DeletionReason>> {
+    let cluster = config.cluster_cidrs.as_slice();
+    let mut doomed: Vec<Option<DeletionReason>> = vec![None; routes.len()];
     for (ri, r) in routes.iter().enumerate() {
         let r = r.borrow();
-        let node = if r.target_node.is_empty() {
+        let ri = ri as u32;
+        let node = if r.node.is_empty() {
             None
         } else {
-            by_name.get(r.target_node.as_str()).copied()
+            by_name.get(r.node.as_str()).copied()
         };
         if let Some(ni) = node {
             info[ni as usize].targeted = true;
         }
+        // Correction 1: destinations compare as CIDRs, and one that is not a
+        // CIDR is reported, never deleted.
         let Some(c) = r.destination.cidr() else {
             plan.unparsable_routes.push(r.clone());
             continue;
         };
+        // Correction 2's ownership rule (upstream's `isResponsibleForRoute`).
         if !responsible(cluster, &c) {
             continue;
         }
@@ -424,23 +510,21 @@ fn decide<N: Borrow<NodeView>, R: Borrow<Route>>(
             (i.start..i.end).find(|&s| slots[s as usize].cidr == c)
         });
         if r.blackhole {
+            // Correction 4: a blackhole of a CIDR its node still owns is
+            // replaced in the same plan (in place where the provider can).
             if let Some(s) = slot {
                 let s = &mut slots[s as usize];
                 s.blackhole_seen = true;
-                if config.replace_blackholes
-                    && s.replaced == NONE
-                    && s.state == SlotState::Routable
-                    && s.missing.is_none()
-                {
-                    s.replaced = ri as u32;
+                if config.replace_blackholes && s.replaced.is_none() && s.creatable() {
+                    s.replaced = Some(ri);
                     continue;
                 }
             }
-            decision[ri] = Some(DeletionReason::Blackhole);
+            doomed[ri as usize] = Some(DeletionReason::Blackhole);
             continue;
         }
         let Some(s) = slot else {
-            decision[ri] = Some(if r.target_node.is_empty() {
+            doomed[ri as usize] = Some(if r.node.is_empty() {
                 DeletionReason::NoTargetNode
             } else if node.is_none() {
                 DeletionReason::NodeGone
@@ -450,68 +534,84 @@ fn decide<N: Borrow<NodeView>, R: Borrow<Route>>(
             continue;
         };
         let slot = &mut slots[s as usize];
-        let target = nodes[slot.node as usize].borrow();
-        let target_changed = !same_target(
-            r.target_provider_id.as_deref(),
-            target.provider_id.as_deref(),
-        );
-        let matches = !target_changed
-            && (!r.enable_node_addresses
-                || same_addresses(&r.target_node_addresses, &target.addresses));
-        if slot.kept == NONE {
-            slot.kept = ri as u32;
-            slot.kept_matches = matches;
-            slot.kept_target_changed = target_changed;
-        } else if matches && !slot.kept_matches {
-            decision[slot.kept as usize] = Some(DeletionReason::Duplicate);
-            slot.kept = ri as u32;
-            slot.kept_matches = true;
-            slot.kept_target_changed = false;
-        } else {
-            decision[ri] = Some(DeletionReason::Duplicate);
+        let fit = Fit::of(r, nodes[slot.node as usize].borrow());
+        // Correction 5: several routes for one (node, CIDR) reduce to one,
+        // the first that fits, else the first listed.
+        match slot.kept {
+            None => slot.kept = Some(Kept { route: ri, fit }),
+            Some(kept) if fit == Fit::Matches && kept.fit != Fit::Matches => {
+                doomed[kept.route as usize] = Some(DeletionReason::Duplicate);
+                slot.kept = Some(Kept { route: ri, fit });
+            }
+            Some(_) => doomed[ri as usize] = Some(DeletionReason::Duplicate),
         }
     }
-    // Only a route that will be re-created is replaced when its addresses
-    // or instance changed; in a conflict, outside the cluster, or while the
-    // node lacks what a new route needs, a stale route beats none.
-    for s in &mut slots {
-        // A live route for the pair after all: the blackhole is not replaced
-        // but deleted.
-        if s.replaced != NONE && s.kept != NONE {
-            decision[s.replaced as usize] = Some(DeletionReason::Blackhole);
-            s.replaced = NONE;
-        }
-        if s.state == SlotState::Routable
-            && s.kept != NONE
-            && !s.kept_matches
-            && s.missing.is_none()
+    doomed
+}
+
+/// Step 2: what the whole table says about each slot. A blackhole meant
+/// to be replaced in place is deleted instead when a live route for the
+/// pair turned up after all; a kept route that no longer fits is doomed
+/// when it will be re-created.
+fn settle_slots(slots: &mut [Slot], doomed: &mut [Option<DeletionReason>]) {
+    for s in slots {
+        if s.kept.is_some()
+            && let Some(replaced) = s.replaced.take()
         {
-            decision[s.kept as usize] = Some(if s.kept_target_changed {
-                DeletionReason::TargetChanged
-            } else {
-                DeletionReason::AddressesChanged
-            });
+            doomed[replaced as usize] = Some(DeletionReason::Blackhole);
+        }
+        if let (Some(kept), Some(reason)) = (s.kept, s.replace_kept()) {
+            doomed[kept.route as usize] = Some(reason);
         }
     }
+}
 
-    for (r, d) in routes.iter().zip(&decision) {
-        if let Some(reason) = d {
-            plan.deletions.push(Deletion {
-                route: r.borrow().clone(),
-                reason: *reason,
-            });
+/// Step 3a: the deletions, in route order. Returns, per destination, the
+/// keys of its deletions: a creation for that destination follows them,
+/// since a provider may allow one route per destination (AWS) and an
+/// address update is a delete and a create (correction 8).
+fn delete_doomed<R: Borrow<Route>>(
+    routes: &[R],
+    doomed: &[Option<DeletionReason>],
+    plan: &mut Plan,
+) -> HashMap<Cidr, Vec<OpKey>> {
+    let mut after: HashMap<Cidr, Vec<OpKey>> = HashMap::new();
+    let mut copies: HashMap<&Route, u32> = HashMap::new();
+    for (r, d) in routes.iter().zip(doomed) {
+        let Some(reason) = *d else { continue };
+        let r = r.borrow();
+        // Keys must tell deletions apart: a route listed twice exactly
+        // alike gets one deletion per copy.
+        let copy = copies.entry(r).or_default();
+        let deletion = Deletion {
+            route: r.clone(),
+            reason,
+            copy: *copy,
+        };
+        *copy += 1;
+        if let Some(c) = deletion.route.destination.cidr() {
+            after.entry(c).or_default().push(deletion.key());
         }
+        plan.deletions.push(deletion);
     }
-    // Delete before create for the same destination: a provider may allow
-    // one route per destination (AWS), and an address update is delete+create.
-    let mut deletions_by_cidr: HashMap<Cidr, Vec<usize>> = HashMap::new();
-    for (di, d) in plan.deletions.iter().enumerate() {
-        if let Some(c) = d.route.destination.cidr() {
-            deletions_by_cidr.entry(c).or_default().push(di);
-        }
-    }
+    after
+}
 
-    // Creations and node outcomes, in node order.
+/// Step 3b: the creations and node outcomes, in node order.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the planner's state, split by step: a struct holding it would only rename the arguments"
+)]
+fn create_and_report<N: Borrow<NodeView>, R: Borrow<Route>>(
+    nodes: &[N],
+    info: &[NodeInfo],
+    slots: &[Slot],
+    routes: &[R],
+    table: &Text,
+    after: &HashMap<Cidr, Vec<OpKey>>,
+    mut settled_unroutable: Option<&mut Vec<usize>>,
+    plan: &mut Plan,
+) {
     for (ni, n) in nodes.iter().enumerate() {
         let n = n.borrow();
         let i = info[ni];
@@ -522,15 +622,18 @@ fn decide<N: Borrow<NodeView>, R: Borrow<Route>>(
         let mut unroutable = n.pod_cidrs.is_empty() || i.invalid_pod_cidr;
         for s in &slots[i.start as usize..i.end as usize] {
             match s.state {
+                // Correction 7: no route outside the cluster CIDRs.
                 SlotState::Outside => unroutable = true,
-                SlotState::Conflict => unroutable |= s.kept == NONE,
+                // Correction 6: a contested CIDR gets nothing new.
+                SlotState::Conflict => unroutable |= s.kept.is_none(),
                 SlotState::Routable => {
-                    if s.kept != NONE && s.kept_matches {
+                    let Some(reason) = s.creation_reason() else {
                         continue;
-                    }
+                    };
                     if let Some(missing) = s.missing {
-                        // A stale route still routes; none at all does not.
-                        unroutable |= s.kept == NONE;
+                        // Correction 10: wait for the Node's data. A stale
+                        // route still routes; none at all does not.
+                        unroutable |= s.kept.is_none();
                         plan.awaiting_node_data.push(AwaitingNodeData {
                             node: n.name.clone(),
                             cidr: s.cidr,
@@ -538,36 +641,25 @@ fn decide<N: Borrow<NodeView>, R: Borrow<Route>>(
                         });
                         continue;
                     }
-                    let reason = if s.kept != NONE {
-                        if s.kept_target_changed {
-                            CreationReason::TargetChanged
-                        } else {
-                            CreationReason::AddressesChanged
-                        }
-                    } else if s.blackhole_seen {
-                        CreationReason::ReplacesBlackhole
-                    } else {
-                        CreationReason::Missing
-                    };
-                    creations.push(plan.creations.len());
-                    plan.creations.push(Creation {
+                    let creation = Creation {
                         route: Route {
                             name: Text::default(),
-                            target_node: n.name.as_str().into(),
+                            node: n.name.as_str().into(),
                             destination: Destination::Cidr(s.cidr),
                             blackhole: false,
-                            target_node_addresses: n.addresses.clone(),
+                            node_addresses: n.addresses.clone(),
                             enable_node_addresses: false,
-                            cloud_target: Text::default(),
-                            target_provider_id: n.provider_id.as_deref().map(Text::from),
-                            target: target.clone(),
+                            next_hop: Text::default(),
+                            node_provider_id: n.provider_id.as_deref().map(Text::from),
+                            table: table.clone(),
                         },
-                        name_hint: n.uid.clone(),
-                        after: deletions_by_cidr.get(&s.cidr).cloned().unwrap_or_default(),
-                        replaces: (s.replaced != NONE)
-                            .then(|| routes[s.replaced as usize].borrow().clone()),
+                        node_uid: n.uid.clone(),
+                        after: after.get(&s.cidr).cloned().unwrap_or_default(),
+                        replaces: s.replaced.map(|r| routes[r as usize].borrow().clone()),
                         reason,
-                    });
+                    };
+                    creations.push(creation.key());
+                    plan.creations.push(creation);
                 }
             }
         }
@@ -598,7 +690,6 @@ fn decide<N: Borrow<NodeView>, R: Borrow<Route>>(
             });
         }
     }
-    plan
 }
 
 /// The span of a CIDR as integers, for ordering and overlap tests.
@@ -618,6 +709,18 @@ fn span(c: &Cidr) -> (u8, u128, u128) {
     }
 }
 
+/// A routable slot's block, ordered for the conflict sweep: by family,
+/// then start address, then widest first (a shorter prefix sorts first),
+/// so that an enclosing block precedes every block it covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct SweepKey {
+    family: u8,
+    start: u128,
+    prefix_len: u8,
+    end: u128,
+    slot: u32,
+}
+
 /// Finds groups of overlapping routable pod CIDRs claimed by at least two
 /// nodes, reports each group once and marks [`SlotState::Conflict`] every
 /// slot that overlaps a slot of another node.
@@ -626,31 +729,40 @@ fn span(c: &Cidr) -> (u8, u128, u128) {
 /// (widest first on ties) an overlapping group is a run whose members start
 /// before the end of the run's first block, which covers all of them.
 fn mark_conflicts<N: Borrow<NodeView>>(nodes: &[N], slots: &mut [Slot]) -> Vec<Conflict> {
-    let mut keys: Vec<(u8, u128, u8, u128, u32)> = slots
+    let mut keys: Vec<SweepKey> = slots
         .iter()
         .enumerate()
         .filter(|(_, s)| s.state == SlotState::Routable)
         .map(|(i, s)| {
-            let (fam, start, end) = span(&s.cidr);
-            (fam, start, s.cidr.prefix_len(), end, i as u32)
+            let (family, start, end) = span(&s.cidr);
+            SweepKey {
+                family,
+                start,
+                prefix_len: s.cidr.prefix_len(),
+                end,
+                slot: i as u32,
+            }
         })
         .collect();
     keys.sort_unstable();
     let mut conflicts = Vec::new();
     let mut g = 0;
     while g < keys.len() {
-        let (fam, _, _, end, _) = keys[g];
+        let first = keys[g];
         let mut e = g + 1;
-        while e < keys.len() && keys[e].0 == fam && keys[e].1 <= end {
+        while e < keys.len() && keys[e].family == first.family && keys[e].start <= first.end {
             e += 1;
         }
         let group = &keys[g..e];
-        let first_node = slots[group[0].4 as usize].node;
-        if group.iter().any(|k| slots[k.4 as usize].node != first_node) {
+        let first_node = slots[first.slot as usize].node;
+        if group
+            .iter()
+            .any(|k| slots[k.slot as usize].node != first_node)
+        {
             let mut names: Vec<String> = group
                 .iter()
                 .map(|k| {
-                    nodes[slots[k.4 as usize].node as usize]
+                    nodes[slots[k.slot as usize].node as usize]
                         .borrow()
                         .name
                         .clone()
@@ -660,7 +772,7 @@ fn mark_conflicts<N: Borrow<NodeView>>(nodes: &[N], slots: &mut [Slot]) -> Vec<C
             names.dedup();
             mark_contested(group, slots);
             conflicts.push(Conflict {
-                cidr: slots[group[0].4 as usize].cidr,
+                cidr: slots[first.slot as usize].cidr,
                 nodes: names,
             });
         }
@@ -709,7 +821,7 @@ impl Owners {
 /// other, so a node may keep a route that no other node's claim touches.
 ///
 /// One pass with a stack of open (enclosing) blocks: linear in the group.
-fn mark_contested(group: &[(u8, u128, u8, u128, u32)], slots: &mut [Slot]) {
+fn mark_contested(group: &[SweepKey], slots: &mut [Slot]) {
     struct Open {
         slot: u32,
         end: u128,
@@ -726,7 +838,10 @@ fn mark_contested(group: &[(u8, u128, u8, u128, u32)], slots: &mut [Slot]) {
         }
     }
     let mut stack: Vec<Open> = Vec::new();
-    for &(_, start, _, end, slot) in group {
+    for &SweepKey {
+        start, end, slot, ..
+    } in group
+    {
         while let Some(top) = stack.pop_if(|top| top.end < start) {
             close(&top, slots, &mut stack);
         }
@@ -846,7 +961,7 @@ mod tests {
         let created: Vec<String> = p
             .creations
             .iter()
-            .map(|cr| format!("{}:{}", cr.route.target_node, cr.route.destination))
+            .map(|cr| format!("{}:{}", cr.route.node, cr.route.destination))
             .collect();
         assert_eq!(created, ["d:10.1.0.0/24", "e:10.1.1.0/24", "e:10.1.1.0/25"]);
     }
@@ -884,7 +999,7 @@ mod tests {
         let created: Vec<String> = p
             .creations
             .iter()
-            .map(|cr| format!("{}:{}", cr.route.target_node, cr.route.destination))
+            .map(|cr| format!("{}:{}", cr.route.node, cr.route.destination))
             .collect();
         assert_eq!(created, ["a:10.0.5.0/24", "d:10.1.9.0/25"]);
         let unroutable: Vec<bool> = p.nodes.iter().map(|o| o.unroutable).collect();

@@ -87,9 +87,9 @@ fn equal_node_addrs_treats_a_repeated_address_as_equal_to_a_different_one() {
     assert_eq!(p.deletions[0].reason, DeletionReason::AddressesChanged);
     assert_eq!(p.creations.len(), 1);
     assert_eq!(p.creations[0].reason, CreationReason::AddressesChanged);
-    assert_eq!(p.creations[0].after, vec![0]);
+    assert_eq!(p.creations[0].after, vec![p.deletions[0].key()]);
     assert_eq!(
-        p.creations[0].route.target_node_addresses,
+        p.creations[0].route.node_addresses,
         vec![a.clone(), b.clone()]
     );
 
@@ -152,7 +152,7 @@ fn blackhole_route_for_an_owned_cidr_leaves_the_node_without_route_until_next_pa
     assert_eq!(c.reason, CreationReason::ReplacesBlackhole);
     assert_eq!(
         c.after,
-        vec![0],
+        vec![p.deletions[0].key()],
         "only the blackhole for the same destination orders it"
     );
     assert_eq!(
@@ -161,7 +161,7 @@ fn blackhole_route_for_an_owned_cidr_leaves_the_node_without_route_until_next_pa
     );
     assert!(!c.route.blackhole);
     // Routed if the creation succeeds, not routed if it fails.
-    assert_eq!(p.nodes[0].creations, vec![0]);
+    assert_eq!(p.nodes[0].creations, vec![p.creations[0].key()]);
     assert_eq!(
         p.nodes[0].condition_after(|_| false),
         Some(NetworkCondition::RouteCreated)
@@ -189,7 +189,7 @@ fn duplicate_pod_cidrs_cause_a_second_failing_create() {
     )];
     let p = plan(&nodes, &[], &cluster());
     assert_eq!(p.creations.len(), 1);
-    assert_eq!(p.nodes[0].creations, vec![0]);
+    assert_eq!(p.nodes[0].creations, vec![p.creations[0].key()]);
     assert!(!p.nodes[0].unroutable);
 }
 
@@ -234,7 +234,10 @@ fn duplicate_cloud_routes_for_one_node_and_cidr_are_never_cleaned_up() {
     assert_eq!(p.creations[0].reason, CreationReason::AddressesChanged);
     assert_eq!(
         p.creations[0].after,
-        vec![0, 1, 2],
+        p.deletions[0..3]
+            .iter()
+            .map(|d| d.key())
+            .collect::<Vec<_>>(),
         "every deletion of that destination comes first"
     );
     let after = apply(&p, &routes);
@@ -264,11 +267,7 @@ fn cidr_claimed_by_two_nodes_gets_competing_routes() {
         p.deletions.is_empty(),
         "the existing route to a claimant is kept"
     );
-    let created: Vec<&str> = p
-        .creations
-        .iter()
-        .map(|c| c.route.target_node.as_str())
-        .collect();
+    let created: Vec<&str> = p.creations.iter().map(|c| c.route.node.as_str()).collect();
     assert_eq!(created, ["node-d"], "no claimant gets a route");
     let unroutable: Vec<(&str, bool)> = p
         .nodes
@@ -328,7 +327,7 @@ fn pod_cidr_outside_the_cluster_cidrs_gets_a_route_that_can_never_be_deleted() {
     assert!(p.nodes.iter().all(|n| n.unroutable));
     assert_eq!(
         p.nodes[0].creations,
-        vec![0],
+        vec![p.creations[0].key()],
         "the routable CIDR is still created"
     );
     assert!(
@@ -385,8 +384,9 @@ fn delete_create_barrier_depends_on_the_first_listed_route() {
     let del_idx = |d: &str| {
         p.deletions
             .iter()
-            .position(|x| x.route.destination.to_string() == d)
+            .find(|x| x.route.destination.to_string() == d)
             .unwrap()
+            .key()
     };
     assert_eq!(
         by_dest("10.120.1.0/24").after,
@@ -430,14 +430,14 @@ fn node_without_pod_cidrs_is_patched_only_when_a_route_names_it() {
         p.nodes[0].condition_after(|_| false),
         Some(NetworkCondition::NoRouteCreated)
     );
-    assert_eq!(p.nodes[2].creations, vec![0]);
+    assert_eq!(p.nodes[2].creations, vec![p.creations[0].key()]);
     assert_eq!(
         p.nodes[2].condition_after(|_| false),
         None,
         "already False/RouteCreated"
     );
     assert_eq!(
-        p.nodes[2].condition_after(|i| i == 0),
+        p.nodes[2].condition_after(|k| *k == p.creations[0].key()),
         Some(NetworkCondition::NoRouteCreated)
     );
     assert_eq!(p.nodes[2].uid, "u4");
@@ -459,12 +459,12 @@ fn creations_carry_the_node_identity() {
     let p = plan(&[&n], &[], &cluster());
     assert_eq!(p.creations.len(), 2);
     for c in &p.creations {
-        assert_eq!(c.name_hint, "01");
+        assert_eq!(c.node_uid, "01");
         assert_eq!(
-            c.route.target_provider_id.as_deref(),
+            c.route.node_provider_id.as_deref(),
             Some("aws:///eu-1a/i-1")
         );
-        assert_eq!(c.route.target_node, "node-1");
+        assert_eq!(c.route.node, "node-1");
         assert_eq!(c.reason, CreationReason::Missing);
         assert!(c.after.is_empty());
     }
@@ -494,7 +494,7 @@ fn settled_nodes_are_left_out_of_the_plan() {
         p.nodes[0].condition_after(|_| false),
         Some(NetworkCondition::RouteCreated)
     );
-    assert_eq!(p.nodes[1].creations, vec![0]);
+    assert_eq!(p.nodes[1].creations, vec![p.creations[0].key()]);
     assert_eq!(
         p.nodes[1].condition_after(|_| true),
         Some(NetworkCondition::NoRouteCreated),

@@ -82,7 +82,7 @@ fn pod_cidr_before_provider_id_waits_without_a_creation() {
     assert_eq!(p.creations.len(), 1);
     assert!(p.awaiting_node_data.is_empty());
     assert_eq!(
-        p.creations[0].route.target_provider_id.as_deref(),
+        p.creations[0].route.node_provider_id.as_deref(),
         Some("aws:///eu-west-1a/i-0123")
     );
 }
@@ -130,7 +130,7 @@ fn route_kept_while_new_addresses_lack_what_a_replacement_needs() {
 
 fn listed_to(node: &str, dest: &str, provider_id: &str) -> Route {
     let mut r = route(node, dest, &[], false);
-    r.target_provider_id = Some(provider_id.into());
+    r.node_provider_id = Some(provider_id.into());
     r
 }
 
@@ -165,17 +165,17 @@ fn node_recreated_with_same_name_and_cidr_on_a_new_instance_replaces_the_route()
     assert_eq!(p.deletions[0].route, old);
     assert_eq!(p.creations.len(), 1);
     assert_eq!(p.creations[0].reason, CreationReason::TargetChanged);
-    assert_eq!(p.creations[0].after, vec![0]);
+    assert_eq!(p.creations[0].after, vec![p.deletions[0].key()]);
     // Once applied, the table is settled.
     let mut after = apply(&p, &routes);
-    after[0].target_provider_id = Some("aws:///eu-west-1a/i-0bbb".into());
+    after[0].node_provider_id = Some("aws:///eu-west-1a/i-0bbb".into());
     assert!(plan(&[n], &after, &cluster(TargetNeeds::ProviderId)).is_noop());
 }
 
 #[test]
 fn route_with_unknown_instance_is_no_evidence_of_a_change() {
     // Providers that cannot say which instance a listed route names leave
-    // `target_provider_id` empty; that must not churn.
+    // `node_provider_id` empty; that must not churn.
     let n = NodeView::new("node-1", "01", &["10.120.1.0/24"]).with_provider_id("hcloud://7");
     let routes = [route("node-1", "10.120.1.0/24", &[], false)];
     assert!(plan(&[n], &routes, &cluster(TargetNeeds::Nothing)).is_noop());
@@ -212,7 +212,7 @@ fn blackhole_is_replaced_in_place_where_the_provider_can() {
     // Without the capability: delete, then create.
     let p = plan(&[n], &[bh], &cluster(TargetNeeds::ProviderId));
     assert_eq!(p.deletions.len(), 1);
-    assert_eq!(p.creations[0].after, vec![0]);
+    assert_eq!(p.creations[0].after, vec![p.deletions[0].key()]);
     assert!(p.creations[0].replaces.is_none());
 }
 

@@ -12,8 +12,8 @@ use std::collections::BTreeSet;
 use common::apply;
 use proptest::prelude::*;
 use route_core::{
-    Cidr, DeletionReason, NodeAddress, NodeView, PlanConfig, PodCidr, Route,
-    is_responsible_for_route, plan,
+    Cidr, Creation, Deletion, DeletionReason, NodeAddress, NodeView, OpKey, PlanConfig, PodCidr,
+    Route, is_responsible_for_route, plan,
 };
 
 /// Pod CIDR texts: inside the v4 cluster CIDR (with one wider block that
@@ -209,16 +209,16 @@ fn contested(w: &World, node: &str, c: &Cidr) -> bool {
 
 /// Oracle: a listed route that serves (node, CIDR) as it is.
 fn usable(w: &World, r: &Route, n: &NodeView, c: &Cidr) -> bool {
-    r.target_node == n.name
+    r.node == n.name
         && r.destination.cidr() == Some(*c)
         && !r.blackhole
-        && (!r.enable_node_addresses || multiset_eq(&r.target_node_addresses, &n.addresses))
+        && (!r.enable_node_addresses || multiset_eq(&r.node_addresses, &n.addresses))
         && is_responsible_for_route(&w.config.cluster_cidrs, &r.destination)
 }
 
 fn owns(w: &World, r: &Route) -> Option<(usize, Cidr)> {
     let c = r.destination.cidr()?;
-    let i = w.nodes.iter().position(|n| n.name == r.target_node)?;
+    let i = w.nodes.iter().position(|n| n.name == r.node)?;
     valid_cidrs(&w.nodes[i]).contains(&c).then_some((i, c))
 }
 
@@ -280,11 +280,11 @@ proptest! {
             match d.reason {
                 DeletionReason::Blackhole => prop_assert!(d.route.blackhole),
                 DeletionReason::AddressesChanged => {
-                    prop_assert!(d.route.enable_node_addresses && !multiset_eq(&d.route.target_node_addresses, &n.addresses));
+                    prop_assert!(d.route.enable_node_addresses && !multiset_eq(&d.route.node_addresses, &n.addresses));
                     prop_assert!(inside(&w, &c) && !contested(&w, &n.name, &c), "update only where a route can be created");
                 }
                 DeletionReason::Duplicate => {
-                    let kept = after.iter().filter(|r| r.target_node == n.name && r.destination.cidr() == Some(c) && !r.blackhole).count();
+                    let kept = after.iter().filter(|r| r.node == n.name && r.destination.cidr() == Some(c) && !r.blackhole).count();
                     prop_assert!(kept >= 1, "duplicate deleted but nothing kept: {:?}", d);
                 }
                 other => prop_assert!(false, "owned route deleted as {:?}: {:?}", other, d),
@@ -320,25 +320,32 @@ proptest! {
         let got: Vec<(String, Cidr)> = p
             .creations
             .iter()
-            .map(|c| (c.route.target_node.to_string(), c.route.destination.cidr().unwrap()))
+            .map(|c| (c.route.node.to_string(), c.route.destination.cidr().unwrap()))
             .collect();
         let got_set: BTreeSet<_> = got.iter().cloned().collect();
         prop_assert_eq!(got.len(), got_set.len(), "a pair is created twice");
         prop_assert_eq!(got_set, expected);
         for c in &p.creations {
-            let want: Vec<usize> = p
+            let want: Vec<OpKey> = p
                 .deletions
                 .iter()
-                .enumerate()
-                .filter(|(_, d)| d.route.destination == c.route.destination)
-                .map(|(i, _)| i)
+                .filter(|d| d.route.destination == c.route.destination)
+                .map(Deletion::key)
                 .collect();
             prop_assert_eq!(&c.after, &want);
         }
+        // Every operation has a key of its own: the gate, the executor and
+        // the retry book tell operations apart by it.
+        let keys: Vec<OpKey> = p.deletions.iter().map(Deletion::key)
+            .chain(p.creations.iter().map(Creation::key)).collect();
+        let distinct: BTreeSet<&OpKey> = keys.iter().collect();
+        prop_assert_eq!(distinct.len(), keys.len(), "two operations share a key");
         // Every creation belongs to exactly one node outcome.
-        let mut listed: Vec<usize> = p.nodes.iter().flat_map(|o| o.creations.iter().copied()).collect();
+        let mut listed: Vec<OpKey> = p.nodes.iter().flat_map(|o| o.creations.iter().cloned()).collect();
         listed.sort_unstable();
-        prop_assert_eq!(listed, (0..p.creations.len()).collect::<Vec<_>>());
+        let mut created: Vec<OpKey> = p.creations.iter().map(Creation::key).collect();
+        created.sort_unstable();
+        prop_assert_eq!(listed, created);
     }
 }
 
@@ -349,12 +356,12 @@ const TABLES: [&str; 3] = ["rtb-a", "rtb-b", "rtb-c"];
 fn world_with_tables() -> impl Strategy<Value = World> {
     (world(), prop::collection::vec(0u8..4, 12)).prop_map(|(mut w, tables)| {
         for (r, t) in w.routes.iter_mut().zip(tables.iter().cycle()) {
-            r.target = match TABLES.get(usize::from(*t)) {
+            r.table = match TABLES.get(usize::from(*t)) {
                 Some(t) => (*t).into(),
                 None => "rtb-foreign".into(),
             };
         }
-        w.config.targets = TABLES.iter().map(|t| (*t).into()).collect();
+        w.config.tables = TABLES.iter().map(|t| (*t).into()).collect();
         w
     })
 }
@@ -368,12 +375,14 @@ proptest! {
     fn with_tables_applying_the_plan_then_planning_again_is_a_noop(w in world_with_tables()) {
         let p = plan(&w.nodes, &w.routes, &w.config);
         for d in &p.deletions {
-            prop_assert!(TABLES.contains(&d.route.target.as_str()), "deleted {:?}", d.route);
+            prop_assert!(TABLES.contains(&d.route.table.as_str()), "deleted {:?}", d.route);
         }
         for c in &p.creations {
-            prop_assert!(TABLES.contains(&c.route.target.as_str()), "created {:?}", c.route);
-            for &d in &c.after {
-                prop_assert_eq!(&p.deletions[d].route.target, &c.route.target);
+            prop_assert!(TABLES.contains(&c.route.table.as_str()), "created {:?}", c.route);
+            for key in &c.after {
+                let d = p.deletions.iter().find(|d| d.key() == *key);
+                prop_assert!(d.is_some(), "{} follows {} which is not planned", c.key(), key);
+                prop_assert_eq!(&d.unwrap().route.table, &c.route.table);
             }
         }
         let after = apply(&p, &w.routes);
@@ -389,20 +398,20 @@ proptest! {
             let alone_routes: Vec<Route> = w
                 .routes
                 .iter()
-                .filter(|r| r.target.as_str() == t)
+                .filter(|r| r.table.as_str() == t)
                 .cloned()
                 .collect();
             let alone = plan(
                 &w.nodes,
                 &alone_routes,
-                &PlanConfig { targets: vec![t.into()], ..w.config.clone() },
+                &PlanConfig { tables: vec![t.into()], ..w.config.clone() },
             );
             let joined_dels: Vec<&Route> =
-                p.deletions.iter().map(|d| &d.route).filter(|r| r.target.as_str() == t).collect();
+                p.deletions.iter().map(|d| &d.route).filter(|r| r.table.as_str() == t).collect();
             let alone_dels: Vec<&Route> = alone.deletions.iter().map(|d| &d.route).collect();
             prop_assert_eq!(joined_dels, alone_dels);
             let joined_cres: Vec<&Route> =
-                p.creations.iter().map(|c| &c.route).filter(|r| r.target.as_str() == t).collect();
+                p.creations.iter().map(|c| &c.route).filter(|r| r.table.as_str() == t).collect();
             let alone_cres: Vec<&Route> = alone.creations.iter().map(|c| &c.route).collect();
             prop_assert_eq!(joined_cres, alone_cres);
         }

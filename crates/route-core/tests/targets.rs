@@ -13,13 +13,13 @@ const TABLES: [&str; 3] = ["rtb-a", "rtb-b", "rtb-c"];
 
 fn three_tables() -> PlanConfig {
     PlanConfig {
-        targets: TABLES.iter().map(|t| Text::from(*t)).collect(),
+        tables: TABLES.iter().map(|t| Text::from(*t)).collect(),
         ..config(&["10.120.0.0/16"])
     }
 }
 
 fn in_table(r: Route, t: &str) -> Route {
-    r.in_target(t)
+    r.in_table(t)
 }
 
 fn nodes(n: usize) -> Vec<NodeView> {
@@ -41,7 +41,7 @@ fn per_table(routes: &[Route]) -> Vec<(String, usize)> {
         .map(|t| {
             (
                 t.to_string(),
-                routes.iter().filter(|r| r.target.as_str() == *t).count(),
+                routes.iter().filter(|r| r.table.as_str() == *t).count(),
             )
         })
         .collect()
@@ -78,11 +78,7 @@ fn a_deleted_node_loses_its_route_in_every_table_and_a_foreign_table_is_untouche
         "rtb-other",
     ));
     let p = plan(&nodes, &table, &three_tables());
-    let deleted: Vec<&str> = p
-        .deletions
-        .iter()
-        .map(|d| d.route.target.as_str())
-        .collect();
+    let deleted: Vec<&str> = p.deletions.iter().map(|d| d.route.table.as_str()).collect();
     assert_eq!(deleted, TABLES);
     assert!(
         p.deletions
@@ -102,11 +98,11 @@ fn a_node_missing_from_one_table_is_routed_only_when_that_table_has_it() {
     // rtb-b lost the route behind the controller's back.
     let partial: Vec<Route> = full
         .into_iter()
-        .filter(|r| r.target.as_str() != "rtb-b")
+        .filter(|r| r.table.as_str() != "rtb-b")
         .collect();
     let p = plan(&nodes, &partial, &three_tables());
     assert_eq!(p.creations.len(), 1);
-    assert_eq!(p.creations[0].route.target.as_str(), "rtb-b");
+    assert_eq!(p.creations[0].route.table.as_str(), "rtb-b");
     assert_eq!(p.creations[0].reason, CreationReason::Missing);
     let n = &p.nodes[0];
     assert_eq!(
@@ -147,18 +143,18 @@ fn a_blackhole_in_one_table_is_replaced_there_after_its_deletion() {
     let mut table = apply(&plan(&nodes, &[], &three_tables()), &[]);
     let hole = table
         .iter_mut()
-        .find(|r| r.target.as_str() == "rtb-c")
+        .find(|r| r.table.as_str() == "rtb-c")
         .expect("a route in rtb-c");
     hole.blackhole = true;
     let p = plan(&nodes, &table, &three_tables());
     assert_eq!(p.deletions.len(), 1);
-    assert_eq!(p.deletions[0].route.target.as_str(), "rtb-c");
+    assert_eq!(p.deletions[0].route.table.as_str(), "rtb-c");
     assert_eq!(p.creations.len(), 1);
     let c = &p.creations[0];
-    assert_eq!(c.route.target.as_str(), "rtb-c");
+    assert_eq!(c.route.table.as_str(), "rtb-c");
     assert_eq!(
         c.after,
-        vec![0],
+        vec![p.deletions[0].key()],
         "it waits for the deletion in its own table"
     );
 }
@@ -167,7 +163,7 @@ fn a_blackhole_in_one_table_is_replaced_there_after_its_deletion() {
 fn one_configured_target_plans_like_the_untargeted_table() {
     let nodes = nodes(3);
     let one = PlanConfig {
-        targets: vec![Text::from("rtb-a")],
+        tables: vec![Text::from("rtb-a")],
         ..config(&["10.120.0.0/16"])
     };
     let p = plan(&nodes, &[], &one);
@@ -176,7 +172,19 @@ fn one_configured_target_plans_like_the_untargeted_table() {
     assert!(
         p.creations
             .iter()
-            .all(|c| c.route.target.as_str() == "rtb-a")
+            .all(|c| c.route.table.as_str() == "rtb-a")
     );
-    assert_eq!(p.nodes, plain.nodes);
+    // The same outcomes; only the table in each creation's key differs.
+    let untabled = |nodes: &[route_core::NodeOutcome]| {
+        let mut nodes = nodes.to_vec();
+        for n in &mut nodes {
+            for k in &mut n.creations {
+                if let route_core::OpKey::Create { table, .. } = k {
+                    *table = Text::default();
+                }
+            }
+        }
+        nodes
+    };
+    assert_eq!(untabled(&p.nodes), untabled(&plain.nodes));
 }

@@ -428,13 +428,13 @@ fn reconcile_case(description: &str) {
         let n = case
             .nodes
             .iter()
-            .find(|n| n.name == c.route.target_node)
+            .find(|n| n.name == c.route.node)
             .expect("every created route belongs to a Node of the case");
         assert_eq!(
-            c.name_hint, n.uid,
+            c.node_uid, n.uid,
             "{description}: name hint is the node uid"
         );
-        assert_eq!(c.route.target_node_addresses, n.addresses, "{description}");
+        assert_eq!(c.route.node_addresses, n.addresses, "{description}");
         assert!(!c.route.blackhole && !c.route.enable_node_addresses && c.route.name.is_empty());
     }
     let after = apply(&p, &case.initial);

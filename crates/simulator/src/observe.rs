@@ -315,22 +315,22 @@ impl Probe {
         self.cloud
             .routes(cluster)
             .iter()
-            .any(|r| r.destination == route.destination && r.target_node == route.target_node)
+            .any(|r| r.destination == route.destination && r.node == route.node)
     }
 
     fn created(&self, cluster: &str, route: &Route, ok: bool, lost: bool) {
         if ok || (lost && self.holds(cluster, route)) {
             self.obs
-                .route_up(&route.target_node, route.destination.cidr(), &route.target);
+                .route_up(&route.node, route.destination.cidr(), &route.table);
         }
     }
 
     fn deleted(&self, cluster: &str, route: &Route, ok: bool, lost: bool) {
         if ok || (lost && !self.holds(cluster, route)) {
             self.obs.route_down(
-                &route.target_node,
+                &route.node,
                 route.destination.cidr(),
-                Some(&route.target),
+                Some(&route.table),
                 true,
             );
         }

@@ -190,13 +190,13 @@ async fn simulate_mode(
                 )
                 .named(format!("{CLUSTER}-{}-{}", spec.uid, spec.cidr));
             let mut route = route;
-            route.cloud_target = spec.address.to_string().into();
-            route.target_provider_id = view.provider_id.as_deref().map(Into::into);
+            route.next_hop = spec.address.to_string().into();
+            route.node_provider_id = view.provider_id.as_deref().map(Into::into);
             if tables.is_empty() {
                 cloud.insert_route(CLUSTER, route);
             } else {
                 for t in &tables {
-                    cloud.insert_route(CLUSTER, route.clone().in_target(t.clone()));
+                    cloud.insert_route(CLUSTER, route.clone().in_table(t.clone()));
                 }
             }
             obs.preexisting(&spec.name);
@@ -445,7 +445,7 @@ impl Driver<'_> {
                     .cloud
                     .routes(CLUSTER)
                     .into_iter()
-                    .filter(|r| self.api.exists(&r.target_node))
+                    .filter(|r| self.api.exists(&r.node))
                     .collect();
                 let k = (*n as usize).min(candidates.len());
                 for i in sample(&mut self.rng, candidates.len(), k) {
@@ -454,7 +454,7 @@ impl Driver<'_> {
                         // Gone from every route table.
                         self.removed += self.cloud.targets().len().max(1) as u64;
                         self.obs
-                            .route_down(&r.target_node, r.destination.cidr(), None, false);
+                            .route_down(&r.node, r.destination.cidr(), None, false);
                     }
                 }
             }
@@ -469,7 +469,7 @@ impl Driver<'_> {
                         self.cloud.insert_route(CLUSTER, r);
                     } else {
                         for t in tables {
-                            self.cloud.insert_route(CLUSTER, r.clone().in_target(t));
+                            self.cloud.insert_route(CLUSTER, r.clone().in_table(t));
                         }
                     }
                 }

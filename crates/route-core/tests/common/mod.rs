@@ -60,10 +60,10 @@ pub fn comparable(routes: &[Route]) -> Vec<(String, String, Vec<NodeAddress>)> {
     let mut v: Vec<_> = routes
         .iter()
         .map(|r| {
-            let mut a = r.target_node_addresses.clone();
+            let mut a = r.node_addresses.clone();
             a.sort();
             a.dedup();
-            (r.target_node.to_string(), r.destination.to_string(), a)
+            (r.node.to_string(), r.destination.to_string(), a)
         })
         .collect();
     v.sort();

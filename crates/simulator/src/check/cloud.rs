@@ -50,7 +50,7 @@ pub struct World {
     pub refuses_stopped: bool,
     /// When a creation for (Node UID, destination) was last refused because
     /// its instance is stopped: the next may come only after the repair
-    /// floor ([`route_controller::hold::BLACKHOLE_REPAIR_FLOOR`]).
+    /// floor ([`route_controller::gate::BLACKHOLE_REPAIR_FLOOR`]).
     pub refused_at: HashMap<(String, Destination), Duration>,
     /// Passes started so far (each starts with `observe_nodes`).
     pub passes_started: u64,
@@ -94,7 +94,7 @@ impl World {
     /// A mutation `what` (started, landed) while the fence is closed: the
     /// renew deadline passed, so another replica may already be leading.
     fn check_fence(&mut self, op: &str, route: &Route, what: &str) {
-        let call = format!("{op} {} -> {:?}", route.destination, route.target_node);
+        let call = format!("{op} {} -> {:?}", route.destination, route.node);
         self.check_fence_of(&call, what);
     }
 
@@ -205,7 +205,7 @@ impl World {
         let Some(c) = route.destination.cidr() else {
             return false;
         };
-        let Some(n) = nodes.iter().find(|n| n.name == route.target_node.as_str()) else {
+        let Some(n) = nodes.iter().find(|n| n.name == route.node.as_str()) else {
             return false;
         };
         let alone = claims(nodes, &self.cluster)
@@ -276,7 +276,7 @@ impl CheckedCloud {
                 Kind::MutationWithoutLeadership,
                 format!(
                     "{op} {} -> {:?} started after the replica was told it is not leader",
-                    route.destination, route.target_node
+                    route.destination, route.node
                 ),
             );
         }
@@ -290,7 +290,7 @@ impl CheckedCloud {
                 Kind::TouchedForeign,
                 format!(
                     "{op} of {} -> {:?}, which is outside the cluster CIDRs, unparsable or foreign",
-                    route.destination, route.target_node
+                    route.destination, route.node
                 ),
             );
         }
@@ -307,11 +307,8 @@ impl CheckedCloud {
         w.note(format!(
             "{op} {} -> {:?} ({}): {}",
             route.destination,
-            route.target_node,
-            route
-                .target_provider_id
-                .as_deref()
-                .unwrap_or("no providerID"),
+            route.node,
+            route.node_provider_id.as_deref().unwrap_or("no providerID"),
             match result {
                 Ok(()) => "ok".to_string(),
                 Err(e) => e.kind.to_string(),
@@ -326,14 +323,14 @@ impl CheckedCloud {
                 Kind::MutationWithoutLeadership,
                 format!(
                     "{op} {} -> {:?} landed after the Lease had expired",
-                    route.destination, route.target_node
+                    route.destination, route.node
                 ),
             );
         }
         *w.mutations.entry(route.destination.clone()).or_default() += 1;
         if op == "create"
             && w.forwarding == Some(ForwardingStyle::Repairable)
-            && let Some(pid) = route.target_provider_id.as_deref()
+            && let Some(pid) = route.node_provider_id.as_deref()
         {
             // As the AWS provider prepares an instance with its route.
             w.forwarding_off.remove(pid);
@@ -369,7 +366,7 @@ impl CloudRoutes for CheckedCloud {
         let r = r.map(|mut routes| {
             for route in &mut routes {
                 if route
-                    .target_provider_id
+                    .node_provider_id
                     .as_deref()
                     .is_some_and(|p| w.stopped.contains(p))
                 {
@@ -399,20 +396,20 @@ impl CloudRoutes for CheckedCloud {
             let claimed = route.destination.cidr().is_some_and(|c| {
                 claims(&w.snapshot, &w.cluster)
                     .iter()
-                    .any(|x| x.cidr == c && !x.conflicted && x.node == route.target_node.as_str())
+                    .any(|x| x.cidr == c && !x.conflicted && x.node == route.node.as_str())
             });
             if !claimed {
                 w.violation(
                     Kind::UnneededCreate,
                     format!(
                         "created {} -> {:?}, which no Node of the pass's snapshot claims alone",
-                        route.destination, route.target_node
+                        route.destination, route.node
                     ),
                 );
             }
             if w.refuses_stopped
                 && route
-                    .target_provider_id
+                    .node_provider_id
                     .as_deref()
                     .is_some_and(|p| w.stopped.contains(p))
             {
@@ -421,14 +418,14 @@ impl CloudRoutes for CheckedCloud {
                 let now = w.now();
                 let key = (name_hint.to_string(), route.destination.clone());
                 if let Some(prev) = w.refused_at.insert(key, now) {
-                    let floor = route_controller::hold::BLACKHOLE_REPAIR_FLOOR;
+                    let floor = route_controller::gate::BLACKHOLE_REPAIR_FLOOR;
                     if now - prev < floor {
                         w.violation(
                             Kind::TooManyCalls,
                             format!(
                                 "create {} -> {:?} sent again {:?} after the cloud refused it for the instance's state; such refusals back off from {floor:?}",
                                 route.destination,
-                                route.target_node,
+                                route.node,
                                 now - prev
                             ),
                         );
@@ -436,27 +433,27 @@ impl CloudRoutes for CheckedCloud {
                 }
                 w.note(format!(
                     "create {} -> {:?}: refused, the instance is stopped",
-                    route.destination, route.target_node
+                    route.destination, route.node
                 ));
                 return Err(CloudError::new(
                     ErrorKind::TargetUnavailable,
                     format!(
                         "IncorrectInstanceState: the instance of node {} is stopped",
-                        route.target_node
+                        route.node
                     ),
                 ));
             }
-            if route.target_provider_id.is_none() {
+            if route.node_provider_id.is_none() {
                 let e = CloudError::new(
                     ErrorKind::InvalidRequest,
                     format!(
                         "node {} has no spec.providerID: no instance to route {} to",
-                        route.target_node, route.destination
+                        route.node, route.destination
                     ),
                 );
                 w.note(format!(
                     "create {} -> {:?}: refused, no providerID",
-                    route.destination, route.target_node
+                    route.destination, route.node
                 ));
                 return Err(e);
             }
@@ -482,8 +479,8 @@ impl CloudRoutes for CheckedCloud {
                     format!(
                         "deleted {} -> {:?} ({}), the route that Node needs (in the pass's snapshot and now)",
                         route.destination,
-                        route.target_node,
-                        route.target_provider_id.as_deref().unwrap_or("no providerID")
+                        route.node,
+                        route.node_provider_id.as_deref().unwrap_or("no providerID")
                     ),
                 );
             }

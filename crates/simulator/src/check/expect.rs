@@ -98,15 +98,15 @@ pub fn wants<N: Borrow<NodeView>>(nodes: &[N], cluster: &[Cidr]) -> BTreeMap<Cid
 /// a blackhole, and with its addresses when the cloud reports addresses.
 pub fn points_at(route: &Route, want: &Want, reports_addresses: bool) -> bool {
     if route.blackhole
-        || route.target_node != want.node.as_str()
-        || route.target_provider_id.as_deref() != want.provider_id.as_deref()
+        || route.node != want.node.as_str()
+        || route.node_provider_id.as_deref() != want.provider_id.as_deref()
     {
         return false;
     }
     if !reports_addresses {
         return true;
     }
-    let mut a = route.target_node_addresses.clone();
+    let mut a = route.node_addresses.clone();
     a.sort();
     a == want.addresses
 }

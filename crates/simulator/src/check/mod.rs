@@ -445,7 +445,7 @@ impl Driver<'_> {
                 .cloud
                 .routes(CLUSTER)
                 .iter()
-                .any(|r| r.target_node == node && r.target_provider_id.as_deref() == Some(pid))
+                .any(|r| r.node == node && r.node_provider_id.as_deref() == Some(pid))
     }
 
     fn create(&mut self, at: Duration, spec: &NodeSpec) {
@@ -752,7 +752,7 @@ impl Driver<'_> {
             Extra::Stray { cidr, target } => {
                 let name = self.extra_name("stray");
                 let mut r = Route::from_text(target, &cidr).named(name);
-                r.cloud_target = "eni-gone".into();
+                r.next_hop = "eni-gone".into();
                 self.insert(r);
             }
             Extra::Hijack { node, target } => {
@@ -767,7 +767,7 @@ impl Driver<'_> {
                 let name = self.extra_name("hijack");
                 let reports = self.reports();
                 let mut r = Route::new(target.clone(), Destination::Cidr(c)).named(name);
-                r.cloud_target = "eni-elsewhere".into();
+                r.next_hop = "eni-elsewhere".into();
                 // A route names the Node whose instance it points at. A
                 // Node still waiting for its providerID runs on an instance
                 // all the same, and a cloud that reports instances names it
@@ -779,7 +779,7 @@ impl Driver<'_> {
                         .eventual
                         .get(&t.uid)
                         .map(|(p, _)| p.clone());
-                    r.target_provider_id = t.provider_id.clone().or(eventual).map(Into::into);
+                    r.node_provider_id = t.provider_id.clone().or(eventual).map(Into::into);
                 }
                 self.insert(r);
             }
@@ -796,8 +796,8 @@ impl Driver<'_> {
                     let mut r = Route::new(node.clone(), Destination::Cidr(c))
                         .named(format!("{CLUSTER}-{}-previous-{c}", v.uid))
                         .with_addresses(v.addresses.clone(), reports);
-                    r.cloud_target = pid.clone().into();
-                    r.target_provider_id = Some(pid.clone().into());
+                    r.next_hop = pid.clone().into();
+                    r.node_provider_id = Some(pid.clone().into());
                     // Only a route that replaces another one costs anything.
                     let replaces = self
                         .cloud
@@ -816,7 +816,7 @@ impl Driver<'_> {
             } => {
                 let name = self.extra_name("foreign");
                 let mut r = Route::from_text(target, &destination).named(name);
-                r.cloud_target = "igw-1".into();
+                r.next_hop = "igw-1".into();
                 let mut w = lock(&self.world);
                 w.foreign.retain(|f| f.destination != r.destination);
                 w.foreign.push(r.clone());
@@ -834,7 +834,7 @@ impl Driver<'_> {
             .foreign
             .iter()
             .filter(|f| !table.contains(f))
-            .map(|f| format!("{} -> {:?}", f.destination, f.target_node))
+            .map(|f| format!("{} -> {:?}", f.destination, f.node))
             .collect();
         for m in missing {
             w.violation(
@@ -867,10 +867,10 @@ impl Driver<'_> {
                     Kind::NotConverged,
                     format!(
                         "the route for {c} points at {:?} ({}, blackhole {}, addresses {:?}); {} ({}) needs it",
-                        r.target_node,
-                        r.target_provider_id.as_deref().unwrap_or("no providerID"),
+                        r.node,
+                        r.node_provider_id.as_deref().unwrap_or("no providerID"),
                         r.blackhole,
-                        r.target_node_addresses.iter().map(|a| a.address.as_str()).collect::<Vec<_>>(),
+                        r.node_addresses.iter().map(|a| a.address.as_str()).collect::<Vec<_>>(),
                         x.node,
                         x.provider_id.as_deref().unwrap_or("no providerID"),
                     ),
@@ -892,14 +892,11 @@ impl Driver<'_> {
             let kept = !r.blackhole
                 && claimed
                     .iter()
-                    .any(|x| x.conflicted && x.cidr == c && x.node == r.target_node.as_str());
+                    .any(|x| x.conflicted && x.cidr == c && x.node == r.node.as_str());
             if !kept {
                 w.violation(
                     Kind::NotConverged,
-                    format!(
-                        "stale route {c} -> {:?} is still in the table",
-                        r.target_node
-                    ),
+                    format!("stale route {c} -> {:?} is still in the table", r.node),
                 );
             }
         }
@@ -991,7 +988,7 @@ fn expected_condition(
                 table.iter().any(|r| {
                     !r.blackhole
                         && r.destination == Destination::Cidr(*c)
-                        && r.target_node == n.name.as_str()
+                        && r.node == n.name.as_str()
                 })
             } else {
                 n.provider_id.is_some()
