@@ -3,7 +3,8 @@
 //! Owns [`MemoryConfig`] (read from `--cloud-config` by the binary, built in
 //! code by tests and the simulator), its parts and its validation, and the
 //! [`Operation`] names every other module keys latency, faults and the call
-//! log by. Nothing here runs: `state` and `provider` read these values.
+//! log by. Nothing here runs, and nothing here uses another module of this
+//! crate: every other module reads these values.
 
 use std::fmt;
 use std::time::Duration;

@@ -15,13 +15,24 @@
 //! one table) and read [`MemoryCloud::log`], the
 //! [`route_cloud::RequestStats`] and the table directly.
 //!
-//! The modules follow the simulated server's seams:
+//! The modules follow the simulated server's seams and form layers; a module
+//! uses only the ones listed before it, so none refers back to a layer above:
 //!
-//! - `config`: [`MemoryConfig`], what the cloud is told to be, and [`Operation`];
-//! - `state`: the tables and the server-side budget behind the one lock;
-//! - `faults`: injected failures, storms and changes behind the controller's back;
-//! - `log`: the call log ([`CallRecord`]);
-//! - `provider`: [`MemoryCloud`] and its [`route_cloud::CloudRoutes`] impl.
+//! - `config`: [`MemoryConfig`], what the cloud is told to be, and
+//!   [`Operation`]; uses no other module;
+//! - `log`: the call log ([`CallRecord`]); uses `config`;
+//! - `faults`: pending and random failures and the throttling storm; uses
+//!   `config`;
+//! - `state`: the tables, the server-side budget, the log and the faults
+//!   behind the one lock, and the changes behind the controller's back; uses
+//!   `config`, `log` and `faults`;
+//! - `provider`: [`MemoryCloud`], every control it offers (all its `impl`
+//!   blocks live here) and its [`route_cloud::CloudRoutes`] impl; uses all
+//!   of the above.
+//!
+//! A control a test needs goes on [`MemoryCloud`] in `provider`, with the
+//! work it does in the lowest layer that owns the data; `log` and `faults`
+//! stay independent of each other and of the tables.
 //!
 //! Unlike the fake cloud of the upstream route controller, an injected error
 //! is never sticky: it fails the calls it was meant for and nothing after them.

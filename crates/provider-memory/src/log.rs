@@ -3,7 +3,12 @@
 //! Owns [`CallRecord`] and the log itself (`CallLog`, kept under the cloud's
 //! lock by `state`). `provider` appends one entry per call as the server
 //! acts on it; tests read it through [`MemoryCloud::log`] to check the order
-//! and the callers of calls (e.g. that a fenced replica sent nothing).
+//! and the callers of calls (e.g. that a fenced replica sent nothing). Below
+//! `state` and `provider`: the links to [`MemoryCloud`] here are
+//! documentation, not a dependency.
+//!
+//! [`MemoryCloud`]: crate::MemoryCloud
+//! [`MemoryCloud::log`]: crate::MemoryCloud::log
 
 use std::sync::Arc;
 
@@ -12,17 +17,18 @@ use route_core::{Destination, Route};
 use tokio::time::Instant;
 
 use crate::config::Operation;
-use crate::provider::MemoryCloud;
 
 /// One entry of the call log. Batches log one [`Operation::Batch`] entry and
 /// then one entry per change inside them (with `batch` set).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CallRecord {
-    /// Position in the log, from 0 (restarts after [`MemoryCloud::clear_log`]).
+    /// Position in the log, from 0 (restarts after
+    /// [`MemoryCloud::clear_log`](crate::MemoryCloud::clear_log)).
     pub seq: u64,
     /// When the simulated server acted on the call (after its latency).
     pub at: Instant,
-    /// The tag of the handle that made the call (see [`MemoryCloud::with_caller`]).
+    /// The tag of the handle that made the call (see
+    /// [`MemoryCloud::with_caller`](crate::MemoryCloud::with_caller)).
     pub caller: Arc<str>,
     /// The cluster name passed.
     pub cluster: String,
@@ -82,6 +88,16 @@ impl CallLog {
         seq
     }
 
+    /// The entries so far.
+    pub(crate) fn records(&self) -> &[CallRecord] {
+        &self.records
+    }
+
+    /// Forgets every entry; the next one gets `seq` 0 again.
+    pub(crate) fn clear(&mut self) {
+        self.records.clear();
+    }
+
     /// Sets the outcome of the entry `seq`: a batch's own entry is written
     /// before its changes run, so its result is only known afterwards.
     pub(crate) fn set_result(&mut self, seq: u64, result: Result<(), ErrorKind>) {
@@ -91,17 +107,5 @@ impl CallLog {
         {
             entry.result = result;
         }
-    }
-}
-
-impl MemoryCloud {
-    /// A copy of the call log.
-    pub fn log(&self) -> Vec<CallRecord> {
-        self.lock().log.records.clone()
-    }
-
-    /// Empties the call log (counters are kept).
-    pub fn clear_log(&self) {
-        self.lock().log.records.clear();
     }
 }

@@ -2,11 +2,15 @@
 //!
 //! Owns [`MemoryCloud`], the handle the controller, tests and the simulator
 //! hold (clones share one table, one budget, one call log and one set of
-//! counters; each carries its own caller tag), the runtime knobs that are
-//! not faults (latency, rate limit, quota, list lag) and `call`, the one
-//! path every API call takes: latency, then the storm, the server-side
-//! budget, the concurrency limit and injected faults, then the server's
-//! answer, counted in [`RequestStats`] and logged.
+//! counters; each carries its own caller tag), every control it offers (the
+//! runtime knobs, the injected faults, the changes behind the controller's
+//! back and the call log; none of them is counted or logged, they are not
+//! API calls) and `call`, the one path every API call takes: latency, then
+//! the storm, the server-side budget, the concurrency limit and injected
+//! faults, then the server's answer, counted in [`RequestStats`] and logged.
+//!
+//! The top layer: the controls are thin, the work behind them is done by
+//! `state`, `faults` and `log`, which never refer back to this module.
 //!
 //! Every wait goes through `tokio::time`, so a paused test clock makes latency
 //! and rate-limit refills virtual and the tests deterministic.
@@ -20,11 +24,12 @@ use async_trait::async_trait;
 use route_cloud::{
     Batch, BatchResult, Capabilities, CloudError, CloudRoutes, ErrorKind, RequestStats,
 };
-use route_core::Route;
+use route_core::{Destination, Route};
 use tokio::time::Instant;
 
-use crate::config::{MemoryConfig, MemoryConfigError, Operation, RateLimitConfig};
-use crate::state::State;
+use crate::config::{ErrorRate, MemoryConfig, MemoryConfigError, Operation, RateLimitConfig};
+use crate::log::CallRecord;
+use crate::state::{State, table_key};
 
 /// What every handle of one simulated cloud shares.
 struct Shared {
@@ -152,6 +157,37 @@ impl MemoryCloud {
         self.lock().config.list_lag = lists;
     }
 
+    // ---- injected faults (never counted, never logged) ----
+
+    /// Fails the next `n` calls of `op` with `kind` (after which calls behave
+    /// normally again). A `Timeout` on a create, delete or batch still takes
+    /// effect, like a real answer lost on the way back. Replaces any earlier
+    /// pending failures of `op`; `n = 0` clears them.
+    pub fn fail_next(&self, op: Operation, n: u32, kind: ErrorKind) {
+        self.lock().faults.fail_next(op, n, kind);
+    }
+
+    /// Starts (`Some`, with the retry-after to answer) or ends (`None`) a
+    /// throttling storm: while it lasts every call is answered `Throttled`,
+    /// whatever the budget — a cloud whose API is overloaded by others.
+    pub fn set_storm(&self, storm: Option<Option<Duration>>) {
+        self.lock().faults.set_storm(storm);
+    }
+
+    /// Sets or clears the random failure rate of `op`. Probabilities outside
+    /// `[0, 1]` are clamped (NaN counts as 0).
+    pub fn set_error_rate(&self, op: Operation, rate: Option<ErrorRate>) {
+        let rate = rate.map(|mut r| {
+            r.probability = if r.probability.is_nan() {
+                0.0
+            } else {
+                r.probability.clamp(0.0, 1.0)
+            };
+            r
+        });
+        self.lock().config.error_rates.set(op, rate);
+    }
+
     /// The tables of `cluster` as stored, every route target's (including
     /// routes a lagging list hides).
     pub fn routes(&self, cluster: &str) -> Vec<Route> {
@@ -167,13 +203,45 @@ impl MemoryCloud {
     pub fn routes_in(&self, cluster: &str, target: &str) -> Vec<Route> {
         let s = self.lock();
         s.tables
-            .get(&crate::state::table_key(cluster, target))
+            .get(&table_key(cluster, target))
             .map(|t| t.values().map(|s| s.route.clone()).collect())
             .unwrap_or_default()
     }
 
+    // ---- changes behind the controller's back (never counted, never logged) ----
+
     /// Puts `route` in the table behind the controller's back, replacing any
     /// route for the same destination; returns the replaced one. An empty name
+    /// becomes `<cluster>-external-<n>`.
+    /// The route goes into the table its `table` names.
+    pub fn insert_route(&self, cluster: &str, route: Route) -> Option<Route> {
+        self.lock().insert(cluster, route)
+    }
+
+    /// Removes the route for `destination` behind the controller's back,
+    /// from every route table of the cluster; returns one removed.
+    pub fn remove_route(&self, cluster: &str, destination: &Destination) -> Option<Route> {
+        self.lock().remove(cluster, destination)
+    }
+
+    /// Marks the route for `destination` as a blackhole (its target died) in
+    /// every route table of the cluster; returns whether such a route exists.
+    pub fn blackhole_route(&self, cluster: &str, destination: &Destination) -> bool {
+        self.lock().blackhole(cluster, destination)
+    }
+
+    // ---- what the simulated server saw ----
+
+    /// A copy of the call log.
+    pub fn log(&self) -> Vec<CallRecord> {
+        self.lock().log.records().to_vec()
+    }
+
+    /// Empties the call log (counters are kept).
+    pub fn clear_log(&self) {
+        self.lock().log.clear();
+    }
+
     /// The most create/delete/batch calls that were in flight at once.
     pub fn peak_concurrency(&self) -> usize {
         self.shared.peak_in_flight.load(Ordering::SeqCst)

@@ -1,10 +1,12 @@
 //! The simulated server's tables and its budget.
 //!
-//! Owns [`State`], everything the one lock of a [`crate::MemoryCloud`] guards:
+//! Owns [`State`], everything the one lock of a `MemoryCloud` guards:
 //! the route table of each cluster, the server-side token bucket, the call
 //! log and the fault injector. Its `create`/`delete`/`list` are the server's
 //! answers to a call that got past the budget and the injected faults;
-//! `provider` decides when they run, counts and logs them.
+//! `provider` decides when they run, counts and logs them. The changes
+//! behind the controller's back (`insert`, `remove`, `blackhole`) are here
+//! too, since they edit the same tables; `provider` exposes them as controls.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -13,7 +15,7 @@ use route_cloud::{CloudError, ErrorKind};
 use route_core::{Destination, IpFamily, Route, TargetNeeds};
 use tokio::time::Instant;
 
-use crate::config::MemoryConfig;
+use crate::config::{MemoryConfig, Operation};
 use crate::faults::Faults;
 use crate::log::CallLog;
 
@@ -73,7 +75,7 @@ impl State {
     }
 
     /// The injected failure for this call of `op`, if any.
-    pub(crate) fn injected(&mut self, op: crate::Operation) -> Option<ErrorKind> {
+    pub(crate) fn injected(&mut self, op: Operation) -> Option<ErrorKind> {
         self.faults.injected(op, &self.config.error_rates)
     }
 
@@ -239,6 +241,61 @@ impl State {
         }
         table.remove(&route.destination);
         Ok(())
+    }
+
+    /// Puts `route` in the table its `table` names, replacing any route
+    /// for the same destination; returns the replaced one. An empty name
+    /// becomes `<cluster>-external-<n>`.
+    pub(crate) fn insert(&mut self, cluster: &str, mut route: Route) -> Option<Route> {
+        let table = self
+            .tables
+            .entry(table_key(cluster, &route.table))
+            .or_default();
+        if route.name.is_empty() {
+            route.name = format!("{cluster}-external-{}", table.len()).into();
+        }
+        table
+            .insert(
+                route.destination.clone(),
+                Stored {
+                    route,
+                    hidden_lists: 0,
+                },
+            )
+            .map(|s| s.route)
+    }
+
+    /// Removes the route for `destination` from every route table of the
+    /// cluster; returns one removed.
+    pub(crate) fn remove(&mut self, cluster: &str, destination: &Destination) -> Option<Route> {
+        let mut removed = None;
+        for key in self.table_keys(cluster) {
+            if let Some(gone) = self
+                .tables
+                .get_mut(&key)
+                .and_then(|t| t.remove(destination))
+            {
+                removed.get_or_insert(gone.route);
+            }
+        }
+        removed
+    }
+
+    /// Marks the route for `destination` as a blackhole in every route table
+    /// of the cluster; returns whether such a route exists.
+    pub(crate) fn blackhole(&mut self, cluster: &str, destination: &Destination) -> bool {
+        let mut found = false;
+        for key in self.table_keys(cluster) {
+            if let Some(stored) = self
+                .tables
+                .get_mut(&key)
+                .and_then(|t| t.get_mut(destination))
+            {
+                stored.route.blackhole = true;
+                found = true;
+            }
+        }
+        found
     }
 }
 
