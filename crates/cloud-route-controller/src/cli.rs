@@ -188,6 +188,10 @@ pub struct PlanArgs {
     #[command(flatten)]
     pub cluster: ClusterArgs,
 
+    /// As `run`'s: the plan says which deletions `run` would hold for it in its first pass (Go duration).
+    #[arg(long, default_value = "2s", value_parser = duration::parse)]
+    pub route_deletion_grace: Duration,
+
     /// Output format.
     #[arg(long, short = 'o', value_enum, default_value_t = Output::Table)]
     pub output: Output,

@@ -1,8 +1,11 @@
 //! `plan`: what the controller would change right now, without changing it.
 //!
 //! Reads every Node and lists the cloud's routes once, runs the same planner
-//! the controller runs, and prints the result. Only read calls are made, so
-//! an operator can run it before switching from the built-in route controller.
+//! and gate the controller runs, and prints the result: each operation with
+//! the verdict a freshly started controller's first pass would give it (run,
+//! held for the deletion grace, no room under the route limit, blocked).
+//! Only read calls are made, so an operator can run it before switching from
+//! the built-in route controller.
 
 use std::fmt::Write as _;
 use std::process::ExitCode;
@@ -27,6 +30,9 @@ struct Report<'a> {
     /// a provider with a single table.
     targets: Vec<String>,
     plan: &'a Plan,
+    /// What a freshly started controller's first pass would do with each
+    /// operation, in plan order (deletions, then creations).
+    first_pass: Vec<FirstPass>,
     conditions: Vec<ConditionChange<'a>>,
     /// Nodes whose forwarding prerequisite is off: the cloud drops the pod
     /// traffic they forward even with every route in place.
@@ -41,6 +47,13 @@ struct ForwardingGap {
     /// The controller turns it back on itself (AWS); otherwise the Node's
     /// condition will say `ForwardingDisabled` until the operator fixes it.
     repaired_by_controller: bool,
+}
+
+#[derive(Serialize)]
+struct FirstPass {
+    operation: String,
+    runs: bool,
+    verdict: String,
 }
 
 #[derive(Serialize)]
@@ -88,6 +101,7 @@ pub async fn plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
             tables: cloud.targets(),
         },
     );
+    let first_pass = first_pass(&plan, &routes, &*cloud, args.route_deletion_grace);
     let conditions: Vec<ConditionChange<'_>> = plan
         .conditions_if_all_succeed()
         .map(|(n, c)| ConditionChange {
@@ -106,6 +120,7 @@ pub async fn plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
         routes: routes.len(),
         targets: cloud.targets().iter().map(|t| t.to_string()).collect(),
         plan: &plan,
+        first_pass,
         conditions,
         forwarding,
     };
@@ -115,6 +130,39 @@ pub async fn plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
     };
     print!("{out}");
     Ok(ExitCode::SUCCESS)
+}
+
+/// The gate's verdicts for a controller that starts now, with no failures
+/// behind it and no hold begun: the deletion grace, the route limit and
+/// the order between deletions and creations.
+fn first_pass(
+    plan: &Plan,
+    routes: &[route_core::Route],
+    cloud: &dyn route_cloud::CloudRoutes,
+    grace: std::time::Duration,
+) -> Vec<FirstPass> {
+    use route_controller::gate::{Holds, Room, gate};
+    use route_controller::{BackoffConfig, retry::RetryBook};
+    let backoff = BackoffConfig::default();
+    let mut holds = Holds::new(grace, backoff.max);
+    let room = Room::new(cloud.capabilities().max_routes, routes);
+    let now = tokio::time::Instant::now();
+    let gated = gate(plan, &mut holds, &RetryBook::new(backoff), &room, now, true);
+    plan.deletions
+        .iter()
+        .map(|d| d.key())
+        .chain(plan.creations.iter().map(|c| c.key()))
+        .map(|key| {
+            let (runs, verdict) = gated
+                .verdict(&key)
+                .map_or((false, "not gated".into()), |v| (v.runs(), v.describe(now)));
+            FirstPass {
+                operation: key.to_string(),
+                runs,
+                verdict,
+            }
+        })
+        .collect()
 }
 
 /// Reads every routable Node's forwarding prerequisite afresh, without
@@ -199,13 +247,13 @@ fn table(r: &Report<'_>) -> String {
         let _ = writeln!(s, "ROUTES TO DELETE ({})", p.deletions.len());
         let _ = writeln!(
             s,
-            "  {:<40} {:<24} {:<30} REASON",
-            "NAME", "DESTINATION", "TARGET NODE"
+            "  {:<40} {:<24} {:<30} {:<18} FIRST PASS",
+            "NAME", "DESTINATION", "TARGET NODE", "REASON"
         );
-        for d in &p.deletions {
+        for (d, first) in p.deletions.iter().zip(&r.first_pass) {
             let _ = writeln!(
                 s,
-                "  {:<40} {:<24} {:<30} {:?}",
+                "  {:<40} {:<24} {:<30} {:<18} {}",
                 d.route.name,
                 d.route.destination.to_string(),
                 if d.route.node.is_empty() {
@@ -213,7 +261,8 @@ fn table(r: &Report<'_>) -> String {
                 } else {
                     &d.route.node
                 },
-                d.reason
+                format!("{:?}", d.reason),
+                first.verdict
             );
         }
         s.push('\n');
@@ -222,10 +271,11 @@ fn table(r: &Report<'_>) -> String {
         let _ = writeln!(s, "ROUTES TO CREATE ({})", p.creations.len());
         let _ = writeln!(
             s,
-            "  {:<24} {:<30} {:<20} REASON",
-            "DESTINATION", "TARGET NODE", "AFTER DELETION"
+            "  {:<24} {:<30} {:<20} {:<18} FIRST PASS",
+            "DESTINATION", "TARGET NODE", "AFTER DELETION", "REASON"
         );
-        for c in &p.creations {
+        let firsts = r.first_pass.iter().skip(p.deletions.len());
+        for (c, first) in p.creations.iter().zip(firsts) {
             let after = if c.after.is_empty() {
                 "-".to_string()
             } else {
@@ -238,11 +288,12 @@ fn table(r: &Report<'_>) -> String {
             };
             let _ = writeln!(
                 s,
-                "  {:<24} {:<30} {:<20} {:?}",
+                "  {:<24} {:<30} {:<20} {:<18} {}",
                 c.route.destination.to_string(),
                 c.route.node,
                 after,
-                c.reason
+                format!("{:?}", c.reason),
+                first.verdict
             );
         }
         s.push('\n');

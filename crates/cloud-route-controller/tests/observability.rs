@@ -360,6 +360,46 @@ async fn metrics_and_logs_after_a_scripted_scenario() {
     }
     assert_eq!(logged, called, "logged mutations vs. the cloud's call log");
     assert!(called.values().sum::<usize>() >= 7, "{called:?}");
+
+    // Every line a pass logs carries the pass's span: one id per pass, the
+    // same trigger, kind and mode on each of its lines.
+    let pass_of = |v: &Value| -> Option<Value> {
+        v.get("spans")?
+            .as_array()?
+            .iter()
+            .find(|s| s["name"] == "pass")
+            .cloned()
+    };
+    let mut passes: BTreeMap<u64, Value> = BTreeMap::new();
+    for v in &lines {
+        let Some(span) = pass_of(v) else { continue };
+        let id = span["id"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("a pass span without an id: {v}"));
+        for field in ["trigger", "kind", "mode"] {
+            assert!(span[field].is_string(), "pass span lacks {field}: {v}");
+        }
+        let first = passes.entry(id).or_insert_with(|| span.clone());
+        assert_eq!(*first, span, "two lines of pass {id} disagree on its span");
+    }
+    for v in lines.iter().filter(|v| v.get("operation").is_some()) {
+        assert!(
+            pass_of(v).is_some(),
+            "a route change logged outside a pass: {v}"
+        );
+    }
+    assert!(
+        passes.len() >= 2,
+        "several passes, each its own id: {passes:?}"
+    );
+    assert_eq!(
+        passes
+            .values()
+            .filter(|s| s["mode"] != "incremental")
+            .count(),
+        0,
+        "{passes:?}"
+    );
 }
 
 /// Forwards every connection on `listener` to `upstream`.

@@ -182,6 +182,48 @@ async fn plan_prints_exactly_the_stale_and_missing_routes_and_changes_nothing() 
     assert!(create_line.contains("missing"), "{table}");
     let delete_line = table.lines().find(|l| l.contains("r-gone")).unwrap();
     assert!(delete_line.contains("gone"), "{table}");
+    // Each operation says what a freshly started controller's first pass
+    // does with it: the gone Node's route waits the deletion grace.
+    assert!(
+        delete_line.contains("held for the deletion grace"),
+        "{table}"
+    );
+    assert!(create_line.contains("runs in this pass"), "{table}");
+    let verdicts = |r: &Value| {
+        r["first_pass"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| {
+                (
+                    f["runs"].as_bool().unwrap(),
+                    f["operation"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        verdicts(&report),
+        [
+            (false, "delete 10.244.9.0/24 (r-gone) to gone".to_string()),
+            (
+                true,
+                format!("create 10.244.2.0/24 for Node uid {missing_uid}")
+            ),
+        ],
+        "{json_out}"
+    );
+    let no_grace = plan(
+        c.kubeconfig_path(),
+        &config,
+        &["--route-deletion-grace", "0s", "-o", "json"],
+    )
+    .await;
+    let no_grace: Value = serde_json::from_str(&no_grace).unwrap();
+    assert!(
+        verdicts(&no_grace).iter().all(|(runs, _)| *runs),
+        "without a grace everything runs: {no_grace}"
+    );
     for absent in ["r-good", "10.244.1.0/24", "r-x", "CONFLICT"] {
         assert!(
             !table.contains(absent),

@@ -22,7 +22,9 @@
 //! Room has one rule: a table holds what was listed in it, less the
 //! deletions that run in this pass, plus the creations that run (a
 //! replacement in place takes none). The deletion grace is waived in a table
-//! whose creations would not fit otherwise: waiting would keep a Node dark.
+//! whose creations (those that run, and those waiting for their backoff,
+//! such as one refused for a full table) would not fit otherwise: waiting
+//! would keep a Node dark.
 //!
 //! State: [`Holds`] is owned by the reconcile loop, like the
 //! [`RetryBook`]: when each gone Node's route was first planned for
@@ -38,11 +40,7 @@ use tokio::time::Instant;
 
 use crate::retry::RetryBook;
 
-/// The least wait before repairing a blackhole that came back. A route that
-/// is a blackhole again right after its repair names an instance that is
-/// stopped, and instances stay stopped for minutes; when it runs again, its
-/// route is active again without any call.
-pub const BLACKHOLE_REPAIR_FLOOR: Duration = Duration::from_secs(60);
+pub use crate::retry::BLACKHOLE_REPAIR_FLOOR;
 
 /// Whether an operation runs in this pass, and if not, why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -532,8 +530,8 @@ fn table_of(key: &OpKey) -> &Text {
     }
 }
 
-/// The tables whose creations that run would not fit if the deletions in
-/// `graced` waited for the grace.
+/// The tables whose creations that run or wait for their backoff would not
+/// fit if the deletions in `graced` waited for the grace.
 fn short_of_room<'p>(
     plan: &'p Plan,
     g: &Gated,
@@ -556,7 +554,13 @@ fn short_of_room<'p>(
     }
     let mut short = HashSet::new();
     for c in plan.creations.iter().filter(|c| c.replaces.is_none()) {
-        if !g.runs(&c.key()) {
+        // A creation in its backoff counts: one refused for a full table
+        // waits for exactly the room these deletions would free, and is
+        // released the moment one lands.
+        if !matches!(
+            g.verdict(&c.key()),
+            Some(Verdict::Run | Verdict::Deferred { .. })
+        ) {
             continue;
         }
         let n = used.entry(&c.route.table).or_default();
@@ -668,6 +672,14 @@ mod tests {
         let g = gate(&p, &mut holds(), &book(), &room, Instant::now(), true);
         assert!(p.deletions.iter().all(|d| g.runs(&d.key())), "{g:?}");
         assert!(g.runs(&p.creations[0].key()));
+        // A creation refused for the full table and waiting for its backoff
+        // wants that room too (regression: the grace then kept the gone
+        // Nodes' routes, and the waiting Node dark, for the grace).
+        let mut b = book();
+        let quota = CloudError::new(ErrorKind::QuotaExceeded, "full");
+        b.failed(p.creations[0].key(), &quota, Instant::now(), 0.0);
+        let g = gate(&p, &mut holds(), &b, &room, Instant::now(), true);
+        assert!(p.deletions.iter().all(|d| g.runs(&d.key())), "{g:?}");
         // With room to spare, the same deletions wait.
         let room = Room::new(Some(3), &table);
         let g = gate(&p, &mut holds(), &book(), &room, Instant::now(), true);

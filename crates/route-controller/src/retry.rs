@@ -18,6 +18,14 @@ use tokio::time::Instant;
 /// Operations are known by their plan key, across passes.
 pub use route_core::OpKey;
 
+/// The least wait before repairing a blackhole that came back, and before
+/// retrying a creation refused for its instance's state. A route that is a
+/// blackhole again right after its repair names an instance that is
+/// stopped, and instances stay stopped for minutes; when it runs again, its
+/// route is active again without any call. The gate holds recurring
+/// repairs by it ([`crate::gate`]).
+pub const BLACKHOLE_REPAIR_FLOOR: Duration = Duration::from_secs(60);
+
 /// The least wait before retrying a creation refused for quota.
 pub const QUOTA_RETRY_FLOOR: Duration = Duration::from_secs(60);
 
@@ -131,9 +139,9 @@ impl RetryBook {
             // The instance is stopped or gone: like a blackhole repair that
             // came back, each retry waits twice as long as the one before,
             // from the repair floor up to the maximum, in every mode.
-            let repair = crate::gate::BLACKHOLE_REPAIR_FLOOR
+            let repair = BLACKHOLE_REPAIR_FLOOR
                 .saturating_mul(1u32 << e.failures.saturating_sub(1).min(16))
-                .min(self.cfg.max.max(crate::gate::BLACKHOLE_REPAIR_FLOOR));
+                .min(self.cfg.max.max(BLACKHOLE_REPAIR_FLOOR));
             wait = wait.max(repair);
         }
         if err.kind == route_cloud::ErrorKind::QuotaExceeded {
