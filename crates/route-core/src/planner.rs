@@ -158,11 +158,28 @@ impl Fit {
     }
 }
 
-/// The one listed route kept for a (node, CIDR) pair: its index in the
+/// A route's position in the table's route list. Stored as position + 1 so
+/// that an absent one (`Option<RouteIx>`) costs no extra bytes: slots are
+/// the planner's largest per-Node structure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct RouteIx(std::num::NonZeroU32);
+
+impl RouteIx {
+    fn new(i: usize) -> Self {
+        // A route list longer than u32::MAX - 1 entries cannot be listed.
+        Self(std::num::NonZeroU32::MIN.saturating_add(i as u32))
+    }
+
+    fn get(self) -> usize {
+        (self.0.get() - 1) as usize
+    }
+}
+
+/// The one listed route kept for a (node, CIDR) pair: where it is in the
 /// table's route list, and how it fits.
 #[derive(Debug, Clone, Copy)]
 struct Kept {
-    route: u32,
+    route: RouteIx,
     fit: Fit,
 }
 
@@ -178,9 +195,9 @@ struct Slot {
     missing: Option<MissingNodeData>,
     /// A blackhole route for this (node, CIDR) is being deleted or replaced.
     blackhole_seen: bool,
-    /// The blackhole route a creation replaces in place, by its index in
-    /// the route list (correction 4, [`PlanConfig::replace_blackholes`]).
-    replaced: Option<u32>,
+    /// The blackhole route a creation replaces in place (correction 4,
+    /// [`PlanConfig::replace_blackholes`]).
+    replaced: Option<RouteIx>,
 }
 
 impl Slot {
@@ -486,7 +503,7 @@ fn judge_routes<N: Borrow<NodeView>, R: Borrow<Route>>(
     let mut doomed: Vec<Option<DeletionReason>> = vec![None; routes.len()];
     for (ri, r) in routes.iter().enumerate() {
         let r = r.borrow();
-        let ri = ri as u32;
+        let ix = RouteIx::new(ri);
         let node = if r.node.is_empty() {
             None
         } else {
@@ -516,15 +533,15 @@ fn judge_routes<N: Borrow<NodeView>, R: Borrow<Route>>(
                 let s = &mut slots[s as usize];
                 s.blackhole_seen = true;
                 if config.replace_blackholes && s.replaced.is_none() && s.creatable() {
-                    s.replaced = Some(ri);
+                    s.replaced = Some(ix);
                     continue;
                 }
             }
-            doomed[ri as usize] = Some(DeletionReason::Blackhole);
+            doomed[ri] = Some(DeletionReason::Blackhole);
             continue;
         }
         let Some(s) = slot else {
-            doomed[ri as usize] = Some(if r.node.is_empty() {
+            doomed[ri] = Some(if r.node.is_empty() {
                 DeletionReason::NoTargetNode
             } else if node.is_none() {
                 DeletionReason::NodeGone
@@ -538,12 +555,12 @@ fn judge_routes<N: Borrow<NodeView>, R: Borrow<Route>>(
         // Correction 5: several routes for one (node, CIDR) reduce to one,
         // the first that fits, else the first listed.
         match slot.kept {
-            None => slot.kept = Some(Kept { route: ri, fit }),
+            None => slot.kept = Some(Kept { route: ix, fit }),
             Some(kept) if fit == Fit::Matches && kept.fit != Fit::Matches => {
-                doomed[kept.route as usize] = Some(DeletionReason::Duplicate);
-                slot.kept = Some(Kept { route: ri, fit });
+                doomed[kept.route.get()] = Some(DeletionReason::Duplicate);
+                slot.kept = Some(Kept { route: ix, fit });
             }
-            Some(_) => doomed[ri as usize] = Some(DeletionReason::Duplicate),
+            Some(_) => doomed[ri] = Some(DeletionReason::Duplicate),
         }
     }
     doomed
@@ -558,10 +575,10 @@ fn settle_slots(slots: &mut [Slot], doomed: &mut [Option<DeletionReason>]) {
         if s.kept.is_some()
             && let Some(replaced) = s.replaced.take()
         {
-            doomed[replaced as usize] = Some(DeletionReason::Blackhole);
+            doomed[replaced.get()] = Some(DeletionReason::Blackhole);
         }
         if let (Some(kept), Some(reason)) = (s.kept, s.replace_kept()) {
-            doomed[kept.route as usize] = Some(reason);
+            doomed[kept.route.get()] = Some(reason);
         }
     }
 }
@@ -655,7 +672,7 @@ fn create_and_report<N: Borrow<NodeView>, R: Borrow<Route>>(
                         },
                         node_uid: n.uid.clone(),
                         after: after.get(&s.cidr).cloned().unwrap_or_default(),
-                        replaces: s.replaced.map(|r| routes[r as usize].borrow().clone()),
+                        replaces: s.replaced.map(|r| routes[r.get()].borrow().clone()),
                         reason,
                     };
                     creations.push(creation.key());
@@ -729,21 +746,25 @@ struct SweepKey {
 /// (widest first on ties) an overlapping group is a run whose members start
 /// before the end of the run's first block, which covers all of them.
 fn mark_conflicts<N: Borrow<NodeView>>(nodes: &[N], slots: &mut [Slot]) -> Vec<Conflict> {
-    let mut keys: Vec<SweepKey> = slots
-        .iter()
-        .enumerate()
-        .filter(|(_, s)| s.state == SlotState::Routable)
-        .map(|(i, s)| {
-            let (family, start, end) = span(&s.cidr);
-            SweepKey {
-                family,
-                start,
-                prefix_len: s.cidr.prefix_len(),
-                end,
-                slot: i as u32,
-            }
-        })
-        .collect();
+    // Sized up front: growing a vector of a slot per Node by doubling
+    // costs reallocations and fresh pages on every plan.
+    let mut keys: Vec<SweepKey> = Vec::with_capacity(slots.len());
+    keys.extend(
+        slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.state == SlotState::Routable)
+            .map(|(i, s)| {
+                let (family, start, end) = span(&s.cidr);
+                SweepKey {
+                    family,
+                    start,
+                    prefix_len: s.cidr.prefix_len(),
+                    end,
+                    slot: i as u32,
+                }
+            }),
+    );
     keys.sort_unstable();
     let mut conflicts = Vec::new();
     let mut g = 0;
