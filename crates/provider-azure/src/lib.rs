@@ -13,7 +13,8 @@
 //! * a `412 Precondition Failed` means someone else wrote the table since:
 //!   the table is read again and the same changes are merged into what is
 //!   there now, up to `maxConflictRetries` times, so the other writer's
-//!   routes are kept (no lost update);
+//!   routes are kept (no lost update; the loop is
+//!   [`route_cloud::conditional`]'s);
 //! * the `PUT` is a long-running operation: its `Azure-AsyncOperation`
 //!   status is polled (honouring `Retry-After`) until it ends, then the table
 //!   is read once more for the new ETag and to confirm the result.

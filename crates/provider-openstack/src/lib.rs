@@ -12,7 +12,8 @@
 //!   `remove_extraroutes`): only the delta is sent, nothing can be lost to a
 //!   concurrent writer, and many routes go in one call;
 //! * the classic whole-list `PUT /v2.0/routers/{id}` with
-//!   `If-Match: revision_number=N`, retried after a fresh read on 412.
+//!   `If-Match: revision_number=N`, retried after a fresh read on 412 (the
+//!   loop is [`route_cloud::conditional`]'s, shared with the port step).
 //!
 //! **Ownership.** A router may be shared with other clusters and operators, so
 //! the provider lists only routes it can attribute to this cluster's Nodes.
