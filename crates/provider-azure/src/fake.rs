@@ -37,18 +37,18 @@
 //! provider writes whole tables only.
 
 use std::collections::{BTreeMap, HashSet};
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
-use axum::response::{IntoResponse, Response};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::Response;
 use route_core::Cidr;
 use serde_json::{Value, json};
-use tokio::task::JoinHandle;
+use test_server::{Answers, Injections, Listener, TestServer};
 use tokio::time::Instant;
 
 /// Settings of the fake.
@@ -150,14 +150,6 @@ struct NicState {
     etag: u64,
 }
 
-#[derive(Debug)]
-struct Injected {
-    endpoint: String,
-    remaining: u32,
-    status: u16,
-    code: String,
-}
-
 /// A change another writer makes to a table.
 #[derive(Debug, Clone)]
 enum Edit {
@@ -207,8 +199,8 @@ struct FakeState {
     reads: Bucket,
     writes: Bucket,
     issued: HashSet<String>,
-    answers: BTreeMap<(String, u16), u64>,
-    injected: Vec<Injected>,
+    answers: Answers,
+    injected: Injections,
     failing_operations: Vec<String>,
     before_next_put: Vec<(String, Edit)>,
     hold_operations: bool,
@@ -420,14 +412,7 @@ type Shared = Arc<Mutex<FakeState>>;
 #[derive(Debug)]
 pub struct FakeAzure {
     state: Shared,
-    addr: SocketAddr,
-    task: JoinHandle<()>,
-}
-
-impl Drop for FakeAzure {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+    server: TestServer,
 }
 
 fn err(status: StatusCode, code: &str, message: impl Into<String>) -> (StatusCode, Value) {
@@ -453,21 +438,20 @@ fn route_json(name: &str, prefix: &str, hop_type: &str, hop: Option<&str>) -> Va
 impl FakeAzure {
     /// Starts the fake on `127.0.0.1` on a free port.
     pub async fn start(config: FakeConfig) -> std::io::Result<Self> {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
+        let listener = Listener::bind().await?;
         let state: Shared = Arc::new(Mutex::new(FakeState {
             reads: Bucket::new(config.reads),
             writes: Bucket::new(config.writes),
             config,
-            base: format!("http://{addr}"),
+            base: listener.url(),
             tables: BTreeMap::new(),
             vms: BTreeMap::new(),
             nics: BTreeMap::new(),
             operations: BTreeMap::new(),
             next_id: 0,
             issued: HashSet::new(),
-            answers: BTreeMap::new(),
-            injected: Vec::new(),
+            answers: Answers::default(),
+            injected: Injections::default(),
             failing_operations: Vec::new(),
             before_next_put: Vec::new(),
             hold_operations: false,
@@ -475,23 +459,19 @@ impl FakeAzure {
         let app = Router::new()
             .fallback(handle)
             .with_state(Arc::clone(&state));
-        let task = tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, app).await {
-                tracing::warn!(error = %e, "fake Azure server stopped");
-            }
-        });
-        Ok(Self { state, addr, task })
+        let server = listener.serve_axum(app, "fake Azure server");
+        Ok(Self { state, server })
     }
 
     fn lock(&self) -> MutexGuard<'_, FakeState> {
-        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = test_server::lock(&self.state);
         s.tick(Instant::now());
         s
     }
 
     /// `http://127.0.0.1:PORT`: ARM, the authority host and IMDS at once.
     pub fn base_url(&self) -> String {
-        format!("http://{}", self.addr)
+        self.server.url()
     }
 
     /// The settings the fake runs with.
@@ -698,12 +678,7 @@ impl FakeAzure {
     /// `status` and `code`,
     /// without acting on them. A `429` carries `Retry-After: 1`.
     pub fn fail_next(&self, endpoint: &str, n: u32, status: u16, code: &str) {
-        self.lock().injected.push(Injected {
-            endpoint: endpoint.into(),
-            remaining: n,
-            status,
-            code: code.into(),
-        });
+        self.lock().injected.push(endpoint, n, status, code);
     }
 
     /// The next write's operation ends `Failed` with `code`, and the table
@@ -739,38 +714,27 @@ impl FakeAzure {
 
     /// Answers by endpoint and HTTP status.
     pub fn answers(&self) -> BTreeMap<(String, u16), u64> {
-        self.lock().answers.clone()
+        self.lock().answers.all().clone()
     }
 
     /// Requests to one endpoint, any status.
     pub fn count(&self, endpoint: &str) -> u64 {
-        self.answers()
-            .iter()
-            .filter(|((e, _), _)| e == endpoint)
-            .map(|(_, n)| n)
-            .sum()
+        self.lock().answers.count(endpoint)
     }
 
     /// Answers of one endpoint with one status.
     pub fn count_status(&self, endpoint: &str, status: u16) -> u64 {
-        self.answers()
-            .get(&(endpoint.to_string(), status))
-            .copied()
-            .unwrap_or(0)
+        self.lock().answers.count_status(endpoint, status)
     }
 
     /// All requests.
     pub fn total(&self) -> u64 {
-        self.answers().values().sum()
+        self.lock().answers.total()
     }
 
     /// Answers with one status, any endpoint.
     pub fn with_status(&self, status: u16) -> u64 {
-        self.answers()
-            .iter()
-            .filter(|((_, s), _)| *s == status)
-            .map(|(_, n)| n)
-            .sum()
+        self.lock().answers.with_status(status)
     }
 }
 
@@ -891,15 +855,11 @@ async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let latency = state
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .config
-        .latency;
+    let latency = test_server::lock(&state).config.latency;
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;
     }
-    let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
+    let mut s = test_server::lock(&state);
     let now = Instant::now();
     s.tick(now);
     s.reads.refill(now);
@@ -908,11 +868,8 @@ async fn handle(
     let reply = answer(
         &mut s, endpoint, target, &method, &uri, &headers, &body, now,
     );
-    *s.answers
-        .entry((endpoint.to_string(), reply.status.as_u16()))
-        .or_default() += 1;
+    s.answers.record(endpoint, reply.status.as_u16());
     let arm = !matches!(endpoint, "token" | "token_unknown_tenant" | "imds_token");
-    let mut response = (reply.status, axum::Json(reply.body)).into_response();
     let mut extra = reply.headers;
     if arm {
         extra.push((
@@ -924,12 +881,7 @@ async fn handle(
             (s.writes.tokens.floor() as u64).to_string(),
         ));
     }
-    for (name, v) in extra {
-        if let Ok(v) = HeaderValue::from_str(&v) {
-            response.headers_mut().insert(name, v);
-        }
-    }
-    response
+    test_server::json_response(reply.status, reply.body, extra)
 }
 
 fn retry_after_value(s: &FakeState, secs: u64) -> String {
@@ -955,15 +907,8 @@ fn answer(
     body: &[u8],
     now: Instant,
 ) -> Reply {
-    if let Some(i) = s
-        .injected
-        .iter_mut()
-        .find(|i| i.endpoint == endpoint && i.remaining > 0)
-    {
-        i.remaining -= 1;
-        let status = StatusCode::from_u16(i.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let code = i.code.clone();
-        s.injected.retain(|i| i.remaining > 0);
+    if let Some((status, code)) = s.injected.take(endpoint) {
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut r: Reply = if endpoint == "token" {
             (
                 status,

@@ -13,7 +13,8 @@
 //! * a `412 Precondition Failed` means someone else wrote the table since:
 //!   the table is read again and the same changes are merged into what is
 //!   there now, up to `maxConflictRetries` times, so the other writer's
-//!   routes are kept (no lost update);
+//!   routes are kept (no lost update; the loop is
+//!   [`route_cloud::conditional`]'s);
 //! * the `PUT` is a long-running operation: its `Azure-AsyncOperation`
 //!   status is polled (honouring `Retry-After`) until it ends, then the table
 //!   is read once more for the new ETag and to confirm the result.
@@ -602,68 +603,76 @@ impl AzureRoutes {
         let _serial = self.write_lock.lock().await;
         // The ETag of the last answer usually still holds, which saves a
         // read; a 412 says when it does not.
-        let mut current = match self.remembered() {
-            Some(s) if s.etag.is_some() => s,
-            _ => self.get_table(ops::GET_TABLE).await?,
-        };
-        let mut attempt = 0;
-        let state = loop {
-            if current.malformed > 0 {
-                return Err(CloudError::new(
-                    ErrorKind::InvalidRequest,
-                    format!(
-                        "route table {} holds {} routes without a name; a whole-table write would have to resend them",
-                        self.config.route_table_name, current.malformed
-                    ),
-                ));
-            }
-            let mut decided = results.clone();
-            let routes = self.merge(&current, &deletions, &creations, &mut decided);
-            if routes == current.routes {
-                results = decided;
-                break current;
-            }
-            let body = current.put_body(&routes);
-            let put = self
-                .http
-                .call(
-                    ops::PUT_TABLE,
-                    Method::PUT,
-                    &self.table_path,
-                    Some(&body),
-                    current.etag.as_deref(),
-                )
-                .await;
-            match put {
-                Ok(a) => {
-                    // Whatever happens next, the remembered ETag is old.
-                    self.forget();
-                    self.wait_operation(&a).await?;
-                    results = decided;
-                    break self.get_table(ops::GET_TABLE).await?;
+        let known = self.remembered().filter(|s| s.etag.is_some()).map(|s| {
+            let etag = s.etag.clone();
+            (s, etag)
+        });
+        // The results as decided by the merge of the last table read.
+        let mut decided_last = results.clone();
+        let outcome = route_cloud::write_conditionally(
+            self.config.max_conflict_retries,
+            known,
+            || async move {
+                let s = self.get_table(ops::GET_TABLE).await?;
+                let etag = s.etag.clone();
+                Ok((s, etag))
+            },
+            |current: &TableState| {
+                if current.malformed > 0 {
+                    return Err(CloudError::new(
+                        ErrorKind::InvalidRequest,
+                        format!(
+                            "route table {} holds {} routes without a name; a whole-table write would have to resend them",
+                            self.config.route_table_name, current.malformed
+                        ),
+                    ));
                 }
-                Err(e)
-                    if e.kind == ErrorKind::Conflict
-                        && attempt < self.config.max_conflict_retries =>
-                {
-                    attempt += 1;
-                    self.conflict_retries.fetch_add(1, Ordering::Relaxed);
-                    tracing::debug!(
-                        table = self.config.route_table_name.as_str(),
-                        attempt,
-                        "the route table changed since it was read; reading it again"
-                    );
-                    // A short, growing pause spreads competing writers apart.
-                    tokio::time::sleep(Duration::from_millis(20 * u64::from(attempt))).await;
-                    current = self.get_table(ops::GET_TABLE).await?;
-                }
-                Err(e) => {
-                    if matches!(e.kind, ErrorKind::Conflict | ErrorKind::NotFound) {
+                let mut decided = results.clone();
+                let routes = self.merge(current, &deletions, &creations, &mut decided);
+                decided_last = decided;
+                Ok((routes != current.routes).then(|| current.put_body(&routes)))
+            },
+            |body, etag: Option<String>| async move {
+                let put = self
+                    .http
+                    .call(
+                        ops::PUT_TABLE,
+                        Method::PUT,
+                        &self.table_path,
+                        Some(&body),
+                        etag.as_deref(),
+                    )
+                    .await;
+                match put {
+                    Ok(a) => {
+                        // Whatever happens next, the remembered ETag is old.
                         self.forget();
+                        self.wait_operation(&a).await?;
+                        self.get_table(ops::GET_TABLE).await
                     }
-                    return Err(self.explain_missing(e));
+                    Err(e) => {
+                        // A 412 makes the remembered ETag stale (a retry
+                        // reads the table again, which remembers it anew).
+                        if matches!(e.kind, ErrorKind::Conflict | ErrorKind::NotFound) {
+                            self.forget();
+                        }
+                        Err(self.explain_missing(e))
+                    }
                 }
-            }
+            },
+            |attempt| {
+                self.conflict_retries.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(
+                    table = self.config.route_table_name.as_str(),
+                    attempt,
+                    "the route table changed since it was read; reading it again"
+                );
+            },
+        )
+        .await?;
+        results = decided_last;
+        let state = match outcome {
+            route_cloud::Outcome::Unchanged(s) | route_cloud::Outcome::Written(s) => s,
         };
         for (slot, name, prefix) in &deletions {
             // A creation of the same name and prefix in this batch (a new

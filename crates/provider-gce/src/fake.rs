@@ -63,7 +63,6 @@
 //! counted as requests.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -71,10 +70,10 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{Method, StatusCode, Uri};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use route_core::{Cidr, IpFamily};
 use serde_json::{Value, json};
-use tokio::task::JoinHandle;
+use test_server::{Answers, Injections, Listener, TestServer};
 use tokio::time::Instant;
 
 /// The host part of the resource URLs the API writes into answers,
@@ -186,13 +185,6 @@ struct OperationState {
 }
 
 #[derive(Debug)]
-struct Injected {
-    endpoint: String,
-    status: u16,
-    reason: String,
-}
-
-#[derive(Debug)]
 struct FakeState {
     config: FakeConfig,
     networks: BTreeMap<String, NetworkState>,
@@ -203,29 +195,22 @@ struct FakeState {
     window_index: u64,
     used: BTreeMap<&'static str, u32>,
     requests: BTreeMap<String, u64>,
-    answers: BTreeMap<(String, u16), u64>,
-    injected: Vec<Injected>,
+    answers: Answers,
+    injected: Injections,
     failing_operations: Vec<(String, String)>,
 }
 
 type Shared = Arc<Mutex<FakeState>>;
 
 fn lock(state: &Shared) -> MutexGuard<'_, FakeState> {
-    state.lock().unwrap_or_else(|e| e.into_inner())
+    test_server::lock(state)
 }
 
 /// A running fake Compute Engine API. Dropping it stops the server.
 #[derive(Debug)]
 pub struct FakeGce {
     state: Shared,
-    addr: SocketAddr,
-    task: JoinHandle<()>,
-}
-
-impl Drop for FakeGce {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+    server: TestServer,
 }
 
 fn unix_now() -> Duration {
@@ -288,8 +273,7 @@ fn valid_name(name: &str) -> bool {
 impl FakeGce {
     /// Starts the fake on `127.0.0.1` on a free port.
     pub async fn start(config: FakeConfig) -> std::io::Result<Self> {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
+        let listener = Listener::bind().await?;
         let state: Shared = Arc::new(Mutex::new(FakeState {
             config,
             networks: BTreeMap::new(),
@@ -300,19 +284,15 @@ impl FakeGce {
             window_index: 0,
             used: BTreeMap::new(),
             requests: BTreeMap::new(),
-            answers: BTreeMap::new(),
-            injected: Vec::new(),
+            answers: Answers::default(),
+            injected: Injections::default(),
             failing_operations: Vec::new(),
         }));
         let app = Router::new()
             .fallback(handle)
             .with_state(Arc::clone(&state));
-        let task = tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, app).await {
-                tracing::warn!(error = %e, "fake gce server stopped");
-            }
-        });
-        Ok(Self { state, addr, task })
+        let server = listener.serve_axum(app, "fake gce server");
+        Ok(Self { state, server })
     }
 
     fn lock(&self) -> MutexGuard<'_, FakeState> {
@@ -321,7 +301,7 @@ impl FakeGce {
 
     /// The endpoint for the provider's `endpoint` setting.
     pub fn endpoint(&self) -> String {
-        format!("http://{}", self.addr)
+        self.server.url()
     }
 
     /// The project the fake serves.
@@ -449,11 +429,7 @@ impl FakeGce {
     /// `get_instance`)
     /// with `status` and error `reason`, without acting on it.
     pub fn fail_next(&self, endpoint: &str, status: u16, reason: &str) {
-        self.lock().injected.push(Injected {
-            endpoint: endpoint.into(),
-            status,
-            reason: reason.into(),
-        });
+        self.lock().injected.push(endpoint, 1, status, reason);
     }
 
     /// Makes the next insert or delete operation finish with error `code`
@@ -496,7 +472,7 @@ impl FakeGce {
 
     /// Answers by endpoint and HTTP status.
     pub fn answers(&self) -> BTreeMap<(String, u16), u64> {
-        self.lock().answers.clone()
+        self.lock().answers.all().clone()
     }
 
     /// Requests refused with `rateLimitExceeded`.
@@ -960,11 +936,8 @@ async fn handle(State(state): State<Shared>, method: Method, uri: Uri, body: Byt
         (None, _) => wait(&state, &resource).await,
         (Some(status), value) => (status, value),
     };
-    *lock(&state)
-        .answers
-        .entry((endpoint.to_string(), status.as_u16()))
-        .or_default() += 1;
-    (status, axum::Json(value)).into_response()
+    lock(&state).answers.record(endpoint, status.as_u16());
+    test_server::json_response(status, value, [])
 }
 
 /// Holds a `wait` until its operation is done or `max_wait` passed.
@@ -1030,10 +1003,9 @@ fn answer(
             ),
         ));
     }
-    if let Some(at) = s.injected.iter().position(|i| i.endpoint == endpoint) {
-        let i = s.injected.remove(at);
-        let status = StatusCode::from_u16(i.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        return done(error(status, &i.reason, "injected failure"));
+    if let Some((status, reason)) = s.injected.take(endpoint) {
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        return done(error(status, &reason, "injected failure"));
     }
     if project != s.config.project {
         return done(error(

@@ -34,19 +34,19 @@
 //! Test hooks edit the state directly (no request is counted for them).
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
-use axum::response::{IntoResponse, Response};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::Response;
 use route_core::cidr::parse_ip_sloppy;
 use route_core::{Cidr, IpFamily};
 use serde_json::{Value, json};
-use tokio::task::JoinHandle;
+use test_server::{Answers, Injections, Listener, TestServer};
 use tokio::time::Instant;
 
 /// How the fake answers a second action on a busy network.
@@ -139,14 +139,6 @@ struct ActionState {
 }
 
 #[derive(Debug)]
-struct Injected {
-    endpoint: String,
-    remaining: u32,
-    status: u16,
-    code: String,
-}
-
-#[derive(Debug)]
 struct FakeState {
     config: FakeConfig,
     networks: BTreeMap<u64, NetworkState>,
@@ -161,8 +153,8 @@ struct FakeState {
     /// Requests the simulated other clients made, and how many the budget refused.
     other_spent: f64,
     other_refused: f64,
-    answers: BTreeMap<(String, u16), u64>,
-    injected: Vec<Injected>,
+    answers: Answers,
+    injected: Injections,
     failing_actions: Vec<String>,
 }
 
@@ -207,8 +199,8 @@ impl FakeState {
             epoch_instant: now,
             other_spent: 0.0,
             other_refused: 0.0,
-            answers: BTreeMap::new(),
-            injected: Vec::new(),
+            answers: Answers::default(),
+            injected: Injections::default(),
             failing_actions: Vec::new(),
         }
     }
@@ -267,14 +259,7 @@ type Shared = Arc<Mutex<FakeState>>;
 #[derive(Debug)]
 pub struct FakeHcloud {
     state: Shared,
-    addr: SocketAddr,
-    task: JoinHandle<()>,
-}
-
-impl Drop for FakeHcloud {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+    server: TestServer,
 }
 
 fn err(status: StatusCode, code: &str, message: impl Into<String>) -> (StatusCode, Value) {
@@ -309,8 +294,7 @@ fn rfc3339(t: SystemTime) -> String {
 impl FakeHcloud {
     /// Starts the fake on `127.0.0.1` on a free port.
     pub async fn start(config: FakeConfig) -> std::io::Result<Self> {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
+        let listener = Listener::bind().await?;
         let unix = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
@@ -318,21 +302,17 @@ impl FakeHcloud {
         let app = Router::new()
             .fallback(handle)
             .with_state(Arc::clone(&state));
-        let task = tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, app).await {
-                tracing::warn!(error = %e, "fake hcloud server stopped");
-            }
-        });
-        Ok(Self { state, addr, task })
+        let server = listener.serve_axum(app, "fake hcloud server");
+        Ok(Self { state, server })
     }
 
     fn lock(&self) -> MutexGuard<'_, FakeState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        test_server::lock(&self.state)
     }
 
     /// The API base URL (`http://127.0.0.1:PORT/v1`) for the provider's `endpoint`.
     pub fn base_url(&self) -> String {
-        format!("http://{}/v1", self.addr)
+        format!("{}/v1", self.server.url())
     }
 
     /// The token the fake accepts.
@@ -410,12 +390,7 @@ impl FakeHcloud {
     /// `add_route`, `delete_route`, `get_action`, `list_servers`,
     /// `list_networks`) with `status` and error `code`.
     pub fn fail_next(&self, endpoint: &str, n: u32, status: u16, code: &str) {
-        self.lock().injected.push(Injected {
-            endpoint: endpoint.into(),
-            remaining: n,
-            status,
-            code: code.into(),
-        });
+        self.lock().injected.push(endpoint, n, status, code);
     }
 
     /// Sets how long every answer takes.
@@ -463,35 +438,27 @@ impl FakeHcloud {
 
     /// Answers by endpoint and HTTP status.
     pub fn answers(&self) -> BTreeMap<(String, u16), u64> {
-        self.lock().answers.clone()
+        self.lock().answers.all().clone()
     }
 
     /// Requests by endpoint, any status.
     pub fn requests(&self) -> BTreeMap<String, u64> {
-        let mut out = BTreeMap::new();
-        for ((e, _), n) in self.answers() {
-            *out.entry(e).or_default() += n;
-        }
-        out
+        self.lock().answers.by_endpoint()
     }
 
     /// Requests to one endpoint, any status.
     pub fn count(&self, endpoint: &str) -> u64 {
-        self.requests().get(endpoint).copied().unwrap_or(0)
+        self.lock().answers.count(endpoint)
     }
 
     /// All requests.
     pub fn total(&self) -> u64 {
-        self.answers().values().sum()
+        self.lock().answers.total()
     }
 
     /// Answers with one HTTP status, any endpoint.
     pub fn with_status(&self, status: u16) -> u64 {
-        self.answers()
-            .iter()
-            .filter(|((_, s), _)| *s == status)
-            .map(|(_, n)| n)
-            .sum()
+        self.lock().answers.with_status(status)
     }
 
     /// `429 rate_limit_exceeded` answers so far.
@@ -586,15 +553,11 @@ async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let latency = state
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .config
-        .latency;
+    let latency = test_server::lock(&state).config.latency;
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;
     }
-    let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
+    let mut s = test_server::lock(&state);
     let now = Instant::now();
     s.refill(now);
     s.tick(now);
@@ -603,16 +566,8 @@ async fn handle(
         tracing::warn!(%method, %uri, "fake hcloud: request to an endpoint it does not serve");
     }
     let (status, value) = answer(&mut s, endpoint, id, &uri, &headers, &body, now);
-    *s.answers
-        .entry((endpoint.to_string(), status.as_u16()))
-        .or_default() += 1;
-    let mut response = (status, axum::Json(value)).into_response();
-    for (name, v) in s.rate_headers(now) {
-        if let Ok(v) = HeaderValue::from_str(&v) {
-            response.headers_mut().insert(name, v);
-        }
-    }
-    response
+    s.answers.record(endpoint, status.as_u16());
+    test_server::json_response(status, value, s.rate_headers(now))
 }
 
 fn answer(
@@ -642,15 +597,8 @@ fn answer(
             "unable to authenticate",
         );
     }
-    if let Some(i) = s
-        .injected
-        .iter_mut()
-        .find(|i| i.endpoint == endpoint && i.remaining > 0)
-    {
-        i.remaining -= 1;
-        let status = StatusCode::from_u16(i.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let code = i.code.clone();
-        s.injected.retain(|i| i.remaining > 0);
+    if let Some((status, code)) = s.injected.take(endpoint) {
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         return err(status, &code, "injected failure");
     }
     match endpoint {
@@ -915,6 +863,8 @@ fn action_json(a: &ActionState) -> Value {
 
 #[cfg(test)]
 mod tests {
+    use axum::http::HeaderValue;
+
     use super::*;
 
     const T0_UNIX: f64 = 1_800_000_000.0;

@@ -12,7 +12,8 @@
 //!   `remove_extraroutes`): only the delta is sent, nothing can be lost to a
 //!   concurrent writer, and many routes go in one call;
 //! * the classic whole-list `PUT /v2.0/routers/{id}` with
-//!   `If-Match: revision_number=N`, retried after a fresh read on 412.
+//!   `If-Match: revision_number=N`, retried after a fresh read on 412 (the
+//!   loop is [`route_cloud::conditional`]'s, shared with the port step).
 //!
 //! **Ownership.** A router may be shared with other clusters and operators, so
 //! the provider lists only routes it can attribute to this cluster's Nodes.
@@ -50,7 +51,6 @@ mod ports;
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use async_trait::async_trait;
 use reqwest::Method;
@@ -591,70 +591,83 @@ impl OpenStackRoutes {
         let _serial = lock.lock().await;
         // The revision from the last answer usually still holds, which saves
         // a read; a 412 says it did not. Each router has its own.
-        let mut current = match self.remembered(id) {
-            Some(s) if s.revision.is_some() => s,
-            _ => self.get_router(ops::GET_ROUTER, id).await?,
-        };
-        let mut attempt = 0;
-        loop {
-            if !current.malformed.is_empty() {
-                return Err(CloudError::new(
-                    ErrorKind::InvalidRequest,
-                    format!(
-                        "router {id} holds {} malformed routes; a whole-list update would have to resend them",
-                        current.malformed.len()
-                    ),
-                ));
-            }
-            let gone: HashSet<&RawRoute> = remove.iter().collect();
-            let mut routes: Vec<RawRoute> = Vec::with_capacity(current.routes.len() + add.len());
-            for r in current.routes.iter().chain(add) {
-                if !gone.contains(r) && !routes.contains(r) {
-                    routes.push(r.clone());
+        let known = self
+            .remembered(id)
+            .filter(|s| s.revision.is_some())
+            .map(|s| {
+                let revision = s.revision;
+                (s, revision)
+            });
+        let outcome = route_cloud::write_conditionally(
+            self.config.max_conflict_retries,
+            known,
+            || async move {
+                let s = self.get_router(ops::GET_ROUTER, id).await?;
+                let revision = s.revision;
+                Ok((s, revision))
+            },
+            |current: &RouterState| {
+                if !current.malformed.is_empty() {
+                    return Err(CloudError::new(
+                        ErrorKind::InvalidRequest,
+                        format!(
+                            "router {id} holds {} malformed routes; a whole-list update would have to resend them",
+                            current.malformed.len()
+                        ),
+                    ));
                 }
-            }
-            let body = json!({ "router": { "routes": routes.iter().map(RawRoute::to_json).collect::<Vec<_>>() } });
-            let r = self
-                .http
-                .call(
-                    ops::UPDATE_ROUTER,
-                    Method::PUT,
-                    &format!("/routers/{id}"),
-                    Some(&body),
-                    current.revision,
-                )
-                .await;
-            match r {
-                Ok(a) => {
-                    let state = RouterState::from_answer(&a.body)?;
-                    self.remember(id, &state);
-                    return Ok(state);
-                }
-                // 412: the revision moved; 409: a concurrent change collided
-                // inside Neutron. Either way a fresh read decides.
-                Err(e)
-                    if e.kind == ErrorKind::Conflict
-                        && attempt < self.config.max_conflict_retries =>
-                {
-                    attempt += 1;
-                    tracing::debug!(
-                        router = id,
-                        attempt,
-                        "revision conflict; reading the router again"
-                    );
-                    // A short, growing pause spreads competing writers apart.
-                    tokio::time::sleep(Duration::from_millis(20 * u64::from(attempt))).await;
-                    current = self.get_router(ops::GET_ROUTER, id).await?;
-                }
-                Err(e) => {
-                    if e.kind == ErrorKind::Conflict {
-                        // Whatever we remembered is stale.
-                        self.forget(id);
+                let gone: HashSet<&RawRoute> = remove.iter().collect();
+                let mut routes: Vec<RawRoute> =
+                    Vec::with_capacity(current.routes.len() + add.len());
+                for r in current.routes.iter().chain(add) {
+                    if !gone.contains(r) && !routes.contains(r) {
+                        routes.push(r.clone());
                     }
-                    let added = routes.len().saturating_sub(current.routes.len());
-                    return Err(self.explain_quota(id, e, added));
                 }
-            }
+                let added = routes.len().saturating_sub(current.routes.len());
+                // Always sent, even unchanged: the answer is the router as
+                // it is now, with its new revision.
+                Ok(Some((routes, added)))
+            },
+            |(routes, added): (Vec<RawRoute>, usize), revision| async move {
+                let body = json!({ "router": { "routes": routes.iter().map(RawRoute::to_json).collect::<Vec<_>>() } });
+                let r = self
+                    .http
+                    .call(
+                        ops::UPDATE_ROUTER,
+                        Method::PUT,
+                        &format!("/routers/{id}"),
+                        Some(&body),
+                        revision,
+                    )
+                    .await;
+                match r {
+                    Ok(a) => {
+                        let state = RouterState::from_answer(&a.body)?;
+                        self.remember(id, &state);
+                        Ok(state)
+                    }
+                    // 412: the revision moved; 409: a concurrent change
+                    // collided inside Neutron. Either way whatever we
+                    // remembered is stale, and a fresh read decides.
+                    Err(e) if e.kind == ErrorKind::Conflict => {
+                        self.forget(id);
+                        Err(e)
+                    }
+                    Err(e) => Err(self.explain_quota(id, e, added)),
+                }
+            },
+            |attempt| {
+                tracing::debug!(
+                    router = id,
+                    attempt,
+                    "revision conflict; reading the router again"
+                );
+            },
+        )
+        .await?;
+        match outcome {
+            route_cloud::Outcome::Unchanged(s) | route_cloud::Outcome::Written(s) => Ok(s),
         }
     }
 

@@ -27,7 +27,6 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::IpAddr;
-use std::time::Duration;
 
 use reqwest::Method;
 use route_cloud::{CloudError, ErrorKind};
@@ -440,73 +439,77 @@ impl OpenStackRoutes {
 
     /// One port's whole-list pair update under `If-Match`, re-read and
     /// retried on a revision conflict.
-    async fn update_pairs(
-        &self,
-        mut port: NodePort,
-        mine: &[&PairChange],
-    ) -> Result<(), CloudError> {
+    async fn update_pairs(&self, port: NodePort, mine: &[&PairChange]) -> Result<(), CloudError> {
         let add: Vec<Cidr> = mine.iter().filter(|c| c.add).map(|c| c.cidr).collect();
         let remove: Vec<Cidr> = mine.iter().filter(|c| !c.add).map(|c| c.cidr).collect();
-        let path = format!("/ports/{}", port.id);
-        let mut attempt = 0;
-        loop {
-            let Some(pairs) = port.pairs_after(&add, &remove) else {
-                return Ok(());
-            };
-            let body = json!({ "port": { "allowed_address_pairs": pairs } });
-            let r = self
-                .http
-                .call(
-                    ops::UPDATE_PORT,
-                    Method::PUT,
-                    &path,
-                    Some(&body),
-                    port.revision,
-                )
-                .await;
-            let e = match r {
-                Ok(_) => return Ok(()),
-                Err(e) => e,
-            };
-            match e.kind {
-                // A port that is gone holds no pair to remove.
-                ErrorKind::NotFound if add.is_empty() => return Ok(()),
-                // 412: another writer changed the port since it was read;
-                // its pairs must survive, so read them again.
-                ErrorKind::Conflict if attempt < self.config.max_conflict_retries => {
-                    attempt += 1;
-                    tracing::debug!(
-                        port = port.id.as_str(),
-                        attempt,
-                        "port revision conflict; reading the port again"
-                    );
-                    tokio::time::sleep(Duration::from_millis(20 * u64::from(attempt))).await;
-                    let fresh = self
-                        .http
-                        .call(
-                            ops::GET_PORT,
-                            Method::GET,
-                            &format!("{path}?{PORT_FIELDS}"),
-                            None,
-                            None,
-                        )
-                        .await;
-                    port = match fresh {
-                        Ok(a) => NodePort::from_json(&a.body["port"]).ok_or_else(|| {
+        let id = port.id.clone();
+        let path = format!("/ports/{id}");
+        let path = path.as_str();
+        let (add, remove) = (add.as_slice(), remove.as_slice());
+        let revision = port.revision;
+        // `None`: the port is gone (only when nothing is to be added, else
+        // its absence is an error).
+        let known = Some((Some(port), revision));
+        route_cloud::write_conditionally(
+            self.config.max_conflict_retries,
+            known,
+            || async move {
+                let fresh = self
+                    .http
+                    .call(
+                        ops::GET_PORT,
+                        Method::GET,
+                        &format!("{path}?{PORT_FIELDS}"),
+                        None,
+                        None,
+                    )
+                    .await;
+                match fresh {
+                    Ok(a) => {
+                        let port = NodePort::from_json(&a.body["port"]).ok_or_else(|| {
                             CloudError::new(ErrorKind::Transient, "the answer has no port object")
-                        })?,
-                        Err(e) if e.kind == ErrorKind::NotFound && add.is_empty() => {
-                            return Ok(());
-                        }
-                        Err(e) => return Err(e),
-                    };
-                    if !port.filtered() {
-                        return Ok(());
+                        })?;
+                        let revision = port.revision;
+                        Ok((Some(port), revision))
                     }
+                    // A port that is gone holds no pair to remove.
+                    Err(e) if e.kind == ErrorKind::NotFound && add.is_empty() => Ok((None, None)),
+                    Err(e) => Err(e),
                 }
-                _ => return Err(e),
-            }
-        }
+            },
+            |port: &Option<NodePort>| {
+                // Port security turned off since: no pair needed.
+                Ok(port
+                    .as_ref()
+                    .filter(|p| p.filtered())
+                    .and_then(|p| p.pairs_after(add, remove)))
+            },
+            |pairs, revision| async move {
+                let body = json!({ "port": { "allowed_address_pairs": pairs } });
+                let r = self
+                    .http
+                    .call(ops::UPDATE_PORT, Method::PUT, path, Some(&body), revision)
+                    .await;
+                match r {
+                    Ok(_) => Ok(()),
+                    // A port that is gone holds no pair to remove.
+                    Err(e) if e.kind == ErrorKind::NotFound && add.is_empty() => Ok(()),
+                    // A 412 (another writer changed the port since it was
+                    // read) goes back to the loop: that writer's pairs must
+                    // survive, so the port is read again.
+                    Err(e) => Err(e),
+                }
+            },
+            |attempt| {
+                tracing::debug!(
+                    port = id.as_str(),
+                    attempt,
+                    "port revision conflict; reading the port again"
+                );
+            },
+        )
+        .await
+        .map(|_| ())
     }
 }
 

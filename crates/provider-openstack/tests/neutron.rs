@@ -13,6 +13,7 @@ use provider_openstack::{AuthType, OpenStackConfig, OpenStackRoutes, Secret, Upd
 use route_cloud::{Batch, CloudRoutes, ErrorKind};
 use route_core::{Destination, NodeAddress, Route};
 use serde_json::{Value, json};
+use test_server::{Listener, TestServer};
 
 const CLUSTER: &str = "test";
 
@@ -470,70 +471,51 @@ async fn finds_the_router_by_name_and_reports_a_missing_router() {
 }
 
 /// A Keystone stand-in: answers `POST /v3/auth/tokens` with a token and a
-/// catalog whose network endpoint is the real neutron-server.
-async fn fake_keystone(neutron: String, seen: Arc<Mutex<Vec<Value>>>) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind a local port");
-    let addr = listener
-        .local_addr()
-        .expect("the bound listener has an address");
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                return;
-            };
-            let neutron = neutron.clone();
-            let seen = seen.clone();
-            tokio::spawn(async move {
-                let svc = hyper::service::service_fn(
-                    move |req: hyper::Request<hyper::body::Incoming>| {
-                        let neutron = neutron.clone();
-                        let seen = seen.clone();
-                        async move {
-                            let path = req.uri().path().to_string();
-                            let body = req
-                                .into_body()
-                                .collect()
-                                .await
-                                .map(|b| b.to_bytes())
-                                .unwrap_or_default();
-                            let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-                            seen.lock()
-                                .expect("no test thread panicked holding the lock")
-                                .push(v);
-                            let answer = json!({"token": {
-                                "issued_at": "2026-01-01T00:00:00.000000Z",
-                                "expires_at": "2026-01-01T01:00:00.000000Z",
-                                "catalog": [{"type": "network", "name": "neutron", "endpoints": [
-                                    {"interface": "internal", "region_id": "RegionOne", "url": "http://127.0.0.1:1"},
-                                    {"interface": "public", "region_id": "RegionOne", "url": neutron}
-                                ]}]
-                            }});
-                            let resp = hyper::Response::builder()
-                                .status(if path == "/v3/auth/tokens" { 201 } else { 404 })
-                                .header("X-Subject-Token", "tok-123")
-                                .header("Content-Type", "application/json")
-                                .body(Full::new(Bytes::from(answer.to_string())))
-                                .expect("a well-formed test response");
-                            Ok::<_, Infallible>(resp)
-                        }
-                    },
-                );
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
-                    .await;
-            });
+/// catalog whose network endpoint is the real neutron-server. Serves until
+/// the returned server is dropped.
+async fn fake_keystone(neutron: String, seen: Arc<Mutex<Vec<Value>>>) -> (String, TestServer) {
+    let listener = Listener::bind().await.expect("bind a local port");
+    let url = format!("{}/v3", listener.url());
+    let server = listener.serve_hyper(move |req: hyper::Request<hyper::body::Incoming>| {
+        let neutron = neutron.clone();
+        let seen = seen.clone();
+        async move {
+            let path = req.uri().path().to_string();
+            let body = req
+                .into_body()
+                .collect()
+                .await
+                .map(|b| b.to_bytes())
+                .unwrap_or_default();
+            let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            seen.lock()
+                .expect("no test thread panicked holding the lock")
+                .push(v);
+            let answer = json!({"token": {
+                "issued_at": "2026-01-01T00:00:00.000000Z",
+                "expires_at": "2026-01-01T01:00:00.000000Z",
+                "catalog": [{"type": "network", "name": "neutron", "endpoints": [
+                    {"interface": "internal", "region_id": "RegionOne", "url": "http://127.0.0.1:1"},
+                    {"interface": "public", "region_id": "RegionOne", "url": neutron}
+                ]}]
+            }});
+            let resp = hyper::Response::builder()
+                .status(if path == "/v3/auth/tokens" { 201 } else { 404 })
+                .header("X-Subject-Token", "tok-123")
+                .header("Content-Type", "application/json")
+                .body(Full::new(Bytes::from(answer.to_string())))
+                .expect("a well-formed test response");
+            Ok::<_, Infallible>(resp)
         }
     });
-    format!("http://{addr}/v3")
+    (url, server)
 }
 
 #[tokio::test]
 async fn password_auth_gets_a_token_and_the_network_endpoint_from_the_catalog() {
     let (_admin, router, url) = setup("keystone").await;
     let seen = Arc::new(Mutex::new(Vec::new()));
-    let auth_url = fake_keystone(url, seen.clone()).await;
+    let (auth_url, _keystone) = fake_keystone(url, seen.clone()).await;
     let yaml = format!(
         "auth_type: password\n\
          auth:\n  auth_url: {auth_url}\n  username: k8s\n  password: pw-secret\n  project_name: demo\n\

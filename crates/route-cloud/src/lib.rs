@@ -6,6 +6,7 @@
 //! API can do with [`Capabilities`] and classifies every failure with
 //! [`CloudError`], so the controller can retry, back off or resync correctly.
 
+pub mod conditional;
 mod error;
 pub mod fence;
 pub mod ratelimit;
@@ -16,6 +17,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use route_core::{NodeView, Route, TargetNeeds};
 
+pub use conditional::{Outcome, write_conditionally};
 pub use error::{CloudError, ErrorKind};
 pub use fence::{BootClock, Clock, Fence, TokioClock};
 

@@ -18,7 +18,8 @@
 //! to an instance EC2 would refuse them to because it is stopped or
 //! terminated (`IncorrectInstanceState`, HTTP 400).
 //! Everything else is forwarded unchanged, one upstream connection per
-//! request.
+//! request (the serving and forwarding plumbing is the `test-server`
+//! crate's).
 //!
 //! For benchmarks it can also stand in for EC2's request limits, each off
 //! until switched on, so functional tests see moto's behaviour:
@@ -32,15 +33,14 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
+use hyper::Request;
 use hyper::body::{Bytes, Incoming};
-use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinHandle;
+use test_server::proxy::{self as plumbing, Answer, FailNext, bad_gateway};
+use test_server::{Listener, TestServer, lock};
 
 /// One request as the proxy saw it.
 #[derive(Debug, Clone)]
@@ -78,7 +78,7 @@ struct ProxyState {
     throttle_every: AtomicU64,
     seen: AtomicU64,
     /// Errors still to answer, from [`Proxy::fail_next`].
-    failing: Mutex<Option<Failing>>,
+    failing: Mutex<FailNext>,
     /// EC2's request buckets, when enforced.
     buckets: Mutex<Option<ActionBuckets>>,
     /// Added to every answer, in microseconds.
@@ -232,31 +232,19 @@ pub struct ActionCount {
     pub last_ok: Option<Instant>,
 }
 
-/// The error [`Proxy::fail_next`] answers, and how many more times.
-struct Failing {
-    remaining: u64,
-    status: u16,
-    code: String,
-}
-
-/// A poisoned lock only means another request handler panicked; the data
-/// (a log, a set) is still consistent.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// Forwards to moto; answers every n-th request with EC2's throttling error;
 /// shows routes to chosen instances as blackholes. Stops accepting
 /// connections when dropped.
 pub struct Proxy {
-    addr: SocketAddr,
     state: Arc<ProxyState>,
-    accept: JoinHandle<()>,
+    server: TestServer,
 }
 
 impl std::fmt::Debug for Proxy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Proxy").field("addr", &self.addr).finish()
+        f.debug_struct("Proxy")
+            .field("addr", &self.server.addr())
+            .finish()
     }
 }
 
@@ -267,44 +255,19 @@ impl Proxy {
     /// Listens on a free loopback port and forwards to `upstream`
     /// (`http://ip:port`, as [`super::moto_endpoint`] returns it).
     pub async fn start(upstream: &str) -> Result<Self, String> {
-        let upstream: SocketAddr = upstream
-            .trim_start_matches("http://")
-            .trim_end_matches('/')
-            .parse()
-            .map_err(|e| format!("upstream {upstream:?} is not http://ip:port: {e}"))?;
-        let listener = TcpListener::bind("127.0.0.1:0")
+        let upstream = plumbing::upstream_addr(upstream)?;
+        let listener = Listener::bind()
             .await
             .map_err(|e| format!("binding the proxy: {e}"))?;
-        let addr = listener
-            .local_addr()
-            .map_err(|e| format!("proxy address: {e}"))?;
         let state = Arc::new(ProxyState::default());
         let st = state.clone();
-        let accept = tokio::spawn(async move {
-            loop {
-                let Ok((conn, _)) = listener.accept().await else {
-                    return;
-                };
-                let st = st.clone();
-                tokio::spawn(async move {
-                    let svc =
-                        hyper::service::service_fn(move |req| handle(st.clone(), upstream, req));
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(conn), svc)
-                        .await;
-                });
-            }
-        });
-        Ok(Self {
-            addr,
-            state,
-            accept,
-        })
+        let server = listener.serve_hyper(move |req| handle(st.clone(), upstream, req));
+        Ok(Self { state, server })
     }
 
     /// The endpoint clients should use instead of moto's.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        self.server.url()
     }
 
     /// Every request so far, in arrival order.
@@ -342,11 +305,7 @@ impl Proxy {
     /// instead of forwarding them (before any throttling); replaces earlier
     /// pending failures, and `n = 0` clears them.
     pub fn fail_next(&self, n: u64, status: u16, code: &str) {
-        *lock(&self.state.failing) = (n > 0).then(|| Failing {
-            remaining: n,
-            status,
-            code: code.to_string(),
-        });
+        lock(&self.state.failing).set(n, status, code);
     }
 
     /// From now on, answers a `DescribeRouteTables` that sends `MaxResults`
@@ -392,12 +351,6 @@ impl Proxy {
     }
 }
 
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        self.accept.abort();
-    }
-}
-
 fn form_value<'a>(body: &'a str, key: &str) -> &'a str {
     body.split('&')
         .find_map(|kv| kv.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
@@ -408,13 +361,9 @@ async fn handle(
     st: Arc<ProxyState>,
     upstream: SocketAddr,
     req: Request<Incoming>,
-) -> Result<Response<Full<Bytes>>, Infallible> {
+) -> Result<Answer, Infallible> {
     let (parts, body) = req.into_parts();
-    let body = body
-        .collect()
-        .await
-        .map(|b| b.to_bytes())
-        .unwrap_or_default();
+    let body = plumbing::collect(body).await.unwrap_or_default();
     let text = String::from_utf8_lossy(&body).to_string();
     let action = form_value(&text, "Action").to_string();
     let page_size = st.page_size.load(Ordering::SeqCst);
@@ -428,17 +377,7 @@ async fn handle(
             .and_then(|i| i.parse::<usize>().ok())
             .unwrap_or(0)
     });
-    let injected = {
-        let mut failing = lock(&st.failing);
-        let answer = failing.as_mut().map(|f| {
-            f.remaining -= 1;
-            (f.status, f.code.clone())
-        });
-        if failing.as_ref().is_some_and(|f| f.remaining == 0) {
-            *failing = None;
-        }
-        answer
-    };
+    let injected = lock(&st.failing).take();
     let every = st.throttle_every.load(Ordering::SeqCst);
     let n = st.seen.fetch_add(1, Ordering::SeqCst) + 1;
     let key = bucket_key(&action, &text);
@@ -495,52 +434,29 @@ async fn answer(
     page_size: u64,
     injected: Option<(u16, String)>,
     throttle: bool,
-) -> Response<Full<Bytes>> {
+) -> Answer {
     if let Some((status, code)) = injected {
-        let mut resp = Response::new(Full::new(Bytes::from(error_xml(&code))));
-        *resp.status_mut() =
-            StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        resp.headers_mut().insert(
-            hyper::header::CONTENT_TYPE,
-            hyper::header::HeaderValue::from_static("text/xml"),
-        );
-        return resp;
+        return plumbing::reply(status, "text/xml", error_xml(&code));
     }
     if throttle {
-        let mut resp = Response::new(Full::new(Bytes::from_static(THROTTLE_XML.as_bytes())));
-        *resp.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
-        resp.headers_mut().insert(
-            hyper::header::CONTENT_TYPE,
-            hyper::header::HeaderValue::from_static("text/xml"),
-        );
-        return resp;
+        return plumbing::reply(503, "text/xml", THROTTLE_XML);
     }
     let instance = form_value(&String::from_utf8_lossy(&body), "InstanceId").to_string();
     if matches!(action, "CreateRoute" | "ReplaceRoute") && lock(&st.stopped).contains(&instance) {
-        let mut resp = Response::new(Full::new(Bytes::from(format!(
-            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error><Code>IncorrectInstanceState</Code><Message>The instance '{instance}' is not in a state from which it can be used as a route target.</Message></Error></Errors><RequestID>00000000-0000-0000-0000-000000000000</RequestID></Response>"
-        ))));
-        *resp.status_mut() = StatusCode::BAD_REQUEST;
-        resp.headers_mut().insert(
-            hyper::header::CONTENT_TYPE,
-            hyper::header::HeaderValue::from_static("text/xml"),
+        return plumbing::reply(
+            400,
+            "text/xml",
+            format!(
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error><Code>IncorrectInstanceState</Code><Message>The instance '{instance}' is not in a state from which it can be used as a route target.</Message></Error></Errors><RequestID>00000000-0000-0000-0000-000000000000</RequestID></Response>"
+            ),
         );
-        return resp;
     }
     if let Some(instance) = needs_a_single_interface(action, &String::from_utf8_lossy(&body))
         && interfaces_of(upstream, &parts, &instance).await > 1
     {
-        let mut resp = Response::new(Full::new(Bytes::from(multiple_interfaces_xml(&instance))));
-        *resp.status_mut() = StatusCode::BAD_REQUEST;
-        resp.headers_mut().insert(
-            hyper::header::CONTENT_TYPE,
-            hyper::header::HeaderValue::from_static("text/xml"),
-        );
-        return resp;
+        return plumbing::reply(400, "text/xml", multiple_interfaces_xml(&instance));
     }
-    let mut fwd = Request::from_parts(parts, Full::new(body));
-    fwd.headers_mut().remove("content-length");
-    let Some((mut parts, bytes)) = send(upstream, fwd).await else {
+    let Some((mut parts, bytes)) = send(upstream, plumbing::resend(parts, body)).await else {
         return bad_gateway();
     };
     parts.headers.remove("content-length");
@@ -571,22 +487,17 @@ async fn answer(
         )),
         None => bytes,
     };
-    Response::from_parts(parts, Full::new(bytes))
+    plumbing::pass_back(parts, bytes)
 }
 
-/// Sends one request to moto on a connection of its own.
+/// Sends one request to moto on a connection of its own; `None` when moto
+/// gives no whole answer.
 async fn send(
     upstream: SocketAddr,
     req: Request<Full<Bytes>>,
 ) -> Option<(hyper::http::response::Parts, Bytes)> {
-    let stream = TcpStream::connect(upstream).await.ok()?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .ok()?;
-    tokio::spawn(conn);
-    let resp = sender.send_request(req).await.ok()?;
-    let (parts, body) = resp.into_parts();
-    let bytes = body.collect().await.ok()?.to_bytes();
+    let (parts, body) = plumbing::send(upstream, req).await?.into_parts();
+    let bytes = plumbing::collect(body).await?;
     Some((parts, bytes))
 }
 
@@ -642,12 +553,6 @@ fn error_xml(code: &str) -> String {
     format!(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error><Code>{code}</Code><Message>injected by the test proxy</Message></Error></Errors><RequestID>00000000-0000-0000-0000-000000000000</RequestID></Response>"
     )
-}
-
-fn bad_gateway() -> Response<Full<Bytes>> {
-    let mut resp = Response::new(Full::new(Bytes::new()));
-    *resp.status_mut() = StatusCode::BAD_GATEWAY;
-    resp
 }
 
 /// Sets `<state>blackhole</state>` on every route item naming a dead instance.
@@ -746,6 +651,8 @@ fn mark_table_routes(xml: &str, destinations: &HashSet<String>) -> String {
 
 #[cfg(test)]
 mod tests {
+    use tokio::net::{TcpListener, TcpStream};
+
     use super::*;
 
     /// Tokens granted at each whole second of a one-request-per-millisecond
