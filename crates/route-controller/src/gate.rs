@@ -253,6 +253,12 @@ fn repair_key(c: &Creation) -> Option<RepairKey> {
     ))
 }
 
+/// Whether `key` deletes a blackhole: the planner deletes a listed
+/// blackhole for that reason alone ([`DeletionReason::Blackhole`]).
+fn deletes_blackhole(key: &OpKey) -> bool {
+    matches!(key, OpKey::Delete { route, .. } if route.blackhole)
+}
+
 /// Deletions that may wait for the grace: their Node, or its pod CIDR, is
 /// gone from the view, which a re-creation or a stale relist explains.
 /// Blackholes and address changes never wait: waiting would harm.
@@ -302,11 +308,7 @@ impl Holds {
     /// lost) at `now`: a blackhole deleted to be replaced is one repair,
     /// however its creation then fares.
     pub fn deletion_landed(&mut self, plan: &Plan, key: &OpKey, now: Instant) {
-        let replaced = plan
-            .deletions
-            .iter()
-            .any(|d| d.reason == DeletionReason::Blackhole && d.key() == *key);
-        if !replaced {
+        if !deletes_blackhole(key) {
             return;
         }
         if let Some(c) = plan
@@ -425,12 +427,8 @@ pub fn gate(
         let Some(until) = g.verdicts.get(&key).and_then(Verdict::until) else {
             continue;
         };
-        for d in plan
-            .deletions
-            .iter()
-            .filter(|d| d.reason == DeletionReason::Blackhole && c.after.contains(&d.key()))
-        {
-            if let Some(v) = g.verdicts.get_mut(&d.key())
+        for d in c.after.iter().filter(|k| deletes_blackhole(k)) {
+            if let Some(v) = g.verdicts.get_mut(d)
                 && v.runs()
             {
                 *v = Verdict::Held {
