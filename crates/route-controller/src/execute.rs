@@ -362,7 +362,17 @@ impl Executor {
         };
         match answer {
             Ok(results) if results.len() == deletions.len() + creations.len() => {
-                ticket.succeeded();
+                // A provider writing several tables answers each table's
+                // failure inside the results (OpenStack with several
+                // routers): a throttled write must still slow the gate
+                // down, or its changes, due again at once, spin the loop.
+                let throttled = results
+                    .iter()
+                    .find_map(|r| r.as_ref().err().filter(|e| e.kind == ErrorKind::Throttled));
+                match throttled {
+                    Some(e) => note(ticket, Err(e)),
+                    None => ticket.succeeded(),
+                }
                 let (d, c) = results.split_at(deletions.len());
                 for ((key, del), r) in deletions.iter().zip(d) {
                     let r = to_result(r.clone());
@@ -377,9 +387,20 @@ impl Executor {
                     log_op("create", &cre.route, &r, started);
                     out.set(key.clone(), r);
                 }
-                // A creation whose deletion failed inside the batch is blocked.
+                // A creation whose deletion failed inside the batch is
+                // blocked, when that is why it failed (the old route is
+                // still there). A refusal of its own (a stopped instance, a
+                // full table) keeps its answer: the retry book must see it,
+                // or the creation goes out again at the next pass.
                 for (key, cre) in &creations {
-                    if !cre.after.iter().all(|d| out.of(d).is_done()) && !out.of(key).is_done() {
+                    let own_refusal = matches!(
+                        out.of(key),
+                        OpResult::Failed(e) if e.kind != ErrorKind::AlreadyExists
+                    );
+                    if !cre.after.iter().all(|d| out.of(d).is_done())
+                        && !out.of(key).is_done()
+                        && !own_refusal
+                    {
                         out.set(key.clone(), OpResult::Blocked);
                     }
                 }

@@ -6,7 +6,9 @@
 //! [`StatusWriter`]: a NetworkUnavailable patch changes the stored Node and
 //! comes back as a watch event, as on a real API server, so later kubelet
 //! heartbeats carry the condition the controller wrote and the controller's
-//! own patches never look like changes. Watch delivery takes no time.
+//! own patches never look like changes. Watch delivery takes no time unless
+//! the watch is held back ([`ApiServer::hold_watch`]), after which it
+//! catches up late or relists, possibly from a stale cache ([`CatchUp`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,6 +30,28 @@ pub struct ApiServer {
     /// Sees every NetworkUnavailable patch as it arrives (the checker's
     /// invariants on what is written).
     on_condition: Mutex<Option<ConditionHook>>,
+    /// While the watch is held back: the events not yet delivered, and the
+    /// Nodes as they were when it began (what a stale cache would list).
+    held: Mutex<Option<Held>>,
+}
+
+/// A watch held back ([`ApiServer::hold_watch`]).
+struct Held {
+    events: Vec<NodeEvent>,
+    stale: Vec<NodeView>,
+}
+
+/// How a held-back watch catches up ([`ApiServer::release_watch`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CatchUp {
+    /// The held events arrive, in order.
+    Late,
+    /// The watch ends and relists the Nodes as they are now; the held
+    /// events are not delivered (the list has their effect).
+    Relist,
+    /// The watch relists from a stale cache (the Nodes as they were when
+    /// it was held back), then the held events arrive.
+    StaleRelist,
 }
 
 /// See [`ApiServer::on_condition`].
@@ -44,6 +68,7 @@ impl ApiServer {
             warnings: Mutex::new(BTreeMap::new()),
             outage: std::sync::atomic::AtomicBool::new(false),
             on_condition: Mutex::new(None),
+            held: Mutex::new(None),
         }
     }
 
@@ -58,8 +83,47 @@ impl ApiServer {
     }
 
     fn deliver(&self, event: NodeEvent) {
+        if let Some(h) = self.held.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+            h.events.push(event);
+            return;
+        }
         self.events_delivered.fetch_add(1, Ordering::Relaxed);
         self.store.apply(event);
+    }
+
+    /// From now on the watch delivers nothing until [`ApiServer::release_watch`]:
+    /// a slow watch, or one about to end.
+    pub fn hold_watch(&self) {
+        let stale = self.nodes();
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        if held.is_none() {
+            *held = Some(Held {
+                events: Vec::new(),
+                stale,
+            });
+        }
+    }
+
+    /// The held-back watch catches up as `how` says.
+    pub fn release_watch(&self, how: CatchUp) {
+        let Some(held) = self.held.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+            return;
+        };
+        let relist = |views: Vec<NodeView>| {
+            self.deliver(NodeEvent::Init);
+            for v in views {
+                self.deliver(NodeEvent::InitApply(v));
+            }
+            self.deliver(NodeEvent::InitDone);
+        };
+        match how {
+            CatchUp::Late => held.events.into_iter().for_each(|e| self.deliver(e)),
+            CatchUp::Relist => relist(self.nodes()),
+            CatchUp::StaleRelist => {
+                relist(held.stale);
+                held.events.into_iter().for_each(|e| self.deliver(e));
+            }
+        }
     }
 
     /// The watcher's initial list of these Nodes.

@@ -16,8 +16,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use provider_memory::MemoryCloud;
+use route_cloud::conditional::Outcome;
 use route_cloud::{
-    Capabilities, CloudError, CloudRoutes, ErrorKind, Forwarding, ForwardingCheck, RequestStats,
+    Batch, BatchResult, Capabilities, CloudError, CloudRoutes, ErrorKind, Forwarding,
+    ForwardingCheck, RequestStats,
 };
 use route_core::{Cidr, Destination, NodeAddress, NodeView, Route};
 use tokio::time::Instant;
@@ -48,10 +50,10 @@ pub struct World {
     pub fence: Option<route_cloud::Fence>,
     /// Routes to stopped instances are refused rather than blackholed.
     pub refuses_stopped: bool,
-    /// When a creation for (Node UID, destination) was last refused because
+    /// When a creation for (Node UID, table, destination) was last refused because
     /// its instance is stopped: the next may come only after the repair
     /// floor ([`route_controller::gate::BLACKHOLE_REPAIR_FLOOR`]).
-    pub refused_at: HashMap<(String, Destination), Duration>,
+    pub refused_at: HashMap<(String, String, Destination), Duration>,
     /// Passes started so far (each starts with `observe_nodes`).
     pub passes_started: u64,
     /// The latest pass (numbered from 1, in start order) whose report had
@@ -63,8 +65,23 @@ pub struct World {
     pub foreign: Vec<Route>,
     /// Everything found so far.
     pub violations: Vec<Violation>,
-    /// Mutations that took effect, per destination.
-    pub mutations: BTreeMap<Destination, u64>,
+    /// Mutations that took effect, per route table and destination.
+    pub mutations: BTreeMap<(String, Destination), u64>,
+    /// The route tables tagged for the cluster now (`targets` runs; empty:
+    /// one unnamed table), with when each was tagged.
+    pub targets: BTreeMap<String, Duration>,
+    /// Whole-table writes still to meet another writer between their read
+    /// and their write (`batch` runs).
+    pub conflicts: u32,
+    /// The version of each table, as a whole-table writer reads it: every
+    /// write and every other writer's change moves it on.
+    pub versions: HashMap<String, u64>,
+    /// Whole-table writes refused for a stale version (`412`).
+    pub conflicts_met: u64,
+    /// When the latest change behind the controller's back (a route removed,
+    /// pointed elsewhere or added inside the cluster CIDRs) happened: until
+    /// the next resync the controller cannot know of it.
+    pub behind_back_at: Option<Duration>,
     /// Create and delete calls, any result.
     pub attempts: u64,
     /// List calls.
@@ -235,6 +252,11 @@ impl World {
     }
 }
 
+/// Re-reads after a `412` before a whole-table write gives up: the Azure
+/// and OpenStack providers' `max_conflict_retries` (default 5) is of this
+/// kind; fewer here, so that a run of conflicts also makes a write fail.
+pub const WRITE_RETRIES: u32 = 3;
+
 /// Locks the shared world.
 pub fn lock(world: &Mutex<World>) -> MutexGuard<'_, World> {
     world.lock().unwrap_or_else(|e| e.into_inner())
@@ -280,6 +302,20 @@ impl CheckedCloud {
                 ),
             );
         }
+        if !w.targets.is_empty() || !route.table.is_empty() {
+            // A table the last list did not name is no longer the cluster's
+            // as far as the controller knows: nothing in it is to be written.
+            let listed = self.inner.targets();
+            if !listed.iter().any(|t| *t == route.table) {
+                w.violation(
+                    Kind::TouchedForeign,
+                    format!(
+                        "{op} of {} -> {:?} in table {:?}, which the controller's last list did not name (listed: {:?})",
+                        route.destination, route.node, route.table, listed
+                    ),
+                );
+            }
+        }
         let inside = route
             .destination
             .cidr()
@@ -296,6 +332,161 @@ impl CheckedCloud {
         }
     }
 
+    /// Checks made when a creation starts, and the refusals the wrapper
+    /// models (a stopped instance where the cloud refuses those, no
+    /// providerID): `Err` is the cloud's answer, the memory cloud is not called.
+    fn admit_creation(&self, name_hint: &str, route: &Route) -> Result<(), CloudError> {
+        let mut w = lock(&self.world);
+        w.attempts += 1;
+        self.before_mutation(&mut w, "create", route);
+        let claimed = route.destination.cidr().is_some_and(|c| {
+            claims(&w.snapshot, &w.cluster)
+                .iter()
+                .any(|x| x.cidr == c && !x.conflicted && x.node == route.node.as_str())
+        });
+        if !claimed {
+            w.violation(
+                Kind::UnneededCreate,
+                format!(
+                    "created {} -> {:?}, which no Node of the pass's snapshot claims alone",
+                    route.destination, route.node
+                ),
+            );
+        }
+        if w.refuses_stopped
+            && route
+                .node_provider_id
+                .as_deref()
+                .is_some_and(|p| w.stopped.contains(p))
+        {
+            // As EC2 answers CreateRoute and ReplaceRoute to a stopped
+            // or terminated instance.
+            let now = w.now();
+            let key = (
+                name_hint.to_string(),
+                route.table.to_string(),
+                route.destination.clone(),
+            );
+            if let Some(prev) = w.refused_at.insert(key, now) {
+                let floor = route_controller::gate::BLACKHOLE_REPAIR_FLOOR;
+                if now - prev < floor {
+                    w.violation(
+                    Kind::TooManyCalls,
+                    format!(
+                        "create {} -> {:?} sent again {:?} after the cloud refused it for the instance's state; such refusals back off from {floor:?}",
+                        route.destination,
+                        route.node,
+                        now - prev
+                    ),
+                );
+                }
+            }
+            w.note(format!(
+                "create {} -> {:?}: refused, the instance is stopped",
+                route.destination, route.node
+            ));
+            return Err(CloudError::new(
+                ErrorKind::TargetUnavailable,
+                format!(
+                    "IncorrectInstanceState: the instance of node {} is stopped",
+                    route.node
+                ),
+            ));
+        }
+        if route.node_provider_id.is_none() {
+            let e = CloudError::new(
+                ErrorKind::InvalidRequest,
+                format!(
+                    "node {} has no spec.providerID: no instance to route {} to",
+                    route.node, route.destination
+                ),
+            );
+            w.note(format!(
+                "create {} -> {:?}: refused, no providerID",
+                route.destination, route.node
+            ));
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Checks made when a deletion starts.
+    fn admit_deletion(&self, route: &Route) {
+        let mut w = lock(&self.world);
+        w.attempts += 1;
+        self.before_mutation(&mut w, "delete", route);
+        let truth: Vec<Arc<NodeView>> = self.api.nodes().into_iter().map(Arc::new).collect();
+        if w.needs(&w.snapshot, route) && w.needs(&truth, route) {
+            w.violation(
+                Kind::NeededRouteDeleted,
+                format!(
+                    "deleted {} -> {:?} ({}), the route that Node needs (in the pass's snapshot and now)",
+                    route.destination,
+                    route.node,
+                    route.node_provider_id.as_deref().unwrap_or("no providerID")
+                ),
+            );
+        }
+    }
+
+    /// One table's share of a batch, written as a whole-table writer
+    /// writes: under the version it read, read again after a `412`, by the
+    /// loop the Azure and OpenStack providers share.
+    async fn write_table(
+        &self,
+        cluster: &str,
+        table: &str,
+        batch: Batch,
+    ) -> Result<BatchResult, CloudError> {
+        let world = &self.world;
+        let out = route_cloud::write_conditionally(
+            WRITE_RETRIES,
+            None,
+            || {
+                let version = lock(world).versions.get(table).copied().unwrap_or(0);
+                async move { Ok::<_, CloudError>(((), version)) }
+            },
+            |_: &()| Ok(Some(batch.clone())),
+            |b: Batch, version: u64| async move {
+                {
+                    let mut w = lock(world);
+                    if w.conflicts > 0 {
+                        // Another writer changed the table since it was read.
+                        w.conflicts -= 1;
+                        *w.versions.entry(table.to_string()).or_default() += 1;
+                    }
+                    if w.versions.get(table).copied().unwrap_or(0) != version {
+                        w.conflicts_met += 1;
+                        w.note(format!(
+                            "batch on table {table:?}: 412, the table changed since it was read"
+                        ));
+                        return Err(CloudError::new(
+                            ErrorKind::Conflict,
+                            format!(
+                                "412 Precondition Failed: table {table:?} changed since it was read"
+                            ),
+                        ));
+                    }
+                }
+                let r = self.inner.apply_batch(cluster, &b).await;
+                *lock(world).versions.entry(table.to_string()).or_default() += 1;
+                r
+            },
+            |_| {},
+        )
+        .await?;
+        Ok(match out {
+            // Nothing left to write: every change is as asked.
+            Outcome::Unchanged(()) => batch
+                .delete
+                .iter()
+                .map(|_| Ok(None))
+                .chain(batch.create.iter().map(|(_, r)| Ok(Some(r.clone()))))
+                .collect(),
+            Outcome::Written(r) => r,
+        })
+    }
+
     /// Checks made when a mutating call has come back; an answer of `Ok` or
     /// `Timeout` means it took effect.
     fn after_mutation(&self, op: &str, route: &Route, result: &Result<(), CloudError>) {
@@ -305,8 +496,13 @@ impl CheckedCloud {
             Err(e) => e.kind == ErrorKind::Timeout,
         };
         w.note(format!(
-            "{op} {} -> {:?} ({}): {}",
+            "{op} {}{} -> {:?} ({}): {}",
             route.destination,
+            if route.table.is_empty() {
+                String::new()
+            } else {
+                format!(" in {}", route.table)
+            },
             route.node,
             route.node_provider_id.as_deref().unwrap_or("no providerID"),
             match result {
@@ -327,7 +523,9 @@ impl CheckedCloud {
                 ),
             );
         }
-        *w.mutations.entry(route.destination.clone()).or_default() += 1;
+        *w.mutations
+            .entry((route.table.to_string(), route.destination.clone()))
+            .or_default() += 1;
         if op == "create"
             && w.forwarding == Some(ForwardingStyle::Repairable)
             && let Some(pid) = route.node_provider_id.as_deref()
@@ -357,6 +555,77 @@ impl CloudRoutes for CheckedCloud {
 
     fn stats(&self) -> &RequestStats {
         self.inner.stats()
+    }
+
+    fn targets(&self) -> Vec<route_core::Text> {
+        self.inner.targets()
+    }
+
+    async fn discover_targets(
+        &self,
+        cluster: &str,
+    ) -> Result<Option<Vec<route_core::Text>>, CloudError> {
+        self.inner.discover_targets(cluster).await
+    }
+
+    async fn apply_batch(&self, cluster: &str, batch: &Batch) -> Result<BatchResult, CloudError> {
+        // Each change is checked as it starts, as a single call is; the
+        // ones the wrapper refuses get their answer without a write.
+        let n = batch.delete.len() + batch.create.len();
+        let mut results: Vec<Option<Result<Option<Route>, CloudError>>> = vec![None; n];
+        let mut tables: BTreeMap<String, (Batch, Vec<usize>)> = BTreeMap::new();
+        for (i, r) in batch.delete.iter().enumerate() {
+            self.admit_deletion(r);
+            let (b, ix) = tables.entry(r.table.to_string()).or_default();
+            b.delete.push(r.clone());
+            ix.push(i);
+        }
+        for (k, (hint, r)) in batch.create.iter().enumerate() {
+            let i = batch.delete.len() + k;
+            match self.admit_creation(hint, r) {
+                Err(e) => results[i] = Some(Err(e)),
+                Ok(()) => {
+                    let (b, ix) = tables.entry(r.table.to_string()).or_default();
+                    b.create.push((hint.clone(), r.clone()));
+                    ix.push(i);
+                }
+            }
+        }
+        for (table, (b, ix)) in tables {
+            match self.write_table(cluster, &table, b).await {
+                Ok(r) if r.len() == ix.len() => {
+                    for (i, r) in ix.into_iter().zip(r) {
+                        results[i] = Some(r);
+                    }
+                }
+                Ok(r) => {
+                    return Err(CloudError::new(
+                        ErrorKind::Transient,
+                        format!(
+                            "the memory cloud answered {} results for {} changes",
+                            r.len(),
+                            ix.len()
+                        ),
+                    ));
+                }
+                Err(e) => {
+                    for i in ix {
+                        results[i] = Some(Err(e.clone()));
+                    }
+                }
+            }
+        }
+        let results: BatchResult = results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(CloudError::new(ErrorKind::Transient, "no result"))))
+            .collect();
+        for (r, res) in batch.delete.iter().zip(&results) {
+            self.after_mutation("delete", r, &res.as_ref().map(|_| ()).map_err(Clone::clone));
+        }
+        for ((_, r), res) in batch.create.iter().zip(&results[batch.delete.len()..]) {
+            self.after_mutation("create", r, &res.as_ref().map(|_| ()).map_err(Clone::clone));
+        }
+        Ok(results)
     }
 
     async fn list_routes(&self, cluster: &str) -> Result<Vec<Route>, CloudError> {
@@ -389,75 +658,7 @@ impl CloudRoutes for CheckedCloud {
         name_hint: &str,
         route: &Route,
     ) -> Result<Route, CloudError> {
-        {
-            let mut w = lock(&self.world);
-            w.attempts += 1;
-            self.before_mutation(&mut w, "create", route);
-            let claimed = route.destination.cidr().is_some_and(|c| {
-                claims(&w.snapshot, &w.cluster)
-                    .iter()
-                    .any(|x| x.cidr == c && !x.conflicted && x.node == route.node.as_str())
-            });
-            if !claimed {
-                w.violation(
-                    Kind::UnneededCreate,
-                    format!(
-                        "created {} -> {:?}, which no Node of the pass's snapshot claims alone",
-                        route.destination, route.node
-                    ),
-                );
-            }
-            if w.refuses_stopped
-                && route
-                    .node_provider_id
-                    .as_deref()
-                    .is_some_and(|p| w.stopped.contains(p))
-            {
-                // As EC2 answers CreateRoute and ReplaceRoute to a stopped
-                // or terminated instance.
-                let now = w.now();
-                let key = (name_hint.to_string(), route.destination.clone());
-                if let Some(prev) = w.refused_at.insert(key, now) {
-                    let floor = route_controller::gate::BLACKHOLE_REPAIR_FLOOR;
-                    if now - prev < floor {
-                        w.violation(
-                            Kind::TooManyCalls,
-                            format!(
-                                "create {} -> {:?} sent again {:?} after the cloud refused it for the instance's state; such refusals back off from {floor:?}",
-                                route.destination,
-                                route.node,
-                                now - prev
-                            ),
-                        );
-                    }
-                }
-                w.note(format!(
-                    "create {} -> {:?}: refused, the instance is stopped",
-                    route.destination, route.node
-                ));
-                return Err(CloudError::new(
-                    ErrorKind::TargetUnavailable,
-                    format!(
-                        "IncorrectInstanceState: the instance of node {} is stopped",
-                        route.node
-                    ),
-                ));
-            }
-            if route.node_provider_id.is_none() {
-                let e = CloudError::new(
-                    ErrorKind::InvalidRequest,
-                    format!(
-                        "node {} has no spec.providerID: no instance to route {} to",
-                        route.node, route.destination
-                    ),
-                );
-                w.note(format!(
-                    "create {} -> {:?}: refused, no providerID",
-                    route.destination, route.node
-                ));
-                return Err(e);
-            }
-        }
+        self.admit_creation(name_hint, route)?;
         let r = self.inner.create_route(cluster, name_hint, route).await;
         self.after_mutation(
             "create",
@@ -468,23 +669,7 @@ impl CloudRoutes for CheckedCloud {
     }
 
     async fn delete_route(&self, cluster: &str, route: &Route) -> Result<(), CloudError> {
-        {
-            let mut w = lock(&self.world);
-            w.attempts += 1;
-            self.before_mutation(&mut w, "delete", route);
-            let truth: Vec<Arc<NodeView>> = self.api.nodes().into_iter().map(Arc::new).collect();
-            if w.needs(&w.snapshot, route) && w.needs(&truth, route) {
-                w.violation(
-                    Kind::NeededRouteDeleted,
-                    format!(
-                        "deleted {} -> {:?} ({}), the route that Node needs (in the pass's snapshot and now)",
-                        route.destination,
-                        route.node,
-                        route.node_provider_id.as_deref().unwrap_or("no providerID")
-                    ),
-                );
-            }
-        }
+        self.admit_deletion(route);
         let r = self.inner.delete_route(cluster, route).await;
         self.after_mutation("delete", route, &r);
         r

@@ -56,13 +56,13 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::ApiServer;
+use crate::api::{ApiServer, CatchUp};
 use crate::run::CLUSTER;
 use cloud::{CheckedCloud, World, lock};
 use expect::{claims, in_cluster, points_at, wants};
 pub use steps::{
-    Case, CloudShape, Extra, Faults, ForwardingStyle, NodeSpec, Step, TimedStep, generate,
-    mode_of_seed,
+    Case, CloudShape, Extra, Faults, ForwardingStyle, NodeSpec, Step, TimedStep, WatchEnd,
+    generate, mode_of_seed,
 };
 
 /// Time between the replica being told it lost leadership and its Lease
@@ -90,6 +90,20 @@ pub const PERIOD: Duration = Duration::from_secs(10);
 /// `[60 s, 120 s)`), short so that changes behind its back are repaired
 /// within a run.
 pub const MIN_RESYNC: Duration = Duration::from_secs(60);
+
+/// `--route-target-discovery-period` of the checked controller: short, as
+/// the resync is, so that a table tagged late in a run is found within it.
+pub const DISCOVERY: Duration = Duration::from_secs(60);
+
+/// Added to the bound when tables were tagged or untagged: the controller
+/// looks the targets up every [`DISCOVERY`] in which no list ran, and a
+/// changed set lists at once (one pass, the least interval apart).
+pub const TARGETS_BOUND: Duration = Duration::from_secs(90);
+
+/// A table tagged this long ago is known to the controller (see
+/// [`TARGETS_BOUND`]): a Node's condition may only say `RouteCreated` when
+/// every such table holds its route.
+pub const TARGET_KNOWN: Duration = TARGETS_BOUND;
 
 /// The convergence bound without faults: two resyncs' worth, since a
 /// change behind the controller's back waits for the next resync (< 120 s).
@@ -161,6 +175,9 @@ pub enum Kind {
     ForwardingNotRepaired,
     /// A forwarding check, though the cloud's capabilities say it has none.
     UnexpectedForwardingCheck,
+    /// A Node's condition was written `RouteCreated` while a route table
+    /// the controller knows lacked one of its routes.
+    RouteCreatedWithoutRoute,
 }
 
 /// One broken invariant.
@@ -191,6 +208,8 @@ pub struct RunStats {
     pub forwarding_checks: u64,
     /// Forwarding prerequisites repaired by those checks.
     pub forwarding_repairs: u64,
+    /// Whole-table writes refused for a stale version (`412`).
+    pub conflicts: u64,
 }
 
 /// What one run found.
@@ -261,8 +280,17 @@ pub fn bound(case: &Case) -> Duration {
             Step::Create(n) | Step::Recreate(n) => n.forwarding_off,
             _ => false,
         });
+    let targets = case
+        .steps
+        .iter()
+        .any(|s| matches!(s.step, Step::AddTarget { .. } | Step::DropTarget { .. }));
     BASE_BOUND
         + if lag { LAG_BOUND } else { Duration::ZERO }
+        + if targets {
+            TARGETS_BOUND
+        } else {
+            Duration::ZERO
+        }
         + if forwarding {
             FORWARDING_BOUND
         } else {
@@ -298,13 +326,15 @@ pub fn run_case_with(case: &Case, options: &Options) -> Outcome {
     out
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Window {
     Errors(Operation),
     Throttle,
     Lag,
     Slow,
     ApiOutage,
+    Quota,
+    Watch(WatchEnd),
 }
 
 #[derive(Debug, Clone)]
@@ -483,7 +513,15 @@ impl Driver<'_> {
         }
     }
 
+    /// Puts an in-cluster route behind the controller's back into the
+    /// cluster's first table.
     fn insert(&mut self, route: Route) {
+        let first = self.tables().swap_remove(0);
+        let route = route.in_table(first);
+        {
+            let mut w = lock(&self.world);
+            w.behind_back_at = Some(w.now());
+        }
         let d = route.destination.clone();
         if let Some(c) = d.cidr()
             && in_cluster(&self.cluster, &c)
@@ -492,6 +530,17 @@ impl Driver<'_> {
             self.charge(&d, cost);
         }
         self.cloud.insert_route(CLUSTER, route);
+    }
+
+    /// The route tables of the cluster now: the named ones, or the one
+    /// unnamed table.
+    fn tables(&self) -> Vec<String> {
+        let w = lock(&self.world);
+        if w.targets.is_empty() {
+            vec![String::new()]
+        } else {
+            w.targets.keys().cloned().collect()
+        }
     }
 
     fn extra_name(&mut self, what: &str) -> String {
@@ -525,6 +574,12 @@ impl Driver<'_> {
                 Window::Lag => self.cloud.set_list_lag(0),
                 Window::Slow => self.set_latency(self.case.cloud.latency_ms),
                 Window::ApiOutage => self.api.set_outage(false),
+                Window::Quota => self.cloud.set_max_routes(None),
+                Window::Watch(end) => self.api.release_watch(match end {
+                    WatchEnd::Late => CatchUp::Late,
+                    WatchEnd::Relist => CatchUp::Relist,
+                    WatchEnd::StaleRelist => CatchUp::StaleRelist,
+                }),
             },
             Act::LeaseExpires => lock(&self.world).lease_held = false,
             Act::Regain => {
@@ -655,6 +710,8 @@ impl Driver<'_> {
                     self.charge(&r.destination, 1);
                 }
                 self.cloud.remove_route(CLUSTER, &r.destination);
+                let mut w = lock(&self.world);
+                w.behind_back_at = Some(w.now());
             }
             Step::AddRoute(extra) => self.add_route(extra),
             Step::Errors {
@@ -663,6 +720,12 @@ impl Driver<'_> {
                 percent,
                 duration,
             } => {
+                // A cloud that writes whole tables fails its writes.
+                let op = if self.case.cloud.batch && op != Operation::List {
+                    Operation::Batch
+                } else {
+                    op
+                };
                 self.cloud.set_error_rate(
                     op,
                     Some(ErrorRate {
@@ -672,7 +735,14 @@ impl Driver<'_> {
                 );
                 self.later(at + duration, Act::End(Window::Errors(op)));
             }
-            Step::Timeouts { op, n } => self.cloud.fail_next(op, n, ErrorKind::Timeout),
+            Step::Timeouts { op, n } => {
+                let op = if self.case.cloud.batch {
+                    Operation::Batch
+                } else {
+                    op
+                };
+                self.cloud.fail_next(op, n, ErrorKind::Timeout);
+            }
             Step::Throttle {
                 every_secs,
                 burst,
@@ -724,6 +794,42 @@ impl Driver<'_> {
                     return;
                 };
                 lock(&self.world).forwarding_off.remove(&pid);
+            }
+            Step::AddTarget { name } => {
+                let mut w = lock(&self.world);
+                w.targets.insert(name, at);
+                let now: Vec<String> = w.targets.keys().cloned().collect();
+                drop(w);
+                self.cloud.set_targets(now);
+                // Every route the Nodes need is one more creation, in the
+                // new table.
+                let needed: Vec<Cidr> = self.desired.keys().copied().collect();
+                for c in needed {
+                    self.charge(&Destination::Cidr(c), 1);
+                }
+            }
+            Step::DropTarget { name } => {
+                let mut w = lock(&self.world);
+                // The cluster keeps one table: the generator never drops the last.
+                if w.targets.len() <= 1 {
+                    return;
+                }
+                w.targets.remove(&name);
+                // Its routes are no longer the cluster's: foreign ones in it
+                // are no longer watched.
+                w.foreign.retain(|f| f.table != name.as_str());
+                let now: Vec<String> = w.targets.keys().cloned().collect();
+                drop(w);
+                self.cloud.set_targets(now);
+            }
+            Step::Quota { max, duration } => {
+                self.cloud.set_max_routes(Some(max));
+                self.later(at + duration, Act::End(Window::Quota));
+            }
+            Step::ConflictingWrites { n } => lock(&self.world).conflicts += n,
+            Step::WatchDelay { duration, end } => {
+                self.api.hold_watch();
+                self.later(at + duration, Act::End(Window::Watch(end)));
             }
             Step::LateRenewal { stall } => {
                 lock(&self.world).renewing = false;
@@ -799,16 +905,20 @@ impl Driver<'_> {
                     r.next_hop = pid.clone().into();
                     r.node_provider_id = Some(pid.clone().into());
                     // Only a route that replaces another one costs anything.
-                    let replaces = self
-                        .cloud
-                        .routes(CLUSTER)
-                        .iter()
-                        .any(|x| x.destination == r.destination);
-                    if replaces {
-                        self.charge(&r.destination, 1);
+                    for table in self.tables() {
+                        let replaces = self
+                            .cloud
+                            .routes_in(CLUSTER, &table)
+                            .iter()
+                            .any(|x| x.destination == r.destination);
+                        if replaces {
+                            self.charge(&r.destination, 1);
+                        }
+                        self.cloud.insert_route(CLUSTER, r.clone().in_table(table));
                     }
-                    self.cloud.insert_route(CLUSTER, r);
                 }
+                let mut w = lock(&self.world);
+                w.behind_back_at = Some(w.now());
             }
             Extra::Foreign {
                 destination,
@@ -817,11 +927,15 @@ impl Driver<'_> {
                 let name = self.extra_name("foreign");
                 let mut r = Route::from_text(target, &destination).named(name);
                 r.next_hop = "igw-1".into();
-                let mut w = lock(&self.world);
-                w.foreign.retain(|f| f.destination != r.destination);
-                w.foreign.push(r.clone());
-                drop(w);
-                self.cloud.insert_route(CLUSTER, r);
+                for table in self.tables() {
+                    let r = r.clone().in_table(table);
+                    let mut w = lock(&self.world);
+                    w.foreign
+                        .retain(|f| f.destination != r.destination || f.table != r.table);
+                    w.foreign.push(r.clone());
+                    drop(w);
+                    self.cloud.insert_route(CLUSTER, r);
+                }
             }
         }
     }
@@ -846,60 +960,74 @@ impl Driver<'_> {
 
     /// The final check: exact routes, conditions, mutations per destination.
     fn check_final(&self) {
-        let table = self.cloud.routes(CLUSTER);
         let nodes = self.api.nodes();
         let reports = self.reports();
         let want = wants(&nodes, &self.cluster);
         let claimed = claims(&nodes, &self.cluster);
-        let mut w = lock(&self.world);
-        for (c, x) in &want {
-            let at: Vec<&Route> = table
-                .iter()
-                .filter(|r| r.destination == Destination::Cidr(*c))
-                .collect();
-            match at.as_slice() {
-                [] => w.violation(
-                    Kind::NotConverged,
-                    format!("no route for {c}, the pod CIDR of {}", x.node),
-                ),
-                [r] if points_at(r, x, reports) => {}
-                [r, ..] => w.violation(
-                    Kind::NotConverged,
-                    format!(
-                        "the route for {c} points at {:?} ({}, blackhole {}, addresses {:?}); {} ({}) needs it",
-                        r.node,
-                        r.node_provider_id.as_deref().unwrap_or("no providerID"),
-                        r.blackhole,
-                        r.node_addresses.iter().map(|a| a.address.as_str()).collect::<Vec<_>>(),
-                        x.node,
-                        x.provider_id.as_deref().unwrap_or("no providerID"),
-                    ),
-                ),
-            }
-        }
-        for r in &table {
-            let Some(c) = r
-                .destination
-                .cidr()
-                .filter(|c| in_cluster(&self.cluster, c))
-            else {
-                continue;
+        // Every table of the cluster on its own: each must hold every route.
+        for name in self.tables() {
+            let table = self.cloud.routes_in(CLUSTER, &name);
+            let mut w = lock(&self.world);
+            let of = if name.is_empty() {
+                String::new()
+            } else {
+                format!(" in table {name}")
             };
-            if want.contains_key(&c) {
-                continue;
-            }
-            // A conflict keeps an existing route to one of its claimants.
-            let kept = !r.blackhole
-                && claimed
+            for (c, x) in &want {
+                let at: Vec<&Route> = table
                     .iter()
-                    .any(|x| x.conflicted && x.cidr == c && x.node == r.node.as_str());
-            if !kept {
-                w.violation(
-                    Kind::NotConverged,
-                    format!("stale route {c} -> {:?} is still in the table", r.node),
-                );
+                    .filter(|r| r.destination == Destination::Cidr(*c))
+                    .collect();
+                match at.as_slice() {
+                    [] => w.violation(
+                        Kind::NotConverged,
+                        format!("no route for {c}{of}, the pod CIDR of {}", x.node),
+                    ),
+                    [r] if points_at(r, x, reports) => {}
+                    [r, ..] => w.violation(
+                        Kind::NotConverged,
+                        format!(
+                            "the route for {c}{of} points at {:?} ({}, blackhole {}, addresses {:?}); {} ({}) needs it",
+                            r.node,
+                            r.node_provider_id.as_deref().unwrap_or("no providerID"),
+                            r.blackhole,
+                            r.node_addresses.iter().map(|a| a.address.as_str()).collect::<Vec<_>>(),
+                            x.node,
+                            x.provider_id.as_deref().unwrap_or("no providerID"),
+                        ),
+                    ),
+                }
+            }
+            for r in &table {
+                let Some(c) = r
+                    .destination
+                    .cidr()
+                    .filter(|c| in_cluster(&self.cluster, c))
+                else {
+                    continue;
+                };
+                if want.contains_key(&c) {
+                    continue;
+                }
+                // A conflict keeps an existing route to one of its claimants.
+                let kept = !r.blackhole
+                    && claimed
+                        .iter()
+                        .any(|x| x.conflicted && x.cidr == c && x.node == r.node.as_str());
+                if !kept {
+                    w.violation(
+                        Kind::NotConverged,
+                        format!("stale route {c} -> {:?}{of} is still in the table", r.node),
+                    );
+                }
             }
         }
+        let tables: Vec<Vec<Route>> = self
+            .tables()
+            .iter()
+            .map(|t| self.cloud.routes_in(CLUSTER, t))
+            .collect();
+        let mut w = lock(&self.world);
         // Upstream leaves the condition of a Node without pod CIDRs alone
         // unless some route targets it; this checker does not judge those.
         for n in nodes.iter().filter(|n| !n.pod_cidrs.is_empty()) {
@@ -910,7 +1038,7 @@ impl Driver<'_> {
             let expected = expected_condition(
                 n,
                 &claimed,
-                &table,
+                &tables,
                 &self.cluster,
                 off && w.forwarding == Some(ForwardingStyle::ReadOnly),
             );
@@ -955,10 +1083,15 @@ impl Driver<'_> {
         let over: Vec<String> = w
             .mutations
             .iter()
-            .filter_map(|(d, n)| {
+            .filter_map(|((t, d), n)| {
                 let min = self.minimum.get(d).copied().unwrap_or(0);
+                let of = if t.is_empty() {
+                    String::new()
+                } else {
+                    format!(" in table {t}")
+                };
                 (*n > CALL_FACTOR * min + CALL_SLACK)
-                    .then(|| format!("{d}: {n} mutations, minimum {min}"))
+                    .then(|| format!("{d}{of}: {n} mutations, minimum {min}"))
             })
             .collect();
         for o in over {
@@ -967,13 +1100,14 @@ impl Driver<'_> {
     }
 }
 
-/// The condition a Node should carry once routes are in place, given
+/// The condition a Node should carry once routes are in place in every
+/// table of `tables`, given
 /// whether its instance's forwarding prerequisite is off and only the
 /// operator can turn it on.
 fn expected_condition(
     n: &NodeView,
     claimed: &[expect::Claim],
-    table: &[Route],
+    tables: &[Vec<Route>],
     cluster: &[Cidr],
     forwarding_disabled: bool,
 ) -> NetworkCondition {
@@ -985,10 +1119,13 @@ fn expected_condition(
                 .iter()
                 .any(|x| x.node == n.name && x.cidr == *c && x.conflicted);
             if conflicted {
-                table.iter().any(|r| {
-                    !r.blackhole
-                        && r.destination == Destination::Cidr(*c)
-                        && r.node == n.name.as_str()
+                // Every table must hold the route a conflict keeps.
+                tables.iter().all(|table| {
+                    table.iter().any(|r| {
+                        !r.blackhole
+                            && r.destination == Destination::Cidr(*c)
+                            && r.node == n.name.as_str()
+                    })
                 })
             } else {
                 n.provider_id.is_some()
@@ -1002,6 +1139,59 @@ fn expected_condition(
     }
 }
 
+/// The continuous check of a `RouteCreated` patch for `node`: every table
+/// tagged for the cluster long enough for the controller to know it
+/// ([`TARGET_KNOWN`]) holds a route to the Node for each pod CIDR it
+/// claims alone in the controller's latest snapshot. Skipped within
+/// `slack` of a change behind the controller's back (it learns of those at
+/// the next resync, and a removed route may be in its cached table).
+fn route_created_needs_every_table(
+    w: &mut World,
+    cloud: &MemoryCloud,
+    node: &route_controller::NodeRef,
+    slack: Duration,
+) {
+    let now = w.now();
+    if w.behind_back_at.is_some_and(|t| now < t + slack) {
+        return;
+    }
+    let Some(view) = w.snapshot.iter().find(|n| n.uid == node.uid).cloned() else {
+        return;
+    };
+    let claimed = claims(&w.snapshot, &w.cluster);
+    let alone: Vec<Cidr> = claimed
+        .iter()
+        .filter(|x| x.node == view.name && !x.conflicted)
+        .map(|x| x.cidr)
+        .collect();
+    let tables: Vec<String> = if w.targets.is_empty() {
+        vec![String::new()]
+    } else {
+        w.targets
+            .iter()
+            .filter(|(_, since)| now >= **since + TARGET_KNOWN)
+            .map(|(t, _)| t.clone())
+            .collect()
+    };
+    for t in tables {
+        let routes = cloud.routes_in(CLUSTER, &t);
+        for c in &alone {
+            let has = routes
+                .iter()
+                .any(|r| r.destination == Destination::Cidr(*c) && r.node == view.name.as_str());
+            if !has {
+                w.violation(
+                    Kind::RouteCreatedWithoutRoute,
+                    format!(
+                        "RouteCreated written for {}, but table {t:?} has no route for its pod CIDR {c}",
+                        view.name
+                    ),
+                );
+            }
+        }
+    }
+}
+
 async fn drive(case: &Case, options: &Options) -> Outcome {
     let start = Instant::now();
     let cluster = cluster_cidrs();
@@ -1010,6 +1200,8 @@ async fn drive(case: &Case, options: &Options) -> Outcome {
         reports_node_addresses: case.cloud.reports_node_addresses,
         max_concurrent_operations: case.cloud.max_concurrent_operations,
         seed: case.seed,
+        targets: case.cloud.targets.clone(),
+        supports_batch: case.cloud.batch,
         ..MemoryConfig::default()
     })
     .expect("the checker's memory cloud settings are valid");
@@ -1042,12 +1234,27 @@ async fn drive(case: &Case, options: &Options) -> Outcome {
         forwarding_answered_off: Default::default(),
         forwarding_checks: 0,
         forwarding_repairs: 0,
+        targets: case
+            .cloud
+            .targets
+            .iter()
+            .map(|t| (t.clone(), Duration::ZERO))
+            .collect(),
+        conflicts: 0,
+        versions: Default::default(),
+        conflicts_met: 0,
+        behind_back_at: None,
     }));
     {
         // Every patch the controller sends, including those an outage refuses.
         let world = world.clone();
+        let cloud = cloud.with_caller("checker");
+        let resync_slack = MIN_RESYNC * 2 + PERIOD;
         api.on_condition(move |node, cond| {
             let mut w = lock(&world);
+            if cond == NetworkCondition::RouteCreated {
+                route_created_needs_every_table(&mut w, &cloud, node, resync_slack);
+            }
             if cond == NetworkCondition::RouteCreated
                 && w.forwarding_answered_off.get(&node.uid) == Some(&true)
             {
@@ -1125,7 +1332,7 @@ async fn drive(case: &Case, options: &Options) -> Outcome {
             period: PERIOD,
             min_interval: crate::run::MIN_INTERVAL,
             resync,
-            discovery: route_controller::schedule::DEFAULT_DISCOVERY_PERIOD,
+            discovery: DISCOVERY,
         },
         // No jitter: the controller draws it from a thread-local RNG, and a
         // failing seed must replay exactly.
@@ -1195,6 +1402,7 @@ async fn drive(case: &Case, options: &Options) -> Outcome {
             checked_at,
             forwarding_checks: w.forwarding_checks,
             forwarding_repairs: w.forwarding_repairs,
+            conflicts: w.conflicts_met,
         },
         trace: std::mem::take(&mut w.trace),
     }
@@ -1313,13 +1521,42 @@ pub fn report(case: &Case, outcome: &Outcome, options: &Options) -> String {
             v.detail
         );
     }
-    let _ = writeln!(s, "its cloud calls (last 30):");
-    let skip = rerun.trace.len().saturating_sub(30);
-    for line in &rerun.trace[skip..] {
+    // The calls that led to the first violation, and a few after it: the
+    // end of a long run is mostly quiet lists.
+    let first_at = rerun
+        .violations
+        .first()
+        .map_or(f64::MAX, |v| v.at.as_secs_f64());
+    let upto = rerun
+        .trace
+        .iter()
+        .position(|l| {
+            l.trim_start()
+                .split('s')
+                .next()
+                .and_then(|t| t.parse::<f64>().ok())
+                .is_some_and(|t| t > first_at)
+        })
+        .unwrap_or(rerun.trace.len());
+    let from = upto.saturating_sub(TRACE_BEFORE);
+    let to = (upto + TRACE_AFTER).min(rerun.trace.len());
+    let _ = writeln!(
+        s,
+        "its cloud calls ({} to {} of {}, around the first violation):",
+        from + 1,
+        to,
+        rerun.trace.len()
+    );
+    for line in &rerun.trace[from..to] {
         let _ = writeln!(s, "  {line}");
     }
     s
 }
+
+/// Cloud calls a report shows up to the first violation…
+const TRACE_BEFORE: usize = 40;
+/// …and after it.
+const TRACE_AFTER: usize = 10;
 
 /// The result of many seeds.
 #[derive(Debug, Default)]

@@ -69,11 +69,28 @@ pub struct Faults {
     /// controller's back and the provider repairs it (AWS), or some start
     /// without it and the operator fixes them later (GCE, Azure).
     pub forwarding_lost: bool,
+    /// The cloud has 1–3 named route targets (tables) instead of one, and
+    /// tables are tagged for the cluster (appear) or untagged (go) while
+    /// the controller runs.
+    pub targets: bool,
+    /// Windows in which each table holds at most a few routes more (or
+    /// fewer) than it has: creations beyond answer `QuotaExceeded` until
+    /// the window ends and room opens again.
+    pub quota: bool,
+    /// Per run, half the time: the cloud takes changes only as whole-table
+    /// writes under a version (Azure's route table, a Neutron router), and
+    /// another writer slips in between read and write (`412`), so the
+    /// shared re-read loop must run.
+    pub batch: bool,
+    /// Windows of 1–30 s in which the Node watch delivers nothing, after
+    /// which the events arrive late, or the watch ends and relists (from
+    /// the current state, or from a stale cache first).
+    pub watch_delay: bool,
 }
 
 impl Faults {
     /// Every class, by its name on the command line.
-    pub const NAMES: [&'static str; 18] = [
+    pub const NAMES: [&'static str; 22] = [
         "recreate",
         "new_instance",
         "late_data",
@@ -92,6 +109,10 @@ impl Faults {
         "refuse_stopped",
         "api_outage",
         "forwarding_lost",
+        "targets",
+        "quota",
+        "batch",
+        "watch_delay",
     ];
 
     /// No fault class: Nodes come and go, nothing else happens.
@@ -114,6 +135,10 @@ impl Faults {
         refuse_stopped: false,
         api_outage: false,
         forwarding_lost: false,
+        targets: false,
+        quota: false,
+        batch: false,
+        watch_delay: false,
     };
 
     /// Every fault class.
@@ -136,6 +161,10 @@ impl Faults {
         refuse_stopped: true,
         api_outage: true,
         forwarding_lost: true,
+        targets: true,
+        quota: true,
+        batch: true,
+        watch_delay: true,
     };
 
     fn slot(&mut self, name: &str) -> Option<&mut bool> {
@@ -158,6 +187,10 @@ impl Faults {
             "refuse_stopped" => &mut self.refuse_stopped,
             "api_outage" => &mut self.api_outage,
             "forwarding_lost" => &mut self.forwarding_lost,
+            "targets" => &mut self.targets,
+            "quota" => &mut self.quota,
+            "batch" => &mut self.batch,
+            "watch_delay" => &mut self.watch_delay,
             _ => return None,
         })
     }
@@ -375,6 +408,53 @@ pub enum Step {
         /// The Node.
         node: String,
     },
+    /// A route table is tagged for the cluster (a new zone), or tagged
+    /// again after it went: its routes, if any, are as it left them.
+    AddTarget {
+        /// The table.
+        name: String,
+    },
+    /// A route table loses the cluster's tag: it is no longer the
+    /// cluster's, and nothing in it may be written once the controller
+    /// has listed without it.
+    DropTarget {
+        /// The table.
+        name: String,
+    },
+    /// Each table holds at most `max` routes for a while; the quota is
+    /// lifted when the window ends.
+    Quota {
+        /// Routes per table.
+        max: usize,
+        /// How long.
+        duration: Duration,
+    },
+    /// The next `n` whole-table writes meet another writer between their
+    /// read and their write: the cloud answers `412` and the writer must
+    /// read again.
+    ConflictingWrites {
+        /// How many writes.
+        n: u32,
+    },
+    /// The Node watch delivers nothing for `duration`; then `end` happens.
+    WatchDelay {
+        /// How long events are held back.
+        duration: Duration,
+        /// How the watch catches up.
+        end: WatchEnd,
+    },
+}
+
+/// How a held-back Node watch catches up (`watch_delay`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WatchEnd {
+    /// The held events arrive, late, in order.
+    Late,
+    /// The watch ends and relists: the current Nodes, the held events dropped.
+    Relist,
+    /// The watch relists from a stale cache (the Nodes as they were when
+    /// the delay began), then the held events arrive.
+    StaleRelist,
 }
 
 impl Step {
@@ -389,7 +469,9 @@ impl Step {
             | Step::Slow { duration, .. }
             | Step::LeaderLoss { duration }
             | Step::LateRenewal { stall: duration }
-            | Step::ApiOutage { duration } => Some(*duration),
+            | Step::ApiOutage { duration }
+            | Step::Quota { duration, .. }
+            | Step::WatchDelay { duration, .. } => Some(*duration),
             Step::Timeouts { .. } => Some(Duration::ZERO),
             _ => None,
         }
@@ -479,6 +561,27 @@ impl fmt::Display for Step {
                 f,
                 "the operator turns the forwarding prerequisite of {node}'s instance on"
             ),
+            Step::AddTarget { name } => write!(f, "route table {name} is tagged for the cluster"),
+            Step::DropTarget { name } => write!(f, "route table {name} loses the cluster's tag"),
+            Step::Quota { max, duration } => {
+                write!(
+                    f,
+                    "each route table holds at most {max} routes for {duration:?}"
+                )
+            }
+            Step::ConflictingWrites { n } => write!(
+                f,
+                "the next {n} whole-table writes meet another writer (412) and must read again"
+            ),
+            Step::WatchDelay { duration, end } => write!(
+                f,
+                "the Node watch delivers nothing for {duration:?}, then {}",
+                match end {
+                    WatchEnd::Late => "the events arrive late",
+                    WatchEnd::Relist => "it relists",
+                    WatchEnd::StaleRelist => "it relists from a stale cache and catches up",
+                }
+            ),
         }
     }
 }
@@ -493,7 +596,7 @@ pub struct TimedStep {
 }
 
 /// The cloud's shape for one run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CloudShape {
     /// Latency of every call outside `slow` windows, ms.
     pub latency_ms: u64,
@@ -507,6 +610,11 @@ pub struct CloudShape {
     /// The cloud checks forwarding prerequisites, in this style; `None`:
     /// it does not (`checks_forwarding` is false), as before the class.
     pub forwarding: Option<ForwardingStyle>,
+    /// The named route targets the cloud starts with (`targets`); empty:
+    /// one unnamed table, as before the class.
+    pub targets: Vec<String>,
+    /// Changes are whole-table writes under a version (`batch`).
+    pub batch: bool,
 }
 
 /// How the cloud of a `forwarding_lost` run treats forwarding prerequisites.
@@ -574,13 +682,17 @@ struct Gen {
     ips: u32,
     extras: u32,
     /// Per window kind, when the current window ends (windows of one kind never overlap).
-    busy: [Duration; 9],
+    busy: [Duration; 11],
     /// The run's forwarding style (`forwarding_lost`).
     forwarding: Option<ForwardingStyle>,
     /// Instances numbered up to this one have had their prerequisite drawn.
     drawn: u32,
     /// Instances whose prerequisite is off now.
     forwarding_off: Vec<u32>,
+    /// The tables tagged for the cluster now (`targets`), and how many
+    /// were ever named.
+    targets: Vec<String>,
+    tables_named: u32,
 }
 
 impl Gen {
@@ -841,6 +953,10 @@ impl Gen {
             (f.late_renewal, 6),
             (f.api_outage, 7),
             (f.forwarding_lost, 8),
+            (f.targets, 9),
+            (f.quota, 10),
+            (f.batch, 11),
+            (f.watch_delay, 12),
         ] {
             if on {
                 choices.push(c);
@@ -939,7 +1055,59 @@ impl Gen {
                 }
                 self.push(at, Step::ApiOutage { duration });
             }
-            _ => self.forwarding_step(at),
+            8 => self.forwarding_step(at),
+            9 => self.target_step(at),
+            10 => {
+                let duration = self.secs(20, 90);
+                if !self.window(9, at, duration) {
+                    return;
+                }
+                // About as many routes as the live Nodes need, give or take:
+                // sometimes room for all, sometimes not.
+                let max = (self.live.len() + self.rng.random_range(0..=2)).saturating_sub(2);
+                self.push(at, Step::Quota { max, duration });
+            }
+            11 => {
+                let n = self.rng.random_range(1..=4);
+                self.push(at, Step::ConflictingWrites { n });
+            }
+            _ => {
+                let duration = self.secs(1, 30);
+                if !self.window(10, at, duration) {
+                    return;
+                }
+                let end = match self.rng.random_range(0..3) {
+                    0 => WatchEnd::Late,
+                    1 => WatchEnd::Relist,
+                    _ => WatchEnd::StaleRelist,
+                };
+                self.push(at, Step::WatchDelay { duration, end });
+            }
+        }
+    }
+
+    /// A table tagged for the cluster (a new one, or one that went), or
+    /// one of several untagged; the cluster keeps at least one.
+    fn target_step(&mut self, at: Duration) {
+        let gone: Vec<String> = (1..=self.tables_named)
+            .map(|k| format!("rtb-{k}"))
+            .filter(|t| !self.targets.contains(t))
+            .collect();
+        let add = self.targets.len() < 2 || (self.targets.len() < 3 && self.rng.random_bool(0.5));
+        if add {
+            let name = if !gone.is_empty() && self.rng.random_bool(0.3) {
+                gone[self.rng.random_range(0..gone.len())].clone()
+            } else {
+                self.tables_named += 1;
+                format!("rtb-{}", self.tables_named)
+            };
+            self.targets.push(name.clone());
+            self.push(at, Step::AddTarget { name });
+        } else {
+            let name = self
+                .targets
+                .remove(self.rng.random_range(0..self.targets.len()));
+            self.push(at, Step::DropTarget { name });
         }
     }
 
@@ -980,10 +1148,12 @@ pub fn generate(seed: u64, faults: Faults, mode: Option<Mode>) -> Case {
         instances: 0,
         ips: 0,
         extras: 0,
-        busy: [Duration::ZERO; 9],
+        busy: [Duration::ZERO; 11],
         forwarding: None,
         drawn: 0,
         forwarding_off: Vec::new(),
+        targets: Vec::new(),
+        tables_named: 0,
     };
     let cloud = CloudShape {
         latency_ms: g.rng.random_range(0..=200),
@@ -999,7 +1169,19 @@ pub fn generate(seed: u64, faults: Faults, mode: Option<Mode>) -> Case {
                 ForwardingStyle::ReadOnly
             }
         }),
+        targets: Vec::new(),
+        batch: false,
     };
+    // Drawn only when their classes are on, as above.
+    let mut cloud = cloud;
+    if faults.targets {
+        for _ in 0..g.rng.random_range(1..=3) {
+            g.tables_named += 1;
+            g.targets.push(format!("rtb-{}", g.tables_named));
+        }
+        cloud.targets = g.targets.clone();
+    }
+    cloud.batch = faults.batch && g.rng.random_bool(0.5);
     g.forwarding = cloud.forwarding;
     // The cluster and the cloud as the controller finds them at start.
     for _ in 0..g.rng.random_range(0..=4) {
