@@ -17,9 +17,12 @@
 
 use route_controller::Mode;
 use route_core::Cidr;
+use std::time::Duration;
+
+use simulator::check::Extra;
 use simulator::check::{
-    Faults, ForwardingStyle, Kind, Options, PASSING, Step, generate, report, run_case,
-    run_case_with, run_seeds, shrink,
+    Case, CloudShape, Faults, ForwardingStyle, Kind, NodeSpec, Options, PASSING, Step, TimedStep,
+    generate, report, run_case, run_case_with, run_seeds, shrink,
 };
 
 fn env<T: std::str::FromStr>(name: &str) -> Option<T> {
@@ -262,4 +265,123 @@ fn fault_classes_parse_by_name() {
     assert_eq!(f.to_string(), "errors,leader");
     assert_eq!(Faults::parse(&PASSING.to_string()).unwrap(), PASSING);
     assert!(Faults::parse("earthquake").is_err());
+}
+
+/// A case written out step by step: the shrunk sequence of a seed, kept
+/// as it was found, whatever the generator draws for that seed later.
+fn whole_table_case(seed: u64, mode: Mode, cloud: CloudShape, steps: Vec<(f64, Step)>) -> Case {
+    Case {
+        // The seed draws the resync interval and the cloud's random failures.
+        seed,
+        faults: Faults::ALL,
+        mode,
+        cloud,
+        steps: steps
+            .into_iter()
+            .map(|(at, step)| TimedStep {
+                at: Duration::from_secs_f64(at),
+                step,
+            })
+            .collect(),
+    }
+}
+
+fn assert_passes(case: &Case) {
+    let out = run_case(case);
+    assert!(out.passed(), "{}", report(case, &out, &Options::default()));
+}
+
+/// Shrunk (seed 36 of the first run with `targets` and `batch`): three
+/// route tables written whole; a throttle storm (burst 3, one request per
+/// 20 s) from 36 s for 29 s; n4 created at 48 s; its instance stops at
+/// 51 s for 33 s and the cloud refuses routes to it. The batch that
+/// deleted the blackhole was throttled, and the executor took the refused
+/// creation beside it for one merely blocked by that deletion: the
+/// retry book never saw the refusal, and the creation went to the stopped
+/// instance again 10 s later instead of backing off for 60 s.
+#[test]
+fn a_refusal_inside_a_whole_table_write_backs_off_like_a_single_one_seed_36() {
+    let cloud = CloudShape {
+        latency_ms: 115,
+        reports_node_addresses: false,
+        max_concurrent_operations: 6,
+        refuses_stopped: true,
+        forwarding: Some(ForwardingStyle::ReadOnly),
+        targets: vec!["rtb-1".into(), "rtb-2".into(), "rtb-3".into()],
+        batch: true,
+    };
+    let n4 = NodeSpec {
+        name: "n4".into(),
+        uid: "n4-4".into(),
+        pod_cidrs: vec!["10.244.4.0/24".into(), "fd00:10:0:4::/64".into()],
+        instance: 4,
+        ip: 4,
+        late: None,
+        forwarding_off: false,
+    };
+    assert_passes(&whole_table_case(
+        36,
+        Mode::Periodic,
+        cloud,
+        vec![
+            (
+                36.016,
+                Step::Throttle {
+                    every_secs: 20,
+                    burst: 3,
+                    duration: Duration::from_secs(29),
+                },
+            ),
+            (48.0, Step::Create(n4)),
+            (
+                50.993,
+                Step::StopInstance {
+                    node: "n4".into(),
+                    duration: Duration::from_secs(33),
+                },
+            ),
+        ],
+    ));
+}
+
+/// Shrunk (seed 485 of the first run with `targets` and `batch`): two
+/// route tables written whole, as OpenStack writes several routers; a
+/// stray host route added at 31 s; a throttle storm (burst 1, one request
+/// per 11 s) from 96 s for 54 s. Each throttled write came back inside a
+/// batch answer that was otherwise fine, the throttle gate was told the
+/// batch succeeded, and the deletion, due again at once, was resent 1,000
+/// times at one instant in `incremental`.
+#[test]
+fn a_throttled_table_among_several_does_not_spin_the_loop_seed_485() {
+    let cloud = CloudShape {
+        latency_ms: 0,
+        reports_node_addresses: true,
+        max_concurrent_operations: 2,
+        refuses_stopped: false,
+        forwarding: Some(ForwardingStyle::ReadOnly),
+        targets: vec!["rtb-1".into(), "rtb-2".into()],
+        batch: true,
+    };
+    assert_passes(&whole_table_case(
+        485,
+        Mode::Incremental,
+        cloud,
+        vec![
+            (
+                31.228,
+                Step::AddRoute(Extra::Stray {
+                    cidr: "10.244.200.3/32".into(),
+                    target: "gone-3".into(),
+                }),
+            ),
+            (
+                95.658,
+                Step::Throttle {
+                    every_secs: 11,
+                    burst: 1,
+                    duration: Duration::from_secs(54),
+                },
+            ),
+        ],
+    ));
 }

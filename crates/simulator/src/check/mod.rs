@@ -1471,6 +1471,19 @@ pub fn report(case: &Case, outcome: &Outcome, options: &Options) -> String {
     if let Some(style) = case.cloud.forwarding {
         let _ = writeln!(s, "  forwarding prerequisites: {}", style.as_str());
     }
+    if !case.cloud.targets.is_empty() {
+        let _ = writeln!(
+            s,
+            "  route tables at start: {}",
+            case.cloud.targets.join(", ")
+        );
+    }
+    if case.cloud.refuses_stopped {
+        let _ = writeln!(s, "  routes to stopped instances are refused");
+    }
+    if case.cloud.batch {
+        let _ = writeln!(s, "  changes are whole-table writes under a version");
+    }
     for v in outcome.violations.iter().take(8) {
         let _ = writeln!(
             s,

@@ -962,6 +962,12 @@ impl Gen {
                 choices.push(c);
             }
         }
+        if f.watch_delay {
+            // A held-back watch matters only when Nodes change meanwhile:
+            // drawn more often than the other classes, so that 300 seeds
+            // hold enough of those.
+            choices.extend([12, 12]);
+        }
         if choices.is_empty() {
             return;
         }
