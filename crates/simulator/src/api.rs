@@ -21,6 +21,8 @@ use route_core::{ConditionState, NetworkCondition, NodeView};
 /// See the module docs.
 pub struct ApiServer {
     store: Arc<NodeStore>,
+    /// The watch caches of further replicas ([`ApiServer::also_feed`]).
+    others: Mutex<Vec<Arc<NodeStore>>>,
     nodes: Mutex<HashMap<String, NodeView>>,
     events_delivered: AtomicU64,
     condition_writes: AtomicU64,
@@ -62,6 +64,7 @@ impl ApiServer {
     pub fn new(store: Arc<NodeStore>) -> Self {
         Self {
             store,
+            others: Mutex::new(Vec::new()),
             nodes: Mutex::new(HashMap::new()),
             events_delivered: AtomicU64::new(0),
             condition_writes: AtomicU64::new(0),
@@ -88,7 +91,19 @@ impl ApiServer {
             return;
         }
         self.events_delivered.fetch_add(1, Ordering::Relaxed);
+        for other in self.others.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            other.apply(event.clone());
+        }
         self.store.apply(event);
+    }
+
+    /// Every later event also goes to `store`: the watch of a second
+    /// replica, which sees the same Nodes at the same time.
+    pub fn also_feed(&self, store: Arc<NodeStore>) {
+        self.others
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(store);
     }
 
     /// From now on the watch delivers nothing until [`ApiServer::release_watch`]:

@@ -276,6 +276,7 @@ fn whole_table_case(seed: u64, mode: Mode, cloud: CloudShape, steps: Vec<(f64, S
         faults: Faults::ALL,
         mode,
         cloud,
+        rival: false,
         steps: steps
             .into_iter()
             .map(|(at, step)| TimedStep {

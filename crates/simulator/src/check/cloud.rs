@@ -22,6 +22,7 @@ use route_cloud::{
     ForwardingCheck, RequestStats,
 };
 use route_core::{Cidr, Destination, NodeAddress, NodeView, Route};
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -29,6 +30,38 @@ use super::expect::{Want, claims, in_cluster, points_at};
 use super::steps::ForwardingStyle;
 use super::{Kind, Violation};
 use crate::api::ApiServer;
+
+/// Which replica a call comes from (`rival` runs have two).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replica {
+    /// The replica every run has; it holds the Lease at the start.
+    Checked,
+    /// The second replica of a `rival` run, standing by at the start.
+    Rival,
+}
+
+/// The Lease both replicas of a `rival` run compete for.
+#[derive(Debug, Clone, Copy)]
+pub struct Lease {
+    /// Who holds it.
+    pub holder: Replica,
+    /// When the holder last renewed it.
+    pub renewed: Duration,
+}
+
+/// The second replica of a `rival` run.
+pub struct Rival {
+    /// Its fence.
+    pub fence: route_cloud::Fence,
+    /// It has been told it leads.
+    pub told_leader: bool,
+    /// Its renewals arrive (off while a `RivalStall` lasts).
+    pub renewing: bool,
+    /// The Nodes of its latest pass.
+    pub snapshot: Vec<Arc<NodeView>>,
+    /// Tells its controller whether it leads.
+    pub leader: Arc<watch::Sender<bool>>,
+}
 
 /// What the checker knows while a run goes on; shared by the driver and the wrapper.
 pub struct World {
@@ -48,6 +81,15 @@ pub struct World {
     pub renewing: bool,
     /// The replica's fence, checked at every mutation's start and landing.
     pub fence: Option<route_cloud::Fence>,
+    /// Tells the checked replica's controller whether it leads.
+    pub leader: Option<Arc<watch::Sender<bool>>>,
+    /// The Lease of a `rival` run; `None`: one replica, whose Lease the
+    /// `leader` and `late_renewal` classes move by hand.
+    pub lease: Option<Lease>,
+    /// The second replica of a `rival` run.
+    pub rival: Option<Rival>,
+    /// Times the Lease moved from one replica to the other.
+    pub lease_moves: u64,
     /// Routes to stopped instances are refused rather than blackholed.
     pub refuses_stopped: bool,
     /// When a creation for (Node UID, table, destination) was last refused because
@@ -108,35 +150,173 @@ pub struct World {
 }
 
 impl World {
-    /// A mutation `what` (started, landed) while the fence is closed: the
-    /// renew deadline passed, so another replica may already be leading.
-    fn check_fence(&mut self, op: &str, route: &Route, what: &str) {
-        let call = format!("{op} {} -> {:?}", route.destination, route.node);
-        self.check_fence_of(&call, what);
+    /// The fence of `who`.
+    pub fn fence_of(&self, who: Replica) -> Option<&route_cloud::Fence> {
+        match who {
+            Replica::Checked => self.fence.as_ref(),
+            Replica::Rival => self.rival.as_ref().map(|r| &r.fence),
+        }
     }
 
-    /// [`World::check_fence`] for any write, described by `call`.
-    fn check_fence_of(&mut self, call: &str, what: &str) {
-        if self
-            .fence
-            .as_ref()
-            .is_some_and(|f| f.is_leader() && !f.is_open())
-        {
+    /// Whether `who` has been told it leads.
+    pub fn told(&self, who: Replica) -> bool {
+        match who {
+            Replica::Checked => self.told_leader,
+            Replica::Rival => self.rival.as_ref().is_some_and(|r| r.told_leader),
+        }
+    }
+
+    fn set_told(&mut self, who: Replica, leads: bool) {
+        match who {
+            Replica::Checked => self.told_leader = leads,
+            Replica::Rival => {
+                if let Some(r) = self.rival.as_mut() {
+                    r.told_leader = leads;
+                }
+            }
+        }
+    }
+
+    /// Whether `who` holds an unexpired Lease now: no one else may write.
+    pub fn holds_lease(&self, who: Replica) -> bool {
+        match self.lease {
+            Some(l) => l.holder == who && self.now() < l.renewed + super::LEASE_DURATION,
+            None => who == Replica::Checked && self.lease_held,
+        }
+    }
+
+    /// The Nodes of the latest pass of `who`.
+    pub fn snapshot_of(&self, who: Replica) -> &[Arc<NodeView>] {
+        match who {
+            Replica::Checked => &self.snapshot,
+            Replica::Rival => self.rival.as_ref().map_or(&[], |r| &r.snapshot),
+        }
+    }
+
+    /// The Nodes of the latest pass of the replica that leads now (the one
+    /// whose status writes count).
+    pub fn leading_snapshot(&self) -> &[Arc<NodeView>] {
+        if self.told(Replica::Rival) {
+            self.snapshot_of(Replica::Rival)
+        } else {
+            &self.snapshot
+        }
+    }
+
+    fn renews(&self, who: Replica) -> bool {
+        match who {
+            Replica::Checked => self.renewing,
+            Replica::Rival => self.rival.as_ref().is_some_and(|r| r.renewing),
+        }
+    }
+
+    fn tell(&mut self, who: Replica, leads: bool) {
+        self.set_told(who, leads);
+        let (fence, tx) = match who {
+            Replica::Checked => (self.fence.clone(), self.leader.clone()),
+            Replica::Rival => match self.rival.as_ref() {
+                Some(r) => (Some(r.fence.clone()), Some(r.leader.clone())),
+                None => (None, None),
+            },
+        };
+        if let Some(f) = fence {
+            if leads {
+                // Winning the Lease is a successful renewal.
+                f.renewed(f.mark(), super::RENEW_DEADLINE);
+            }
+            f.set_leader(leads);
+        }
+        if let Some(tx) = tx {
+            tx.send_replace(leads);
+        }
+    }
+
+    /// One election round of `who` in a `rival` run, as client-go's
+    /// leader election does it every retry period: the holder renews; a
+    /// replica that finds another holder's Lease unexpired learns that it
+    /// does not lead; one that finds it expired takes it. A replica whose
+    /// renewals stall does nothing meanwhile.
+    pub fn lease_round(&mut self, who: Replica) {
+        let now = self.now();
+        let Some(lease) = self.lease else { return };
+        if !self.renews(who) {
+            return;
+        }
+        if lease.holder == who {
+            self.lease = Some(Lease {
+                holder: who,
+                renewed: now,
+            });
+            if let Some(f) = self.fence_of(who) {
+                f.renewed(f.mark(), super::RENEW_DEADLINE);
+            }
+        } else if now < lease.renewed + super::LEASE_DURATION {
+            if self.told(who) {
+                self.note(format!("{who:?} finds the Lease taken and stops leading"));
+                self.tell(who, false);
+            }
+        } else {
+            self.note(format!(
+                "{who:?} takes the Lease, expired since {:?}",
+                lease.renewed + super::LEASE_DURATION
+            ));
+            self.lease = Some(Lease {
+                holder: who,
+                renewed: now,
+            });
+            self.lease_moves += 1;
+            self.tell(who, true);
+        }
+        self.check_one_inside();
+    }
+
+    /// At most one replica may be inside its fencing deadline at any instant.
+    pub fn check_one_inside(&mut self) {
+        let inside = [Replica::Checked, Replica::Rival]
+            .into_iter()
+            .filter(|r| {
+                self.fence_of(*r)
+                    .is_some_and(|f| f.is_leader() && f.is_open())
+            })
+            .count();
+        if inside > 1 {
             self.violation(
-                Kind::MutationPastDeadline,
-                format!("{call} {what} after the renew deadline had passed"),
+                Kind::TwoInsideDeadline,
+                "both replicas are inside their fencing deadline".to_string(),
             );
         }
     }
 
+    /// A mutation `what` (started, landed) by `who` while its fence is
+    /// closed: the renew deadline passed, so another replica may already
+    /// be leading.
+    fn check_fence(&mut self, who: Replica, op: &str, route: &Route, what: &str) {
+        let call = format!("{op} {} -> {:?}", route.destination, route.node);
+        self.check_fence_of(who, &call, what);
+    }
+
+    /// [`World::check_fence`] for any write, described by `call`.
+    fn check_fence_of(&mut self, who: Replica, call: &str, what: &str) {
+        if self
+            .fence_of(who)
+            .is_some_and(|f| f.is_leader() && !f.is_open())
+        {
+            self.violation(
+                Kind::MutationPastDeadline,
+                format!("{call} {what} by {who:?} after its renew deadline had passed"),
+            );
+        }
+        self.check_one_inside();
+    }
+
     /// A write that starts and lands at once (a forwarding repair): it
     /// obeys the fence and leadership as route writes do.
-    fn check_instant_write(&mut self, call: &str) {
-        self.check_fence_of(call, "started and landed");
-        if !self.told_leader || !self.lease_held {
+    fn check_instant_write(&mut self, who: Replica, call: &str) {
+        self.check_fence_of(who, call, "started and landed");
+        if !self.told(who) || !self.holds_lease(who) {
             self.violation(
                 Kind::MutationWithoutLeadership,
-                format!("{call} while the replica was not leader"),
+                format!("{call} while {who:?} was not leader"),
             );
         }
     }
@@ -144,8 +324,13 @@ impl World {
     /// The provider's answer about one Node's instance `pid` (and what it
     /// remembers and repairs on the way), or `None` for no news; `read`
     /// is set when the cloud had to be asked.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one answer of the modelled provider: who asks, about what, and what it read"
+    )]
     fn forwarding_of(
         &mut self,
+        who: Replica,
         style: ForwardingStyle,
         node: &str,
         pid: &str,
@@ -164,7 +349,7 @@ impl World {
                 *read = true;
                 let off = self.forwarding_off.contains_key(pid);
                 if off && check.repair {
-                    self.check_instant_write(&format!("forwarding repair of {pid} ({node})"));
+                    self.check_instant_write(who, &format!("forwarding repair of {pid} ({node})"));
                     self.forwarding_off.remove(pid);
                     self.forwarding_repairs += 1;
                     self.forwarding_seen.insert(pid.to_string(), false);
@@ -271,6 +456,8 @@ pub struct CheckedCloud {
     shutdown: CancellationToken,
     /// The virtual instant of the latest pass, and how many passes started at it.
     passes: Mutex<(Option<Instant>, u32)>,
+    /// Whose calls these are.
+    replica: Replica,
 }
 
 impl CheckedCloud {
@@ -287,17 +474,25 @@ impl CheckedCloud {
             api,
             shutdown,
             passes: Mutex::new((None, 0)),
+            replica: Replica::Checked,
         }
+    }
+
+    /// The same, for the rival replica's calls.
+    pub fn for_rival(mut self) -> Self {
+        self.replica = Replica::Rival;
+        self
     }
 
     /// Checks made when a mutating call starts.
     fn before_mutation(&self, w: &mut World, op: &str, route: &Route) {
-        w.check_fence(op, route, "started");
-        if !w.told_leader {
+        let who = self.replica;
+        w.check_fence(who, op, route, "started");
+        if !w.told(who) {
             w.violation(
                 Kind::MutationWithoutLeadership,
                 format!(
-                    "{op} {} -> {:?} started after the replica was told it is not leader",
+                    "{op} {} -> {:?} started after {who:?} was told it is not leader",
                     route.destination, route.node
                 ),
             );
@@ -340,7 +535,7 @@ impl CheckedCloud {
         w.attempts += 1;
         self.before_mutation(&mut w, "create", route);
         let claimed = route.destination.cidr().is_some_and(|c| {
-            claims(&w.snapshot, &w.cluster)
+            claims(w.snapshot_of(self.replica), &w.cluster)
                 .iter()
                 .any(|x| x.cidr == c && !x.conflicted && x.node == route.node.as_str())
         });
@@ -416,7 +611,7 @@ impl CheckedCloud {
         w.attempts += 1;
         self.before_mutation(&mut w, "delete", route);
         let truth: Vec<Arc<NodeView>> = self.api.nodes().into_iter().map(Arc::new).collect();
-        if w.needs(&w.snapshot, route) && w.needs(&truth, route) {
+        if w.needs(w.snapshot_of(self.replica), route) && w.needs(&truth, route) {
             w.violation(
                 Kind::NeededRouteDeleted,
                 format!(
@@ -513,12 +708,13 @@ impl CheckedCloud {
         if !landed {
             return;
         }
-        w.check_fence(op, route, "landed");
-        if !w.lease_held {
+        let who = self.replica;
+        w.check_fence(who, op, route, "landed");
+        if !w.holds_lease(who) {
             w.violation(
                 Kind::MutationWithoutLeadership,
                 format!(
-                    "{op} {} -> {:?} landed after the Lease had expired",
+                    "{op} {} -> {:?} landed after the Lease of {who:?} had expired",
                     route.destination, route.node
                 ),
             );
@@ -702,7 +898,7 @@ impl CloudRoutes for CheckedCloud {
                 line.push(format!("{} no providerID", n.name));
                 continue;
             };
-            let answer = w.forwarding_of(style, &n.name, pid, check, &mut read);
+            let answer = w.forwarding_of(self.replica, style, &n.name, pid, check, &mut read);
             let off = matches!(
                 answer,
                 Forwarding::Disabled { .. } | Forwarding::WouldRepair { .. }
@@ -732,8 +928,17 @@ impl CloudRoutes for CheckedCloud {
 
     fn observe_nodes(&self, nodes: &[Arc<NodeView>]) {
         let mut w = lock(&self.world);
-        w.snapshot = nodes.to_vec();
-        w.passes_started += 1;
+        match self.replica {
+            Replica::Checked => {
+                w.snapshot = nodes.to_vec();
+                w.passes_started += 1;
+            }
+            Replica::Rival => {
+                if let Some(r) = w.rival.as_mut() {
+                    r.snapshot = nodes.to_vec();
+                }
+            }
+        }
         // A loop that never waits keeps the paused clock from moving and
         // would hang the run; every pass starts here, so this is where it
         // is caught and the controller told to stop after its pass.

@@ -58,7 +58,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::{ApiServer, CatchUp};
 use crate::run::CLUSTER;
-use cloud::{CheckedCloud, World, lock};
+use cloud::{CheckedCloud, Lease, Replica, Rival, World, lock};
 use expect::{claims, in_cluster, points_at, wants};
 pub use steps::{
     Case, CloudShape, Extra, Faults, ForwardingStyle, NodeSpec, Step, TimedStep, WatchEnd,
@@ -73,6 +73,10 @@ pub const LEASE_GRACE: Duration = Duration::from_secs(5);
 /// `--leader-elect-renew-deadline` of the checked replica: its fence closes
 /// this long after the send of its last successful renewal.
 pub const RENEW_DEADLINE: Duration = Duration::from_secs(10);
+
+/// `--leader-elect-lease-duration`: a Lease not renewed for this long may
+/// be taken by another replica.
+pub const LEASE_DURATION: Duration = Duration::from_secs(15);
 
 /// `--leader-elect-retry-period`: how often the replica renews.
 pub const RETRY_PERIOD: Duration = Duration::from_secs(2);
@@ -178,6 +182,9 @@ pub enum Kind {
     /// A Node's condition was written `RouteCreated` while a route table
     /// the controller knows lacked one of its routes.
     RouteCreatedWithoutRoute,
+    /// Both replicas of a `rival` run were inside their fencing deadline
+    /// at one instant: both could write.
+    TwoInsideDeadline,
 }
 
 /// One broken invariant.
@@ -210,6 +217,8 @@ pub struct RunStats {
     pub forwarding_repairs: u64,
     /// Whole-table writes refused for a stale version (`412`).
     pub conflicts: u64,
+    /// Times the Lease moved from one live replica to the other.
+    pub lease_moves: u64,
 }
 
 /// What one run found.
@@ -353,6 +362,8 @@ enum Act {
     Regain,
     /// A renewal arrives after a stall, late; renewals go on in time.
     RenewLate,
+    /// The rival replica's renewals go on after a stall.
+    RivalResume,
     /// [`REDO_BOUND`] after the fence reopened at this time: the pass of
     /// this number had changes cut off, and a later one must have started.
     CheckRedo(Duration, u64),
@@ -376,7 +387,7 @@ struct Driver<'a> {
     cloud: MemoryCloud,
     world: Arc<Mutex<World>>,
     fence: Fence,
-    leader: watch::Sender<bool>,
+    leader: Arc<watch::Sender<bool>>,
     /// Pending acts: (when, order, what).
     pending: Vec<(Duration, u64, Act)>,
     order: u64,
@@ -593,15 +604,28 @@ impl Driver<'_> {
                 self.fence.set_leader(true);
                 self.leader.send_replace(true);
             }
+            Act::RivalResume => {
+                let mut w = lock(&self.world);
+                if let Some(r) = w.rival.as_mut() {
+                    r.renewing = true;
+                }
+                w.lease_round(Replica::Rival);
+            }
             Act::RenewLate => {
                 let check = {
                     let mut w = lock(&self.world);
                     w.renewing = true;
+                    if w.lease.is_some() {
+                        // Late, and perhaps too late: the rival may hold
+                        // the Lease by now.
+                        w.lease_round(Replica::Checked);
+                    } else {
+                        self.fence.renewed(self.fence.mark(), RENEW_DEADLINE);
+                    }
                     // The latest pass had changes cut off and none started since.
                     w.cut_off_pass
                         .filter(|p| *p == w.passes_started && w.told_leader)
                 };
-                self.fence.renewed(self.fence.mark(), RENEW_DEADLINE);
                 if let Some(pass) = check {
                     self.later(at + REDO_BOUND, Act::CheckRedo(at, pass));
                 }
@@ -835,10 +859,18 @@ impl Driver<'_> {
                 lock(&self.world).renewing = false;
                 self.later(at + stall, Act::RenewLate);
             }
+            Step::RivalStall { stall } => {
+                let mut w = lock(&self.world);
+                let Some(r) = w.rival.as_mut() else { return };
+                r.renewing = false;
+                drop(w);
+                self.later(at + stall, Act::RivalResume);
+            }
             Step::LeaderLoss { duration } => {
                 {
                     let mut w = lock(&self.world);
-                    if !w.told_leader {
+                    // With a rival, leadership moves by the Lease alone.
+                    if !w.told_leader || w.lease.is_some() {
                         return;
                     }
                     w.told_leader = false;
@@ -1155,10 +1187,11 @@ fn route_created_needs_every_table(
     if w.behind_back_at.is_some_and(|t| now < t + slack) {
         return;
     }
-    let Some(view) = w.snapshot.iter().find(|n| n.uid == node.uid).cloned() else {
+    let snapshot = w.leading_snapshot().to_vec();
+    let Some(view) = snapshot.iter().find(|n| n.uid == node.uid).cloned() else {
         return;
     };
-    let claimed = claims(&w.snapshot, &w.cluster);
+    let claimed = claims(&snapshot, &w.cluster);
     let alone: Vec<Cidr> = claimed
         .iter()
         .filter(|x| x.node == view.name && !x.conflicted)
@@ -1207,6 +1240,12 @@ async fn drive(case: &Case, options: &Options) -> Outcome {
     .expect("the checker's memory cloud settings are valid");
     let store = NodeStore::new(None);
     let api = Arc::new(ApiServer::new(store.clone()));
+    // The rival replica's watch sees what the checked one sees.
+    let rival_store = case.rival.then(|| {
+        let s = NodeStore::new(None);
+        api.also_feed(s.clone());
+        s
+    });
     let world = Arc::new(Mutex::new(World {
         start,
         cluster: cluster.clone(),
@@ -1244,6 +1283,13 @@ async fn drive(case: &Case, options: &Options) -> Outcome {
         versions: Default::default(),
         conflicts_met: 0,
         behind_back_at: None,
+        lease_moves: 0,
+        leader: None,
+        lease: case.rival.then_some(Lease {
+            holder: Replica::Checked,
+            renewed: Duration::ZERO,
+        }),
+        rival: None,
     }));
     {
         // Every patch the controller sends, including those an outage refuses.
@@ -1271,6 +1317,8 @@ async fn drive(case: &Case, options: &Options) -> Outcome {
     let mut rng = StdRng::seed_from_u64(case.seed ^ 0x00c4_ec4e_4000);
     let resync = pick_resync(MIN_RESYNC, rng.random::<f64>());
     let (leader, leader_rx) = watch::channel(true);
+    let leader = Arc::new(leader);
+    lock(&world).leader = Some(leader.clone());
     // As the binary's: open only until the last renewal's send plus the
     // renew deadline, on the virtual clock.
     let fence = Fence::leased(Arc::new(TokioClock::new()));
@@ -1284,7 +1332,12 @@ async fn drive(case: &Case, options: &Options) -> Outcome {
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(RETRY_PERIOD).await;
-                if lock(&world).renewing {
+                let mut w = lock(&world);
+                if w.lease.is_some() {
+                    // Both replicas' election rounds.
+                    w.lease_round(Replica::Checked);
+                    w.lease_round(Replica::Rival);
+                } else if w.renewing {
                     fence.renewed(fence.mark(), RENEW_DEADLINE);
                 }
             }
@@ -1351,6 +1404,35 @@ async fn drive(case: &Case, options: &Options) -> Outcome {
         shutdown.clone(),
     );
     let (reports, mut report_rx) = tokio::sync::mpsc::unbounded_channel();
+    if let Some(rival_store) = rival_store {
+        // Standing by: its fence closed, not told it leads, until it takes
+        // the Lease.
+        let rival_fence = Fence::leased(Arc::new(TokioClock::new()));
+        let (tx, rx) = watch::channel(false);
+        lock(&world).rival = Some(Rival {
+            fence: rival_fence.clone(),
+            told_leader: false,
+            renewing: true,
+            snapshot: Vec::new(),
+            leader: Arc::new(tx),
+        });
+        let rival_cloud = CheckedCloud::new(
+            cloud.with_caller("rival"),
+            world.clone(),
+            api.clone(),
+            shutdown.clone(),
+        )
+        .for_rival();
+        let rival = Controller::new(
+            cfg.clone(),
+            rival_store,
+            Arc::new(rival_cloud) as Arc<dyn CloudRoutes>,
+            api.clone(),
+            rival_fence,
+            None,
+        );
+        tokio::spawn(rival.run(rx, shutdown.clone()));
+    }
     let controller = Controller::new(
         cfg,
         store,
@@ -1403,6 +1485,7 @@ async fn drive(case: &Case, options: &Options) -> Outcome {
             forwarding_checks: w.forwarding_checks,
             forwarding_repairs: w.forwarding_repairs,
             conflicts: w.conflicts_met,
+            lease_moves: w.lease_moves,
         },
         trace: std::mem::take(&mut w.trace),
     }
@@ -1584,6 +1667,10 @@ pub struct Summary {
     pub mutations: u64,
     /// The per-destination minimums, summed.
     pub minimum: u64,
+    /// Times the Lease moved between two live replicas, summed.
+    pub lease_moves: u64,
+    /// Whole-table writes refused for a stale version (`412`), summed.
+    pub conflicts: u64,
 }
 
 /// Runs `count` seeds from `first` on `threads` threads.
@@ -1613,6 +1700,8 @@ pub fn run_seeds(
                         part.virtual_time += out.stats.checked_at;
                         part.mutations += out.stats.mutations;
                         part.minimum += out.stats.minimum;
+                        part.lease_moves += out.stats.lease_moves;
+                        part.conflicts += out.stats.conflicts;
                         if !out.passed() {
                             part.failures.push((case, out));
                         }
@@ -1632,6 +1721,8 @@ pub fn run_seeds(
         total.virtual_time += p.virtual_time;
         total.mutations += p.mutations;
         total.minimum += p.minimum;
+        total.lease_moves += p.lease_moves;
+        total.conflicts += p.conflicts;
     }
     total.failures.sort_by_key(|(c, _)| c.seed);
     total
@@ -1686,7 +1777,7 @@ pub fn check(args: CheckArgs) -> bool {
     let threads = std::thread::available_parallelism().map_or(1, usize::from);
     let summary = run_seeds(args.first_seed, args.seeds, faults, args.mode, threads);
     println!(
-        "{} seeds ({}..{}), faults {faults}: {} failed; {:.1} h of virtual time in {:.1} s; {} mutations, minimum {}",
+        "{} seeds ({}..{}), faults {faults}: {} failed; {:.1} h of virtual time in {:.1} s; {} mutations, minimum {}; {} Lease moves between two replicas; {} whole-table writes refused 412",
         summary.seeds,
         args.first_seed,
         args.first_seed.saturating_add(args.seeds),
@@ -1694,7 +1785,9 @@ pub fn check(args: CheckArgs) -> bool {
         summary.virtual_time.as_secs_f64() / 3600.0,
         wall.elapsed().as_secs_f64(),
         summary.mutations,
-        summary.minimum
+        summary.minimum,
+        summary.lease_moves,
+        summary.conflicts
     );
     if let Some((case, out)) = summary.failures.first() {
         let seeds: Vec<String> = summary

@@ -86,11 +86,16 @@ pub struct Faults {
     /// which the events arrive late, or the watch ends and relists (from
     /// the current state, or from a stale cache first).
     pub watch_delay: bool,
+    /// Per run, half the time: a second live replica shares the cloud and
+    /// the Lease, standing by; leadership moves by the Lease when the
+    /// leader's renewals stall past the lease duration, and the rival's
+    /// own renewals stall too.
+    pub rival: bool,
 }
 
 impl Faults {
     /// Every class, by its name on the command line.
-    pub const NAMES: [&'static str; 22] = [
+    pub const NAMES: [&'static str; 23] = [
         "recreate",
         "new_instance",
         "late_data",
@@ -113,6 +118,7 @@ impl Faults {
         "quota",
         "batch",
         "watch_delay",
+        "rival",
     ];
 
     /// No fault class: Nodes come and go, nothing else happens.
@@ -139,6 +145,7 @@ impl Faults {
         quota: false,
         batch: false,
         watch_delay: false,
+        rival: false,
     };
 
     /// Every fault class.
@@ -165,6 +172,7 @@ impl Faults {
         quota: true,
         batch: true,
         watch_delay: true,
+        rival: true,
     };
 
     fn slot(&mut self, name: &str) -> Option<&mut bool> {
@@ -191,6 +199,7 @@ impl Faults {
             "quota" => &mut self.quota,
             "batch" => &mut self.batch,
             "watch_delay" => &mut self.watch_delay,
+            "rival" => &mut self.rival,
             _ => return None,
         })
     }
@@ -436,6 +445,12 @@ pub enum Step {
         /// How many writes.
         n: u32,
     },
+    /// The rival replica's Lease renewals stall for `stall` (it is paused,
+    /// or its API server is slow), then go on.
+    RivalStall {
+        /// Time without a renewal.
+        stall: Duration,
+    },
     /// The Node watch delivers nothing for `duration`; then `end` happens.
     WatchDelay {
         /// How long events are held back.
@@ -469,6 +484,7 @@ impl Step {
             | Step::Slow { duration, .. }
             | Step::LeaderLoss { duration }
             | Step::LateRenewal { stall: duration }
+            | Step::RivalStall { stall: duration }
             | Step::ApiOutage { duration }
             | Step::Quota { duration, .. }
             | Step::WatchDelay { duration, .. } => Some(*duration),
@@ -569,6 +585,10 @@ impl fmt::Display for Step {
                     "each route table holds at most {max} routes for {duration:?}"
                 )
             }
+            Step::RivalStall { stall } => write!(
+                f,
+                "no Lease renewal from the rival replica for {stall:?}, then renewals go on"
+            ),
             Step::ConflictingWrites { n } => write!(
                 f,
                 "the next {n} whole-table writes meet another writer (412) and must read again"
@@ -650,6 +670,8 @@ pub struct Case {
     pub mode: Mode,
     /// The cloud.
     pub cloud: CloudShape,
+    /// A second replica shares the cloud and the Lease (`rival`).
+    pub rival: bool,
     /// The steps, in time order.
     pub steps: Vec<TimedStep>,
 }
@@ -682,7 +704,7 @@ struct Gen {
     ips: u32,
     extras: u32,
     /// Per window kind, when the current window ends (windows of one kind never overlap).
-    busy: [Duration; 11],
+    busy: [Duration; 12],
     /// The run's forwarding style (`forwarding_lost`).
     forwarding: Option<ForwardingStyle>,
     /// Instances numbered up to this one have had their prerequisite drawn.
@@ -693,6 +715,8 @@ struct Gen {
     /// were ever named.
     targets: Vec<String>,
     tables_named: u32,
+    /// The run has a rival replica.
+    rival: bool,
 }
 
 impl Gen {
@@ -957,6 +981,7 @@ impl Gen {
             (f.quota, 10),
             (f.batch, 11),
             (f.watch_delay, 12),
+            (self.rival, 13),
         ] {
             if on {
                 choices.push(c);
@@ -1077,6 +1102,14 @@ impl Gen {
                 let n = self.rng.random_range(1..=4);
                 self.push(at, Step::ConflictingWrites { n });
             }
+            13 => {
+                // Past the renew deadline, up to well past the lease.
+                let stall = self.secs(11, 40);
+                if !self.window(11, at, stall) {
+                    return;
+                }
+                self.push(at, Step::RivalStall { stall });
+            }
             _ => {
                 let duration = self.secs(1, 30);
                 if !self.window(10, at, duration) {
@@ -1154,12 +1187,13 @@ pub fn generate(seed: u64, faults: Faults, mode: Option<Mode>) -> Case {
         instances: 0,
         ips: 0,
         extras: 0,
-        busy: [Duration::ZERO; 11],
+        busy: [Duration::ZERO; 12],
         forwarding: None,
         drawn: 0,
         forwarding_off: Vec::new(),
         targets: Vec::new(),
         tables_named: 0,
+        rival: false,
     };
     let cloud = CloudShape {
         latency_ms: g.rng.random_range(0..=200),
@@ -1188,6 +1222,7 @@ pub fn generate(seed: u64, faults: Faults, mode: Option<Mode>) -> Case {
         cloud.targets = g.targets.clone();
     }
     cloud.batch = faults.batch && g.rng.random_bool(0.5);
+    g.rival = faults.rival && g.rng.random_bool(0.5);
     g.forwarding = cloud.forwarding;
     // The cluster and the cloud as the controller finds them at start.
     for _ in 0..g.rng.random_range(0..=4) {
@@ -1217,6 +1252,7 @@ pub fn generate(seed: u64, faults: Faults, mode: Option<Mode>) -> Case {
         faults,
         mode: mode.unwrap_or_else(|| mode_of_seed(seed)),
         cloud,
+        rival: g.rival,
         steps: g.steps,
     }
 }
