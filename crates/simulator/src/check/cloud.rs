@@ -61,6 +61,8 @@ pub struct Rival {
     pub snapshot: Vec<Arc<NodeView>>,
     /// Tells its controller whether it leads.
     pub leader: Arc<watch::Sender<bool>>,
+    /// A renewal whose answer is stuck (see [`World::stuck_renewal`]).
+    pub stuck: Option<Duration>,
 }
 
 /// What the checker knows while a run goes on; shared by the driver and the wrapper.
@@ -90,9 +92,14 @@ pub struct World {
     pub rival: Option<Rival>,
     /// Times the Lease moved from one replica to the other.
     pub lease_moves: u64,
+    /// In a `rival` run, the renewal of the checked replica whose answer is
+    /// stuck (a slow API server, a paused process): the API server renewed
+    /// the Lease when it was sent, at this [`route_cloud::Fence::mark`], and
+    /// the replica learns so only when the answer arrives.
+    pub stuck_renewal: Option<Duration>,
     /// Routes to stopped instances are refused rather than blackholed.
     pub refuses_stopped: bool,
-    /// When a creation for (Node UID, table, destination) was last refused because
+    /// When a creation for (replica and Node UID, table, destination) was last refused because
     /// its instance is stopped: the next may come only after the repair
     /// floor ([`route_controller::gate::BLACKHOLE_REPAIR_FLOOR`]).
     pub refused_at: HashMap<(String, String, Destination), Duration>,
@@ -266,6 +273,55 @@ impl World {
             });
             self.lease_moves += 1;
             self.tell(who, true);
+        }
+        self.check_one_inside();
+    }
+
+    /// A `rival` run's replica `who` sends a renewal whose answer will be
+    /// stuck until [`World::renewal_answered`]: the API server renews the
+    /// Lease now if `who` holds it; no further rounds until the answer.
+    pub fn renewal_stuck(&mut self, who: Replica) {
+        let now = self.now();
+        let Some(lease) = self.lease else { return };
+        let Some(mark) = self.fence_of(who).map(route_cloud::Fence::mark) else {
+            return;
+        };
+        let sent = (lease.holder == who).then_some(mark);
+        if sent.is_some() {
+            self.lease = Some(Lease {
+                holder: who,
+                renewed: now,
+            });
+        }
+        match who {
+            Replica::Checked => {
+                self.renewing = false;
+                self.stuck_renewal = sent;
+            }
+            Replica::Rival => {
+                if let Some(r) = self.rival.as_mut() {
+                    r.renewing = false;
+                    r.stuck = sent;
+                }
+            }
+        }
+    }
+
+    /// The stuck answer of `who`'s renewal arrives: a success, counted from
+    /// when it was sent; rounds go on from the next retry period.
+    pub fn renewal_answered(&mut self, who: Replica) {
+        let sent = match who {
+            Replica::Checked => {
+                self.renewing = true;
+                self.stuck_renewal.take()
+            }
+            Replica::Rival => self.rival.as_mut().and_then(|r| {
+                r.renewing = true;
+                r.stuck.take()
+            }),
+        };
+        if let (Some(sent), Some(f)) = (sent, self.fence_of(who)) {
+            f.renewed(sent, super::RENEW_DEADLINE);
         }
         self.check_one_inside();
     }
@@ -557,8 +613,9 @@ impl CheckedCloud {
             // As EC2 answers CreateRoute and ReplaceRoute to a stopped
             // or terminated instance.
             let now = w.now();
+            // Each replica keeps its own backoff: a new leader may try once.
             let key = (
-                name_hint.to_string(),
+                format!("{:?}/{name_hint}", self.replica),
                 route.table.to_string(),
                 route.destination.clone(),
             );

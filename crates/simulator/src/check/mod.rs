@@ -604,22 +604,16 @@ impl Driver<'_> {
                 self.fence.set_leader(true);
                 self.leader.send_replace(true);
             }
-            Act::RivalResume => {
-                let mut w = lock(&self.world);
-                if let Some(r) = w.rival.as_mut() {
-                    r.renewing = true;
-                }
-                w.lease_round(Replica::Rival);
-            }
+            Act::RivalResume => lock(&self.world).renewal_answered(Replica::Rival),
             Act::RenewLate => {
                 let check = {
                     let mut w = lock(&self.world);
-                    w.renewing = true;
                     if w.lease.is_some() {
-                        // Late, and perhaps too late: the rival may hold
-                        // the Lease by now.
-                        w.lease_round(Replica::Checked);
+                        // The stuck answer; the rival may hold the Lease by
+                        // now, which the next round tells.
+                        w.renewal_answered(Replica::Checked);
                     } else {
+                        w.renewing = true;
                         self.fence.renewed(self.fence.mark(), RENEW_DEADLINE);
                     }
                     // The latest pass had changes cut off and none started since.
@@ -856,13 +850,21 @@ impl Driver<'_> {
                 self.later(at + duration, Act::End(Window::Watch(end)));
             }
             Step::LateRenewal { stall } => {
-                lock(&self.world).renewing = false;
+                let mut w = lock(&self.world);
+                if w.lease.is_some() {
+                    w.renewal_stuck(Replica::Checked);
+                } else {
+                    w.renewing = false;
+                }
+                drop(w);
                 self.later(at + stall, Act::RenewLate);
             }
             Step::RivalStall { stall } => {
                 let mut w = lock(&self.world);
-                let Some(r) = w.rival.as_mut() else { return };
-                r.renewing = false;
+                if w.rival.is_none() {
+                    return;
+                }
+                w.renewal_stuck(Replica::Rival);
                 drop(w);
                 self.later(at + stall, Act::RivalResume);
             }
@@ -1284,6 +1286,7 @@ async fn drive(case: &Case, options: &Options) -> Outcome {
         conflicts_met: 0,
         behind_back_at: None,
         lease_moves: 0,
+        stuck_renewal: None,
         leader: None,
         lease: case.rival.then_some(Lease {
             holder: Replica::Checked,
@@ -1415,6 +1418,7 @@ async fn drive(case: &Case, options: &Options) -> Outcome {
             renewing: true,
             snapshot: Vec::new(),
             leader: Arc::new(tx),
+            stuck: None,
         });
         let rival_cloud = CheckedCloud::new(
             cloud.with_caller("rival"),
@@ -1566,6 +1570,9 @@ pub fn report(case: &Case, outcome: &Outcome, options: &Options) -> String {
     }
     if case.cloud.batch {
         let _ = writeln!(s, "  changes are whole-table writes under a version");
+    }
+    if case.rival {
+        let _ = writeln!(s, "  a second replica shares the cloud and the Lease");
     }
     for v in outcome.violations.iter().take(8) {
         let _ = writeln!(
