@@ -380,10 +380,6 @@ impl World {
     /// The provider's answer about one Node's instance `pid` (and what it
     /// remembers and repairs on the way), or `None` for no news; `read`
     /// is set when the cloud had to be asked.
-    #[expect(
-        clippy::too_many_arguments,
-        reason = "one answer of the modelled provider: who asks, about what, and what it read"
-    )]
     fn forwarding_of(
         &mut self,
         who: Replica,
@@ -557,7 +553,7 @@ impl CheckedCloud {
             // A table the last list did not name is no longer the cluster's
             // as far as the controller knows: nothing in it is to be written.
             let listed = self.inner.targets();
-            if !listed.iter().any(|t| *t == route.table) {
+            if !listed.contains(&route.table) {
                 w.violation(
                     Kind::TouchedForeign,
                     format!(
