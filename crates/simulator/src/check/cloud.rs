@@ -582,7 +582,12 @@ impl CheckedCloud {
     /// Checks made when a creation starts, and the refusals the wrapper
     /// models (a stopped instance where the cloud refuses those, no
     /// providerID): `Err` is the cloud's answer, the memory cloud is not called.
-    fn admit_creation(&self, name_hint: &str, route: &Route) -> Result<(), CloudError> {
+    fn admit_creation(
+        &self,
+        name_hint: &str,
+        route: &Route,
+        answered_now: bool,
+    ) -> Result<(), CloudError> {
         let mut w = lock(&self.world);
         w.attempts += 1;
         self.before_mutation(&mut w, "create", route);
@@ -615,7 +620,15 @@ impl CheckedCloud {
                 route.table.to_string(),
                 route.destination.clone(),
             );
-            if let Some(prev) = w.refused_at.insert(key, now) {
+            // The refusal counts from when its answer reached the
+            // controller: at once for a single call, at the end of a batch
+            // (whose answer the fence may abandon).
+            let prev = if answered_now {
+                w.refused_at.insert(key, now)
+            } else {
+                w.refused_at.get(&key).copied()
+            };
+            if let Some(prev) = prev {
                 let floor = route_controller::gate::BLACKHOLE_REPAIR_FLOOR;
                 if now - prev < floor {
                     w.violation(
@@ -823,6 +836,7 @@ impl CloudRoutes for CheckedCloud {
         let n = batch.delete.len() + batch.create.len();
         let mut results: Vec<Option<Result<Option<Route>, CloudError>>> = vec![None; n];
         let mut tables: BTreeMap<String, (Batch, Vec<usize>)> = BTreeMap::new();
+        let mut refused: Vec<(String, Route)> = Vec::new();
         for (i, r) in batch.delete.iter().enumerate() {
             self.admit_deletion(r);
             let (b, ix) = tables.entry(r.table.to_string()).or_default();
@@ -831,8 +845,13 @@ impl CloudRoutes for CheckedCloud {
         }
         for (k, (hint, r)) in batch.create.iter().enumerate() {
             let i = batch.delete.len() + k;
-            match self.admit_creation(hint, r) {
-                Err(e) => results[i] = Some(Err(e)),
+            match self.admit_creation(hint, r, false) {
+                Err(e) => {
+                    if e.kind == ErrorKind::TargetUnavailable {
+                        refused.push((hint.clone(), r.clone()));
+                    }
+                    results[i] = Some(Err(e));
+                }
                 Ok(()) => {
                     let (b, ix) = tables.entry(r.table.to_string()).or_default();
                     b.create.push((hint.clone(), r.clone()));
@@ -862,6 +881,19 @@ impl CloudRoutes for CheckedCloud {
                         results[i] = Some(Err(e.clone()));
                     }
                 }
+            }
+        }
+        {
+            // The batch's answer reaches the controller now, its refusals with it.
+            let mut w = lock(&self.world);
+            let now = w.now();
+            for (hint, r) in refused {
+                let key = (
+                    format!("{:?}/{hint}", self.replica),
+                    r.table.to_string(),
+                    r.destination.clone(),
+                );
+                w.refused_at.insert(key, now);
             }
         }
         let results: BatchResult = results
@@ -907,7 +939,7 @@ impl CloudRoutes for CheckedCloud {
         name_hint: &str,
         route: &Route,
     ) -> Result<Route, CloudError> {
-        self.admit_creation(name_hint, route)?;
+        self.admit_creation(name_hint, route, true)?;
         let r = self.inner.create_route(cluster, name_hint, route).await;
         self.after_mutation(
             "create",
