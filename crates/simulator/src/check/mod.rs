@@ -4,8 +4,12 @@
 //! re-created, late providerIDs and addresses, address changes, stopped
 //! instances, routes changed behind the controller's back, foreign and
 //! unparsable routes, cloud errors, timeouts that took effect, throttle
-//! storms, eventual consistency, slow calls and lost leadership — each class
-//! switched on or off by [`Faults`]. [`run_case`] plays it, on tokio's paused
+//! storms, eventual consistency, slow calls, lost leadership, late Lease
+//! renewals, refusals for stopped instances, API-server outages, lost
+//! forwarding prerequisites, route tables tagged and untagged, quotas,
+//! whole-table writes that meet another writer, a Node watch held back or
+//! relisting from a stale cache, and a second live replica sharing the
+//! Lease — each class switched on or off by [`Faults`]. [`run_case`] plays it, on tokio's paused
 //! clock, against the unchanged [`Controller`] in the seed's mode, with the
 //! memory cloud behind a wrapper ([`cloud`]) that checks every call:
 //!
@@ -16,6 +20,11 @@
 //!   and no creation of a route no Node of the snapshot claims alone;
 //! * no mutation started after the replica was told it is not leader, and
 //!   none landing after its Lease expired ([`LEASE_GRACE`] later);
+//! * nothing written in a table the controller's last list did not name;
+//! * `RouteCreated` only when every table the controller knows holds the
+//!   Node's routes ([`TARGET_KNOWN`]);
+//! * with a second replica, every write checked against the writer's own
+//!   fence and Lease, and never both replicas inside their fencing deadline;
 //! * no spinning: [`LIVELOCK_PASSES`] passes at one virtual instant stop the run;
 //! * no NetworkUnavailable patch says `RouteCreated` for a Node whose
 //!   forwarding prerequisite the cloud's last answer about it (same UID)
