@@ -10,10 +10,13 @@
 //!
 //! Ownership: a listed route is this cluster's only if its `Origin` is
 //! `CreateRoute` and it points at an instance or a network interface; the
-//! planner further keeps only those inside the cluster CIDRs. Routes of
-//! CloudFormation/Terraform table definitions (`CreateRouteTable`),
-//! propagated routes, gateways, NAT, peering, transit gateways and endpoints
-//! are never listed, so never deleted.
+//! planner further keeps only those inside the cluster CIDRs. The local
+//! route EC2 makes with the table (`CreateRouteTable`), propagated routes,
+//! gateways, NAT, peering, transit gateways and endpoints are never listed,
+//! so never deleted. A route another tool made with `CreateRoute`
+//! (CloudFormation's `AWS::EC2::Route`, Terraform's `aws_route`) to an
+//! instance or interface looks exactly like ours: only a destination
+//! outside the cluster CIDRs keeps it safe.
 //!
 //! Requests per operation (with the defaults and a warm cache):
 //! - list: 1 `DescribeRouteTables` per page (by the configured ids, or
@@ -1120,8 +1123,8 @@ impl Ec2Routes {
 
 /// Converts one EC2 route into the controller's view, or `None` when it is
 /// not a route this controller could have made. The ownership rule: its
-/// `Origin` is `CreateRoute` (never `CreateRouteTable`, which CloudFormation
-/// and Terraform tables carry, nor `EnableVgwRoutePropagation`), and it
+/// `Origin` is `CreateRoute` (never `CreateRouteTable`, the local route EC2
+/// makes with the table, nor `EnableVgwRoutePropagation`), and it
 /// points at an instance or a network interface, not at a gateway, NAT,
 /// peering, transit gateway, endpoint or any other target. The planner then
 /// keeps only those inside the cluster CIDRs. `interfaces` maps network
