@@ -238,6 +238,24 @@ impl Room {
     pub fn unlimited() -> Self {
         Self::default()
     }
+
+    /// Routes per table once the deletions of `plan` that `lands` lets
+    /// through have landed: the one count both room rules start from.
+    fn after_deletions<'a>(
+        &'a self,
+        plan: &'a Plan,
+        lands: impl Fn(&OpKey) -> bool,
+    ) -> HashMap<&'a Text, usize> {
+        let mut used: HashMap<&Text, usize> = self.listed.iter().map(|(t, n)| (t, *n)).collect();
+        for d in &plan.deletions {
+            if lands(&d.key())
+                && let Some(n) = used.get_mut(&d.route.table)
+            {
+                *n = n.saturating_sub(1);
+            }
+        }
+        used
+    }
 }
 
 /// A blackhole repair is the Node's by name and instance, not by UID: a Node
@@ -496,20 +514,13 @@ pub fn gate(
 
     // Room, in plan order.
     if let Some(max) = room.max {
-        let mut used = room.listed.clone();
-        for d in &plan.deletions {
-            if g.runs(&d.key())
-                && let Some(n) = used.get_mut(&d.route.table)
-            {
-                *n = n.saturating_sub(1);
-            }
-        }
+        let mut used = room.after_deletions(plan, |k| g.runs(k));
         for c in plan.creations.iter().filter(|c| c.replaces.is_none()) {
             let key = c.key();
             if !g.runs(&key) {
                 continue;
             }
-            let n = used.entry(c.route.table.clone()).or_default();
+            let n = used.entry(&c.route.table).or_default();
             if *n >= max {
                 let table = c.route.table.clone();
                 g.verdicts.insert(key, Verdict::NoRoom { table, max });
@@ -540,16 +551,7 @@ fn short_of_room<'p>(
         return HashSet::new();
     };
     let graced: HashSet<&OpKey> = graced.iter().collect();
-    let mut used: HashMap<&Text, usize> = room.listed.iter().map(|(t, n)| (t, *n)).collect();
-    for d in &plan.deletions {
-        let key = d.key();
-        if g.runs(&key)
-            && !graced.contains(&key)
-            && let Some(n) = used.get_mut(&d.route.table)
-        {
-            *n = n.saturating_sub(1);
-        }
-    }
+    let mut used = room.after_deletions(plan, |k| g.runs(k) && !graced.contains(k));
     let mut short = HashSet::new();
     for c in plan.creations.iter().filter(|c| c.replaces.is_none()) {
         // A creation in its backoff counts: one refused for a full table
