@@ -49,20 +49,39 @@ pub struct Lease {
     pub renewed: Duration,
 }
 
-/// The second replica of a `rival` run.
-pub struct Rival {
-    /// Its fence.
+/// What the checker knows of one replica.
+pub struct ReplicaState {
+    /// Its fence, checked at every mutation's start and landing.
     pub fence: route_cloud::Fence,
-    /// It has been told it leads.
+    /// It has been told it leads (its fence is open).
     pub told_leader: bool,
-    /// Its renewals arrive (off while a `RivalStall` lasts).
+    /// Its Lease renewals arrive (off while a `LateRenewal` or a
+    /// `RivalStall` lasts).
     pub renewing: bool,
-    /// The Nodes of its latest pass.
+    /// The Nodes of its latest pass (from `observe_nodes`).
     pub snapshot: Vec<Arc<NodeView>>,
     /// Tells its controller whether it leads.
     pub leader: Arc<watch::Sender<bool>>,
-    /// A renewal whose answer is stuck (see [`World::stuck_renewal`]).
+    /// In a `rival` run, a renewal whose answer is stuck (a slow API
+    /// server, a paused process): the API server renewed the Lease when it
+    /// was sent, at this [`route_cloud::Fence::mark`], and the replica
+    /// learns so only when the answer arrives.
     pub stuck: Option<Duration>,
+}
+
+impl ReplicaState {
+    /// A replica that leads (`leads`) or stands by, with `fence` and the
+    /// sender that tells its controller.
+    pub fn new(fence: route_cloud::Fence, leader: Arc<watch::Sender<bool>>, leads: bool) -> Self {
+        Self {
+            fence,
+            told_leader: leads,
+            renewing: true,
+            snapshot: Vec::new(),
+            leader,
+            stuck: None,
+        }
+    }
 }
 
 /// What the checker knows while a run goes on; shared by the driver and the wrapper.
@@ -73,30 +92,17 @@ pub struct World {
     pub cluster: Vec<Cidr>,
     /// The cloud lists target addresses.
     pub reports_addresses: bool,
-    /// The Nodes of the controller's latest pass (from `observe_nodes`).
-    pub snapshot: Vec<Arc<NodeView>>,
-    /// The replica has been told it leads (the fence is open).
-    pub told_leader: bool,
+    /// The replica every run has.
+    pub checked: ReplicaState,
     /// The replica holds the Lease: no other replica may write.
     pub lease_held: bool,
-    /// Lease renewals arrive (off while a `LateRenewal` stalls them).
-    pub renewing: bool,
-    /// The replica's fence, checked at every mutation's start and landing.
-    pub fence: Option<route_cloud::Fence>,
-    /// Tells the checked replica's controller whether it leads.
-    pub leader: Option<Arc<watch::Sender<bool>>>,
     /// The Lease of a `rival` run; `None`: one replica, whose Lease the
     /// `leader` and `late_renewal` classes move by hand.
     pub lease: Option<Lease>,
     /// The second replica of a `rival` run.
-    pub rival: Option<Rival>,
+    pub rival: Option<ReplicaState>,
     /// Times the Lease moved from one replica to the other.
     pub lease_moves: u64,
-    /// In a `rival` run, the renewal of the checked replica whose answer is
-    /// stuck (a slow API server, a paused process): the API server renewed
-    /// the Lease when it was sent, at this [`route_cloud::Fence::mark`], and
-    /// the replica learns so only when the answer arrives.
-    pub stuck_renewal: Option<Duration>,
     /// Routes to stopped instances are refused rather than blackholed.
     pub refuses_stopped: bool,
     /// When a creation for (replica and Node UID, table, destination) was last refused because
@@ -157,31 +163,29 @@ pub struct World {
 }
 
 impl World {
+    /// What the checker knows of `who` (`None`: no rival in this run).
+    pub fn replica(&self, who: Replica) -> Option<&ReplicaState> {
+        match who {
+            Replica::Checked => Some(&self.checked),
+            Replica::Rival => self.rival.as_ref(),
+        }
+    }
+
+    fn replica_mut(&mut self, who: Replica) -> Option<&mut ReplicaState> {
+        match who {
+            Replica::Checked => Some(&mut self.checked),
+            Replica::Rival => self.rival.as_mut(),
+        }
+    }
+
     /// The fence of `who`.
     pub fn fence_of(&self, who: Replica) -> Option<&route_cloud::Fence> {
-        match who {
-            Replica::Checked => self.fence.as_ref(),
-            Replica::Rival => self.rival.as_ref().map(|r| &r.fence),
-        }
+        self.replica(who).map(|r| &r.fence)
     }
 
     /// Whether `who` has been told it leads.
     pub fn told(&self, who: Replica) -> bool {
-        match who {
-            Replica::Checked => self.told_leader,
-            Replica::Rival => self.rival.as_ref().is_some_and(|r| r.told_leader),
-        }
-    }
-
-    fn set_told(&mut self, who: Replica, leads: bool) {
-        match who {
-            Replica::Checked => self.told_leader = leads,
-            Replica::Rival => {
-                if let Some(r) = self.rival.as_mut() {
-                    r.told_leader = leads;
-                }
-            }
-        }
+        self.replica(who).is_some_and(|r| r.told_leader)
     }
 
     /// Whether `who` holds an unexpired Lease now: no one else may write.
@@ -194,10 +198,7 @@ impl World {
 
     /// The Nodes of the latest pass of `who`.
     pub fn snapshot_of(&self, who: Replica) -> &[Arc<NodeView>] {
-        match who {
-            Replica::Checked => &self.snapshot,
-            Replica::Rival => self.rival.as_ref().map_or(&[], |r| &r.snapshot),
-        }
+        self.replica(who).map_or(&[], |r| &r.snapshot)
     }
 
     /// The Nodes of the latest pass of the replica that leads now (the one
@@ -206,36 +207,21 @@ impl World {
         if self.told(Replica::Rival) {
             self.snapshot_of(Replica::Rival)
         } else {
-            &self.snapshot
-        }
-    }
-
-    fn renews(&self, who: Replica) -> bool {
-        match who {
-            Replica::Checked => self.renewing,
-            Replica::Rival => self.rival.as_ref().is_some_and(|r| r.renewing),
+            &self.checked.snapshot
         }
     }
 
     fn tell(&mut self, who: Replica, leads: bool) {
-        self.set_told(who, leads);
-        let (fence, tx) = match who {
-            Replica::Checked => (self.fence.clone(), self.leader.clone()),
-            Replica::Rival => match self.rival.as_ref() {
-                Some(r) => (Some(r.fence.clone()), Some(r.leader.clone())),
-                None => (None, None),
-            },
+        let Some(r) = self.replica_mut(who) else {
+            return;
         };
-        if let Some(f) = fence {
-            if leads {
-                // Winning the Lease is a successful renewal.
-                f.renewed(f.mark(), super::RENEW_DEADLINE);
-            }
-            f.set_leader(leads);
+        r.told_leader = leads;
+        if leads {
+            // Winning the Lease is a successful renewal.
+            r.fence.renewed(r.fence.mark(), super::RENEW_DEADLINE);
         }
-        if let Some(tx) = tx {
-            tx.send_replace(leads);
-        }
+        r.fence.set_leader(leads);
+        r.leader.send_replace(leads);
     }
 
     /// One election round of `who` in a `rival` run, as client-go's
@@ -246,7 +232,7 @@ impl World {
     pub fn lease_round(&mut self, who: Replica) {
         let now = self.now();
         let Some(lease) = self.lease else { return };
-        if !self.renews(who) {
+        if !self.replica(who).is_some_and(|r| r.renewing) {
             return;
         }
         if lease.holder == who {
@@ -283,45 +269,27 @@ impl World {
     pub fn renewal_stuck(&mut self, who: Replica) {
         let now = self.now();
         let Some(lease) = self.lease else { return };
-        let Some(mark) = self.fence_of(who).map(route_cloud::Fence::mark) else {
+        let Some(r) = self.replica_mut(who) else {
             return;
         };
-        let sent = (lease.holder == who).then_some(mark);
-        if sent.is_some() {
+        r.renewing = false;
+        r.stuck = (lease.holder == who).then(|| r.fence.mark());
+        if r.stuck.is_some() {
             self.lease = Some(Lease {
                 holder: who,
                 renewed: now,
             });
-        }
-        match who {
-            Replica::Checked => {
-                self.renewing = false;
-                self.stuck_renewal = sent;
-            }
-            Replica::Rival => {
-                if let Some(r) = self.rival.as_mut() {
-                    r.renewing = false;
-                    r.stuck = sent;
-                }
-            }
         }
     }
 
     /// The stuck answer of `who`'s renewal arrives: a success, counted from
     /// when it was sent; rounds go on from the next retry period.
     pub fn renewal_answered(&mut self, who: Replica) {
-        let sent = match who {
-            Replica::Checked => {
-                self.renewing = true;
-                self.stuck_renewal.take()
+        if let Some(r) = self.replica_mut(who) {
+            r.renewing = true;
+            if let Some(sent) = r.stuck.take() {
+                r.fence.renewed(sent, super::RENEW_DEADLINE);
             }
-            Replica::Rival => self.rival.as_mut().and_then(|r| {
-                r.renewing = true;
-                r.stuck.take()
-            }),
-        };
-        if let (Some(sent), Some(f)) = (sent, self.fence_of(who)) {
-            f.renewed(sent, super::RENEW_DEADLINE);
         }
         self.check_one_inside();
     }
@@ -1013,16 +981,11 @@ impl CloudRoutes for CheckedCloud {
 
     fn observe_nodes(&self, nodes: &[Arc<NodeView>]) {
         let mut w = lock(&self.world);
-        match self.replica {
-            Replica::Checked => {
-                w.snapshot = nodes.to_vec();
-                w.passes_started += 1;
-            }
-            Replica::Rival => {
-                if let Some(r) = w.rival.as_mut() {
-                    r.snapshot = nodes.to_vec();
-                }
-            }
+        if let Some(r) = w.replica_mut(self.replica) {
+            r.snapshot = nodes.to_vec();
+        }
+        if self.replica == Replica::Checked {
+            w.passes_started += 1;
         }
         // A loop that never waits keeps the paused clock from moving and
         // would hang the run; every pass starts here, so this is where it

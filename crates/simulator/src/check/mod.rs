@@ -67,11 +67,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::{ApiServer, CatchUp};
 use crate::run::CLUSTER;
-use cloud::{CheckedCloud, Lease, Replica, Rival, World, lock};
+use cloud::{CheckedCloud, Lease, Replica, ReplicaState, World, lock};
 use expect::{claims, in_cluster, points_at, wants};
 pub use steps::{
-    Case, CloudShape, Extra, Faults, ForwardingStyle, NodeSpec, Step, TimedStep, WatchEnd,
-    generate, mode_of_seed,
+    Case, CloudShape, Extra, Faults, ForwardingStyle, NodeSpec, Step, TimedStep, generate,
+    mode_of_seed,
 };
 
 /// Time between the replica being told it lost leadership and its Lease
@@ -352,7 +352,7 @@ enum Window {
     Slow,
     ApiOutage,
     Quota,
-    Watch(WatchEnd),
+    Watch(CatchUp),
 }
 
 #[derive(Debug, Clone)]
@@ -595,18 +595,14 @@ impl Driver<'_> {
                 Window::Slow => self.set_latency(self.case.cloud.latency_ms),
                 Window::ApiOutage => self.api.set_outage(false),
                 Window::Quota => self.cloud.set_max_routes(None),
-                Window::Watch(end) => self.api.release_watch(match end {
-                    WatchEnd::Late => CatchUp::Late,
-                    WatchEnd::Relist => CatchUp::Relist,
-                    WatchEnd::StaleRelist => CatchUp::StaleRelist,
-                }),
+                Window::Watch(end) => self.api.release_watch(end),
             },
             Act::LeaseExpires => lock(&self.world).lease_held = false,
             Act::Regain => {
                 {
                     let mut w = lock(&self.world);
                     w.lease_held = true;
-                    w.told_leader = true;
+                    w.checked.told_leader = true;
                 }
                 // Winning the Lease is a successful renewal.
                 self.fence.renewed(self.fence.mark(), RENEW_DEADLINE);
@@ -622,12 +618,12 @@ impl Driver<'_> {
                         // now, which the next round tells.
                         w.renewal_answered(Replica::Checked);
                     } else {
-                        w.renewing = true;
+                        w.checked.renewing = true;
                         self.fence.renewed(self.fence.mark(), RENEW_DEADLINE);
                     }
                     // The latest pass had changes cut off and none started since.
                     w.cut_off_pass
-                        .filter(|p| *p == w.passes_started && w.told_leader)
+                        .filter(|p| *p == w.passes_started && w.checked.told_leader)
                 };
                 if let Some(pass) = check {
                     self.later(at + REDO_BOUND, Act::CheckRedo(at, pass));
@@ -643,7 +639,7 @@ impl Driver<'_> {
                     _ => false,
                 });
                 let mut w = lock(&self.world);
-                if w.passes_started == pass && !held_up && w.told_leader {
+                if w.passes_started == pass && !held_up && w.checked.told_leader {
                     w.violation(
                         Kind::NotRedone,
                         format!(
@@ -871,7 +867,7 @@ impl Driver<'_> {
                 if w.lease.is_some() {
                     w.renewal_stuck(Replica::Checked);
                 } else {
-                    w.renewing = false;
+                    w.checked.renewing = false;
                 }
                 drop(w);
                 self.later(at + stall, Act::RenewLate);
@@ -889,10 +885,10 @@ impl Driver<'_> {
                 {
                     let mut w = lock(&self.world);
                     // With a rival, leadership moves by the Lease alone.
-                    if !w.told_leader || w.lease.is_some() {
+                    if !w.checked.told_leader || w.lease.is_some() {
                         return;
                     }
-                    w.told_leader = false;
+                    w.checked.told_leader = false;
                 }
                 // As the binary does: the fence follows leadership at once,
                 // not only between passes.
@@ -1265,15 +1261,19 @@ async fn drive(case: &Case, options: &Options) -> Outcome {
         api.also_feed(s.clone());
         s
     });
+    let (leader, leader_rx) = watch::channel(true);
+    let leader = Arc::new(leader);
+    // As the binary's: open only until the last renewal's send plus the
+    // renew deadline, on the virtual clock.
+    let fence = Fence::leased(Arc::new(TokioClock::new()));
+    fence.renewed(fence.mark(), RENEW_DEADLINE);
+    fence.set_leader(true);
     let world = Arc::new(Mutex::new(World {
         start,
         cluster: cluster.clone(),
         reports_addresses: case.cloud.reports_node_addresses,
-        snapshot: Vec::new(),
-        told_leader: true,
+        checked: ReplicaState::new(fence.clone(), leader.clone(), true),
         lease_held: true,
-        renewing: true,
-        fence: None,
         refuses_stopped: case.cloud.refuses_stopped,
         refused_at: Default::default(),
         passes_started: 0,
@@ -1303,8 +1303,6 @@ async fn drive(case: &Case, options: &Options) -> Outcome {
         conflicts_met: 0,
         behind_back_at: None,
         lease_moves: 0,
-        stuck_renewal: None,
-        leader: None,
         lease: case.rival.then_some(Lease {
             holder: Replica::Checked,
             renewed: Duration::ZERO,
@@ -1336,15 +1334,6 @@ async fn drive(case: &Case, options: &Options) -> Outcome {
     }
     let mut rng = StdRng::seed_from_u64(case.seed ^ 0x00c4_ec4e_4000);
     let resync = pick_resync(MIN_RESYNC, rng.random::<f64>());
-    let (leader, leader_rx) = watch::channel(true);
-    let leader = Arc::new(leader);
-    lock(&world).leader = Some(leader.clone());
-    // As the binary's: open only until the last renewal's send plus the
-    // renew deadline, on the virtual clock.
-    let fence = Fence::leased(Arc::new(TokioClock::new()));
-    fence.renewed(fence.mark(), RENEW_DEADLINE);
-    fence.set_leader(true);
-    lock(&world).fence = Some(fence.clone());
     {
         // The election loop: a renewal every retry period, unless a
         // `LateRenewal` stalls them.
@@ -1357,7 +1346,7 @@ async fn drive(case: &Case, options: &Options) -> Outcome {
                     // Both replicas' election rounds.
                     w.lease_round(Replica::Checked);
                     w.lease_round(Replica::Rival);
-                } else if w.renewing {
+                } else if w.checked.renewing {
                     fence.renewed(fence.mark(), RENEW_DEADLINE);
                 }
             }
@@ -1429,14 +1418,7 @@ async fn drive(case: &Case, options: &Options) -> Outcome {
         // the Lease.
         let rival_fence = Fence::leased(Arc::new(TokioClock::new()));
         let (tx, rx) = watch::channel(false);
-        lock(&world).rival = Some(Rival {
-            fence: rival_fence.clone(),
-            told_leader: false,
-            renewing: true,
-            snapshot: Vec::new(),
-            leader: Arc::new(tx),
-            stuck: None,
-        });
+        lock(&world).rival = Some(ReplicaState::new(rival_fence.clone(), Arc::new(tx), false));
         let rival_cloud = CheckedCloud::new(
             cloud.with_caller("rival"),
             world.clone(),

@@ -15,6 +15,8 @@ use rand::{Rng, SeedableRng};
 use route_cloud::ErrorKind;
 use route_controller::Mode;
 
+use crate::api::CatchUp;
+
 /// The fault classes the generator can draw from; each can be switched on
 /// or off. Node creation and deletion are always generated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -456,20 +458,8 @@ pub enum Step {
         /// How long events are held back.
         duration: Duration,
         /// How the watch catches up.
-        end: WatchEnd,
+        end: CatchUp,
     },
-}
-
-/// How a held-back Node watch catches up (`watch_delay`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WatchEnd {
-    /// The held events arrive, late, in order.
-    Late,
-    /// The watch ends and relists: the current Nodes, the held events dropped.
-    Relist,
-    /// The watch relists from a stale cache (the Nodes as they were when
-    /// the delay began), then the held events arrive.
-    StaleRelist,
 }
 
 impl Step {
@@ -597,9 +587,9 @@ impl fmt::Display for Step {
                 f,
                 "the Node watch delivers nothing for {duration:?}, then {}",
                 match end {
-                    WatchEnd::Late => "the events arrive late",
-                    WatchEnd::Relist => "it relists",
-                    WatchEnd::StaleRelist => "it relists from a stale cache and catches up",
+                    CatchUp::Late => "the events arrive late",
+                    CatchUp::Relist => "it relists",
+                    CatchUp::StaleRelist => "it relists from a stale cache and catches up",
                 }
             ),
         }
@@ -1116,9 +1106,9 @@ impl Gen {
                     return;
                 }
                 let end = match self.rng.random_range(0..3) {
-                    0 => WatchEnd::Late,
-                    1 => WatchEnd::Relist,
-                    _ => WatchEnd::StaleRelist,
+                    0 => CatchUp::Late,
+                    1 => CatchUp::Relist,
+                    _ => CatchUp::StaleRelist,
                 };
                 self.push(at, Step::WatchDelay { duration, end });
             }
