@@ -98,13 +98,19 @@ impl ConditionState {
 
 /// Static text for the values conditions nearly always carry, a copy otherwise.
 fn known_text(s: &str) -> Cow<'static, str> {
-    const KNOWN: [&str; 7] = [
+    const KNOWN: [&str; 13] = [
         "True",
         "False",
         "Unknown",
         "RouteCreated",
         "NoRouteCreated",
         "ForwardingDisabled",
+        "AwaitingNodeData",
+        "RouteQuotaExceeded",
+        "InstanceNotRunning",
+        "PodCIDRConflict",
+        "InvalidPodCIDR",
+        "NodeExcluded",
         "",
     ];
     match KNOWN.iter().find(|k| **k == s) {
@@ -136,9 +142,28 @@ pub struct NodeView {
     /// says `ForwardingDisabled`. Not Node data: the controller records it.
     #[serde(default)]
     pub forwarding_disabled: bool,
+    /// The Node is left out of routing on purpose (`--node-selector`): it
+    /// gets no route, and routes to it are not this controller's unless a
+    /// route controller routed it before ([`NodeView::leaving`]).
+    #[serde(default)]
+    pub excluded: bool,
 }
 
 impl NodeView {
+    /// An excluded Node whose `NetworkUnavailable` condition was last
+    /// written by a route controller (this one or upstream's): it left the
+    /// selection, so the routes to it were a route controller's and go
+    /// (after the deletion grace); once none is left its condition says
+    /// `NodeExcluded`. An excluded Node whose condition is anyone else's
+    /// (a CNI's, none at all) never was ours: routes to it are foreign.
+    pub fn leaving(&self) -> bool {
+        self.excluded
+            && self.network_unavailable.as_ref().is_some_and(|c| {
+                crate::plan::NetworkCondition::from_reason(&c.reason)
+                    .is_some_and(|r| r != crate::plan::NetworkCondition::NodeExcluded)
+            })
+    }
+
     /// A node with a name, uid and pod CIDRs and nothing else; for tests and tools.
     pub fn new(name: impl Into<String>, uid: impl Into<String>, pod_cidrs: &[&str]) -> Self {
         Self {
@@ -150,6 +175,7 @@ impl NodeView {
             deleting: false,
             network_unavailable: None,
             forwarding_disabled: false,
+            excluded: false,
         }
     }
 
@@ -278,6 +304,15 @@ pub struct Route {
     /// ([`crate::PlanConfig::tables`]); empty when the provider has one.
     #[serde(default, alias = "target")]
     pub table: Text,
+    /// Whose the route provably is, when it is not this cluster's although
+    /// its destination lies inside a cluster CIDR: another cluster (named by
+    /// the provider from its own evidence: an instance tagged for it, a next
+    /// hop outside this cluster's node subnets, another cluster's name
+    /// prefix) or a Node left out of routing. Such a route is never deleted,
+    /// and a pod CIDR overlapping it gets no route and a Warning instead of
+    /// a delete/create fight.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub foreign: Option<Text>,
 }
 
 impl Route {
@@ -293,6 +328,7 @@ impl Route {
             next_hop: Text::default(),
             node_provider_id: None,
             table: Text::default(),
+            foreign: None,
         }
     }
 
@@ -317,6 +353,12 @@ impl Route {
     /// Builder: sets the route table it lives in.
     pub fn in_table(mut self, table: impl Into<Text>) -> Self {
         self.table = table.into();
+        self
+    }
+
+    /// Builder: marks the route as provably someone else's ([`Route::foreign`]).
+    pub fn owned_by(mut self, owner: impl Into<Text>) -> Self {
+        self.foreign = Some(owner.into());
         self
     }
 

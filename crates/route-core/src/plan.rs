@@ -42,6 +42,19 @@ pub struct PlanConfig {
     /// providers with one; from the provider.
     #[serde(default, alias = "targets")]
     pub tables: Vec<crate::text::Text>,
+    /// Address families this controller does not route
+    /// (`--route-ip-families`): pod CIDRs of these families get no route and
+    /// no condition, and routes of these families are never touched, as if
+    /// the cluster had no CIDR of the family. Empty: every family.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skip_families: Vec<crate::cidr::IpFamily>,
+}
+
+impl PlanConfig {
+    /// Whether pod CIDRs and routes of `family` are routed at all.
+    pub fn routes_family(&self, family: crate::cidr::IpFamily) -> bool {
+        !self.skip_families.contains(&family)
+    }
 }
 
 /// What a provider needs on a Node to create a route to it.
@@ -136,6 +149,9 @@ pub enum DeletionReason {
     CidrNotAssigned,
     /// The cloud reports the route as a blackhole.
     Blackhole,
+    /// The route's Node left the selection (`--node-selector`) after a
+    /// route controller routed it.
+    NodeExcluded,
     /// The node's addresses changed and the provider tracks them: delete, then re-create.
     AddressesChanged,
     /// Another route for the same node and CIDR is kept.
@@ -158,6 +174,25 @@ pub enum CreationReason {
     ReplacesBlackhole,
     /// Re-creation after [`DeletionReason::TargetChanged`].
     TargetChanged,
+}
+
+/// A pod CIDR that overlaps a route provably someone else's
+/// ([`Route::foreign`]): it gets no route (creating one would start a
+/// delete/create fight with the other cluster's controller, or shadow its
+/// route) and its Node a `PodCIDROverlap` Warning.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Overlap {
+    /// The node.
+    pub node: String,
+    /// Its pod CIDR.
+    pub cidr: Cidr,
+    /// The other route's destination.
+    pub route: Cidr,
+    /// Whose the other route is.
+    pub owner: Text,
+    /// The route table (empty with a single table).
+    #[serde(default, skip_serializing_if = "crate::text::Text::is_empty")]
+    pub table: Text,
 }
 
 /// The identity of one planned cloud operation, across modules and passes.
@@ -309,27 +344,68 @@ pub struct InvalidPodCidr {
     pub text: String,
 }
 
-/// The value of the `NetworkUnavailable` condition this controller writes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// The value of the `NetworkUnavailable` condition this controller writes:
+/// a closed set, one reason per state a Node can be in, so an operator
+/// reads from `kubectl get node -o yaml` (or `plan`) why a Node is not
+/// routed. Only `RouteCreated` and `NodeExcluded` say `False`; the rest say
+/// `True`, which keeps the `node.kubernetes.io/network-unavailable` taint on.
+/// `RouteCreated` and `NoRouteCreated` are upstream's and mean what they
+/// mean there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum NetworkCondition {
-    /// Status `False`, reason `RouteCreated`, message "RouteController created a route".
+    /// `False`/`RouteCreated`: every route of the Node is in place.
     RouteCreated,
-    /// Status `True`, reason `NoRouteCreated`, message "RouteController failed to create a route".
+    /// `True`/`NoRouteCreated`: a creation failed (or waits behind a
+    /// deletion that failed) and is retried with backoff; also a Node with
+    /// no pod CIDR that some route targets, as upstream.
     NoRouteCreated,
-    /// Status `True`, reason `ForwardingDisabled`: every route is in place,
-    /// but the cloud drops the pod traffic the Node forwards, because a
-    /// prerequisite on its instance or interface is off (GCE
-    /// `canIpForward`, Azure `enableIPForwarding`) and it is not this
-    /// controller's to change. The Node's Warning Event names the fix.
+    /// `True`/`ForwardingDisabled`: every route is in place, but the cloud
+    /// drops the pod traffic the Node forwards, because a prerequisite on
+    /// its instance or interface is off (GCE `canIpForward`, Azure
+    /// `enableIPForwarding`) and it is not this controller's to change. The
+    /// Node's Warning Event names the fix.
     ForwardingDisabled,
+    /// `True`/`AwaitingNodeData`: the provider needs `spec.providerID` or
+    /// an `InternalIP` the Node does not have yet; routed when it arrives.
+    AwaitingNodeData,
+    /// `True`/`RouteQuotaExceeded`: the route table has no room under the
+    /// cloud's route limit; routed as soon as room appears.
+    RouteQuotaExceeded,
+    /// `True`/`InstanceNotRunning`: the cloud refused the route because the
+    /// Node's instance is stopped, or keeps blackholing it.
+    InstanceNotRunning,
+    /// `True`/`PodCIDRConflict`: another Node claims the pod CIDR, or a
+    /// route that is provably another cluster's overlaps it.
+    PodCidrConflict,
+    /// `True`/`InvalidPodCIDR`: a pod CIDR is not a CIDR or lies outside
+    /// every cluster CIDR.
+    InvalidPodCidr,
+    /// `False`/`NodeExcluded`: the Node is left out of routing on purpose
+    /// (`--node-selector`) and a route controller routed it before; its
+    /// routes are gone and its pod network is someone else's. A Node that
+    /// was never this controller's keeps its condition untouched.
+    NodeExcluded,
 }
 
 impl NetworkCondition {
+    /// Every value, in the order of [`NetworkCondition::rank`].
+    pub const ALL: [NetworkCondition; 9] = [
+        NetworkCondition::RouteCreated,
+        NetworkCondition::ForwardingDisabled,
+        NetworkCondition::NoRouteCreated,
+        NetworkCondition::InstanceNotRunning,
+        NetworkCondition::RouteQuotaExceeded,
+        NetworkCondition::AwaitingNodeData,
+        NetworkCondition::PodCidrConflict,
+        NetworkCondition::InvalidPodCidr,
+        NetworkCondition::NodeExcluded,
+    ];
+
     /// The condition's `status`.
     pub fn status(self) -> &'static str {
         match self {
-            NetworkCondition::RouteCreated => "False",
-            NetworkCondition::NoRouteCreated | NetworkCondition::ForwardingDisabled => "True",
+            NetworkCondition::RouteCreated | NetworkCondition::NodeExcluded => "False",
+            _ => "True",
         }
     }
 
@@ -339,7 +415,18 @@ impl NetworkCondition {
             NetworkCondition::RouteCreated => "RouteCreated",
             NetworkCondition::NoRouteCreated => "NoRouteCreated",
             NetworkCondition::ForwardingDisabled => "ForwardingDisabled",
+            NetworkCondition::AwaitingNodeData => "AwaitingNodeData",
+            NetworkCondition::RouteQuotaExceeded => "RouteQuotaExceeded",
+            NetworkCondition::InstanceNotRunning => "InstanceNotRunning",
+            NetworkCondition::PodCidrConflict => "PodCIDRConflict",
+            NetworkCondition::InvalidPodCidr => "InvalidPodCIDR",
+            NetworkCondition::NodeExcluded => "NodeExcluded",
         }
+    }
+
+    /// The value whose reason is `reason`, if it is one of this set.
+    pub fn from_reason(reason: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.reason() == reason)
     }
 
     /// The condition's `message`.
@@ -350,7 +437,32 @@ impl NetworkCondition {
             NetworkCondition::ForwardingDisabled => {
                 "RouteController created a route, but the cloud drops the pod traffic this Node forwards (see the Node's Events for the fix)"
             }
+            NetworkCondition::AwaitingNodeData => {
+                "RouteController waits for the Node's spec.providerID or InternalIP before it can create a route"
+            }
+            NetworkCondition::RouteQuotaExceeded => {
+                "RouteController cannot create a route: the route table is at the cloud's route limit (see the Node's Events)"
+            }
+            NetworkCondition::InstanceNotRunning => {
+                "RouteController cannot create a route: the cloud refuses it while the Node's instance is not running"
+            }
+            NetworkCondition::PodCidrConflict => {
+                "RouteController created no route: the pod CIDR is claimed by another Node or by another cluster's route (see the Node's Events)"
+            }
+            NetworkCondition::InvalidPodCidr => {
+                "RouteController created no route: a pod CIDR is not a CIDR or lies outside the cluster CIDRs"
+            }
+            NetworkCondition::NodeExcluded => {
+                "RouteController does not route this Node: it is outside --node-selector"
+            }
         }
+    }
+
+    /// Which of two explanations a Node shows when several apply: the one
+    /// an operator must act on first (a bad pod CIDR before a full table,
+    /// a full table before a failure that retries by itself).
+    pub fn rank(self) -> usize {
+        Self::ALL.iter().position(|c| *c == self).unwrap_or_default()
     }
 
     /// The condition of a Node whose routes are all in place (`routed`) or
@@ -362,6 +474,15 @@ impl NetworkCondition {
             (false, _) => NetworkCondition::NoRouteCreated,
             (true, true) => NetworkCondition::ForwardingDisabled,
             (true, false) => NetworkCondition::RouteCreated,
+        }
+    }
+
+    /// The more pressing of two explanations ([`NetworkCondition::rank`]).
+    pub fn or(self, other: Self) -> Self {
+        if other.rank() > self.rank() {
+            other
+        } else {
+            self
         }
     }
 
@@ -388,6 +509,11 @@ pub struct NodeOutcome {
     /// CIDRs at all, a conflict with no existing route to this node, outside
     /// the cluster CIDRs, not a CIDR, Node data the provider needs missing).
     pub unroutable: bool,
+    /// Why the Node is [`NodeOutcome::unroutable`] (or, with
+    /// [`NetworkCondition::NodeExcluded`], that it is left out); `None`
+    /// reads as `NoRouteCreated`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<NetworkCondition>,
     /// The condition as last seen on the Node.
     pub current: Option<ConditionState>,
     /// The provider found the Node's forwarding prerequisite off
@@ -403,10 +529,40 @@ impl NodeOutcome {
         !self.unroutable && !self.creations.iter().any(failed)
     }
 
+    /// The condition the plan alone gives the Node (every creation done).
+    pub fn planned(&self) -> NetworkCondition {
+        match self.cause {
+            Some(NetworkCondition::NodeExcluded) => NetworkCondition::NodeExcluded,
+            cause if self.unroutable => cause.unwrap_or(NetworkCondition::NoRouteCreated),
+            _ => NetworkCondition::wanted(true, self.forwarding_disabled),
+        }
+    }
+
     /// The condition the node should carry once the creations have run,
     /// given which of them failed; `None` when the node already says so.
     pub fn condition_after(&self, failed: impl Fn(&OpKey) -> bool) -> Option<NetworkCondition> {
-        let want = NetworkCondition::wanted(self.routed_after(failed), self.forwarding_disabled);
+        self.condition_given(|k| failed(k).then_some(NetworkCondition::NoRouteCreated))
+    }
+
+    /// [`NodeOutcome::condition_after`], with each failed creation's own
+    /// explanation (`None`: it succeeded): a creation refused for room
+    /// says `RouteQuotaExceeded`, one refused for a stopped instance
+    /// `InstanceNotRunning`. The most pressing explanation wins.
+    pub fn condition_given(
+        &self,
+        failure: impl Fn(&OpKey) -> Option<NetworkCondition>,
+    ) -> Option<NetworkCondition> {
+        let planned = self.planned();
+        let want = if planned == NetworkCondition::NodeExcluded {
+            planned
+        } else {
+            let failed = self.creations.iter().filter_map(failure).reduce(NetworkCondition::or);
+            match (self.unroutable, failed) {
+                (_, None) => planned,
+                (true, Some(f)) => planned.or(f),
+                (false, Some(f)) => f,
+            }
+        };
         (!want.already_set(self.current.as_ref())).then_some(want)
     }
 }
@@ -436,6 +592,9 @@ pub struct Plan {
     /// needs ([`TargetNeeds`]); planned again when the data arrives.
     #[serde(default)]
     pub awaiting_node_data: Vec<AwaitingNodeData>,
+    /// Pod CIDRs overlapping a route that is provably someone else's.
+    #[serde(default)]
+    pub overlaps: Vec<Overlap>,
 }
 
 impl Plan {

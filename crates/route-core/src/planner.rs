@@ -42,6 +42,15 @@
 //!     upstream sends the creation, which the cloud refuses. A route it
 //!     already has is kept rather than replaced by one that cannot be made.
 //!
+//! 11. Routes that are provably someone else's ([`Route::foreign`], set by
+//!     the provider) and routes to Nodes left out of routing
+//!     ([`NodeView::excluded`]) are never deleted; a pod CIDR overlapping
+//!     one gets no route and is reported in [`Plan::overlaps`]. Routes to a
+//!     Node that left the selection after a route controller routed it
+//!     ([`NodeView::leaving`]) are deleted ([`DeletionReason::NodeExcluded`]).
+//! 12. Address families switched off ([`PlanConfig::skip_families`]) are
+//!     not routed at all: their pod CIDRs and routes are invisible here.
+//!
 //! Nodes being deleted are planned like live nodes, as upstream does: their
 //! routes go when the Node object goes.
 
@@ -55,7 +64,7 @@ use foldhash::fast::RandomState as FastHash;
 use crate::cidr::Cidr;
 use crate::model::{Destination, NodeAddress, NodeView, PodCidr, Route};
 use crate::plan::{
-    AwaitingNodeData, Conflict, Creation, CreationReason, Deletion, DeletionReason, InvalidPodCidr,
+    Overlap, AwaitingNodeData, Conflict, Creation, CreationReason, Deletion, DeletionReason, InvalidPodCidr,
     MissingNodeData, NetworkCondition, NodeOutcome, OpKey, OutsideCidr, Plan, PlanConfig,
 };
 use crate::text::Text;
@@ -126,6 +135,9 @@ enum SlotState {
     Conflict,
     /// Not inside any cluster CIDR: keep what exists, create nothing.
     Outside,
+    /// Overlaps a route that is provably someone else's: keep what exists,
+    /// create nothing (correction 11).
+    Overlap,
 }
 
 /// How a listed route for a (node, CIDR) fits the node as it is now.
@@ -243,6 +255,63 @@ struct NodeInfo {
     invalid_pod_cidr: bool,
     /// Some listed route names this node.
     targeted: bool,
+    /// Left out of routing ([`NodeView::excluded`]); it has no slots.
+    excluded: bool,
+}
+
+/// Whose a listed route is, beyond upstream's CIDR rule (correction 11).
+enum Owner {
+    /// This cluster's, decided by the usual rules.
+    Ours,
+    /// Provably someone else's: never deleted.
+    Foreign(Text),
+    /// The Node's (by index) that left the selection: deleted.
+    Leaving(u32),
+}
+
+/// The Nodes left out of routing, by name and by InternalIP (a route a
+/// provider cannot name a Node for still names its next hop).
+#[derive(Clone, Default)]
+struct Excluded<'n> {
+    by_ip: HashMap<&'n str, u32, FastHash>,
+    any: bool,
+}
+
+impl Excluded<'_> {
+    fn owner<N: Borrow<NodeView>>(
+        &self,
+        r: &Route,
+        nodes: &[N],
+        by_name: &HashMap<&str, u32, FastHash>,
+    ) -> Owner {
+        if let Some(owner) = &r.foreign {
+            return Owner::Foreign(owner.clone());
+        }
+        if !self.any {
+            return Owner::Ours;
+        }
+        let by_node = (!r.node.is_empty())
+            .then(|| by_name.get(r.node.as_str()).copied())
+            .flatten();
+        let ni = match by_node {
+            Some(ni) => ni,
+            // Only a route naming no known Node is matched by address.
+            None => {
+                let hop = std::iter::once(r.next_hop.as_str())
+                    .chain(r.node_addresses.iter().map(|a| a.address.as_str()));
+                match hop.filter_map(|a| self.by_ip.get(a.trim())).next() {
+                    Some(&ni) => ni,
+                    None => return Owner::Ours,
+                }
+            }
+        };
+        let n = nodes[ni as usize].borrow();
+        match (n.excluded, n.leaving()) {
+            (false, _) => Owner::Ours,
+            (true, true) => Owner::Leaving(ni),
+            (true, false) => Owner::Foreign(format!("Node {} (outside --node-selector)", n.name).into()),
+        }
+    }
 }
 
 /// Computes the plan for one snapshot.
@@ -259,13 +328,18 @@ struct NodeInfo {
 /// `tables` are not this cluster's and are left alone. With no tables
 /// configured, all routes form the one table (the common case).
 pub fn plan<N: Borrow<NodeView>>(nodes: &[N], routes: &[Route], config: &PlanConfig) -> Plan {
-    match config.tables.as_slice() {
+    let mut plan = match config.tables.as_slice() {
         [] => plan_one(nodes, routes, config, &Text::default(), None),
         [only] if routes.iter().all(|r| r.table == *only) => {
             plan_one(nodes, routes, config, only, None)
         }
         tables => plan_tables(nodes, routes, config, tables),
-    }
+    };
+    // A Node that left the selection keeps its condition while a route to
+    // it is still listed (correction 11).
+    plan.nodes
+        .retain(|n| !(n.cause == Some(NetworkCondition::NodeExcluded) && n.unroutable));
+    plan
 }
 
 fn plan_tables<N: Borrow<NodeView>>(
@@ -311,6 +385,10 @@ fn plan_tables<N: Borrow<NodeView>>(
                 Entry::Occupied(e) => {
                     let o = &mut joined.nodes[*e.get()];
                     o.unroutable |= n.unroutable;
+                    o.cause = match (o.cause, n.cause) {
+                        (Some(a), Some(b)) => Some(a.or(b)),
+                        (a, b) => a.or(b),
+                    };
                     o.creations.extend(n.creations);
                 }
                 Entry::Vacant(e) => {
@@ -328,15 +406,28 @@ fn plan_tables<N: Borrow<NodeView>>(
             joined.invalid_pod_cidrs = p.invalid_pod_cidrs;
             joined.awaiting_node_data = p.awaiting_node_data;
         }
+        joined.overlaps.extend(p.overlaps);
     }
     for i in unroutable_somewhere {
-        if let Some(&o) = outcome_of.get(nodes[i].borrow().name.as_str()) {
-            joined.nodes[o].unroutable = true;
+        let n = nodes[i].borrow();
+        if let Some(&o) = outcome_of.get(n.name.as_str()) {
+            let o = &mut joined.nodes[o];
+            o.unroutable = true;
+            // Settled there: the Node already says why.
+            let said = n
+                .network_unavailable
+                .as_ref()
+                .and_then(|c| NetworkCondition::from_reason(&c.reason));
+            o.cause = match (o.cause, said) {
+                (Some(a), Some(b)) => Some(a.or(b)),
+                (a, b) => a.or(b),
+            };
         }
     }
     joined.nodes.retain(|n| {
-        let want = NetworkCondition::wanted(!n.unroutable, n.forwarding_disabled);
-        !n.creations.is_empty() || !want.already_set(n.current.as_ref())
+        // A leaving Node still targeted in some table keeps its condition.
+        let waits = n.cause == Some(NetworkCondition::NodeExcluded) && n.unroutable;
+        !waits && (!n.creations.is_empty() || !n.planned().already_set(n.current.as_ref()))
     });
     joined
 }
@@ -348,6 +439,7 @@ struct Prepared<'n> {
     by_name: HashMap<&'n str, u32, FastHash>,
     info: Vec<NodeInfo>,
     slots: Vec<Slot>,
+    excluded: Excluded<'n>,
     /// Conflicts, invalid and outside pod CIDRs: the same in every table.
     plan: Plan,
 }
@@ -362,6 +454,7 @@ fn prepare<'n, N: Borrow<NodeView>>(nodes: &'n [N], config: &PlanConfig) -> Prep
         HashMap::with_capacity_and_hasher(nodes.len(), FastHash::default());
     let mut info: Vec<NodeInfo> = Vec::with_capacity(nodes.len());
     let mut slots: Vec<Slot> = Vec::with_capacity(nodes.len() + nodes.len() / 2);
+    let mut excluded = Excluded::default();
     for (ni, n) in nodes.iter().enumerate() {
         let n = n.borrow();
         let ni = ni as u32;
@@ -381,6 +474,16 @@ fn prepare<'n, N: Borrow<NodeView>>(nodes: &'n [N], config: &PlanConfig) -> Prep
             info.push(this);
             continue;
         }
+        if n.excluded {
+            // Correction 11: no slot, so no route and no condition of ours.
+            this.excluded = true;
+            excluded.any = true;
+            for a in n.addresses.iter().filter(|a| a.kind == "InternalIP") {
+                excluded.by_ip.entry(a.address.trim()).or_insert(ni);
+            }
+            info.push(this);
+            continue;
+        }
         let invalid_start = plan.invalid_pod_cidrs.len();
         for pc in &n.pod_cidrs {
             match pc {
@@ -397,7 +500,9 @@ fn prepare<'n, N: Borrow<NodeView>>(nodes: &'n [N], config: &PlanConfig) -> Prep
                     }
                 }
                 PodCidr::Valid(c) => {
-                    if slots[start as usize..].iter().any(|s| s.cidr == *c) {
+                    if slots[start as usize..].iter().any(|s| s.cidr == *c)
+                        || !config.routes_family(c.family())
+                    {
                         continue;
                     }
                     let state = if routable_pod_cidr(cluster, c) {
@@ -431,6 +536,7 @@ fn prepare<'n, N: Borrow<NodeView>>(nodes: &'n [N], config: &PlanConfig) -> Prep
         by_name,
         info,
         slots,
+        excluded,
         plan,
     }
 }
@@ -467,10 +573,12 @@ fn decide<N: Borrow<NodeView>, R: Borrow<Route>>(
         by_name,
         mut info,
         mut slots,
+        excluded,
         mut plan,
     } = prepared;
+    let foreign = mark_overlaps(nodes, &by_name, &excluded, &mut slots, routes, config, table, &mut plan);
     let mut doomed = judge_routes(
-        nodes, &by_name, &mut info, &mut slots, routes, config, &mut plan,
+        nodes, &by_name, &mut info, &mut slots, routes, config, &excluded, foreign, &mut plan,
     );
     settle_slots(&mut slots, &mut doomed);
     let after = delete_doomed(routes, &doomed, &mut plan);
@@ -487,6 +595,69 @@ fn decide<N: Borrow<NodeView>, R: Borrow<Route>>(
     plan
 }
 
+/// Step 0 (correction 11): the routes that are provably someone else's,
+/// and the pod CIDRs they overlap, which get no route. Returns whether any
+/// route of the table is someone else's (or a leaving Node's), so the
+/// common table pays one scan of its routes and nothing more.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the planner's state, split by step: a struct holding it would only rename the arguments"
+)]
+fn mark_overlaps<N: Borrow<NodeView>, R: Borrow<Route>>(
+    nodes: &[N],
+    by_name: &HashMap<&str, u32, FastHash>,
+    excluded: &Excluded<'_>,
+    slots: &mut [Slot],
+    routes: &[R],
+    config: &PlanConfig,
+    table: &Text,
+    plan: &mut Plan,
+) -> bool {
+    if !excluded.any && routes.iter().all(|r| r.borrow().foreign.is_none()) {
+        return false;
+    }
+    let cluster = config.cluster_cidrs.as_slice();
+    let mut theirs: Vec<(Cidr, Text)> = Vec::new();
+    for r in routes {
+        let r = r.borrow();
+        let Some(c) = r.destination.cidr() else {
+            continue;
+        };
+        if !responsible(cluster, &c) || !config.routes_family(c.family()) {
+            continue;
+        }
+        if let Owner::Foreign(owner) = excluded.owner(r, nodes, by_name) {
+            theirs.push((c, owner));
+        }
+    }
+    for s in slots.iter_mut() {
+        let (fam, lo, hi) = span(&s.cidr);
+        for (c, owner) in &theirs {
+            let (f, l, h) = span(c);
+            if f == fam && l <= hi && lo <= h {
+                if s.state == SlotState::Routable {
+                    s.state = SlotState::Overlap;
+                }
+                let node = nodes[s.node as usize].borrow().name.clone();
+                if !plan
+                    .overlaps
+                    .iter()
+                    .any(|o| o.node == node && o.cidr == s.cidr && o.route == *c)
+                {
+                    plan.overlaps.push(Overlap {
+                        node,
+                        cidr: s.cidr,
+                        route: *c,
+                        owner: owner.clone(),
+                        table: table.clone(),
+                    });
+                }
+            }
+        }
+    }
+    true
+}
+
 /// Step 1: walks the table in list order and decides each route: kept for
 /// its (node, CIDR) slot, replaced in place, or doomed with a reason.
 /// Returns one entry per route: `Some(reason)` for those to delete.
@@ -497,6 +668,8 @@ fn judge_routes<N: Borrow<NodeView>, R: Borrow<Route>>(
     slots: &mut [Slot],
     routes: &[R],
     config: &PlanConfig,
+    excluded: &Excluded<'_>,
+    foreign: bool,
     plan: &mut Plan,
 ) -> Vec<Option<DeletionReason>> {
     let cluster = config.cluster_cidrs.as_slice();
@@ -504,6 +677,14 @@ fn judge_routes<N: Borrow<NodeView>, R: Borrow<Route>>(
     for (ri, r) in routes.iter().enumerate() {
         let r = r.borrow();
         let ix = RouteIx::new(ri);
+        let mut leaving = None;
+        if foreign {
+            match excluded.owner(r, nodes, by_name) {
+                Owner::Ours => {}
+                Owner::Foreign(_) => continue,
+                Owner::Leaving(ni) => leaving = Some(ni),
+            }
+        }
         let node = if r.node.is_empty() {
             None
         } else {
@@ -518,8 +699,16 @@ fn judge_routes<N: Borrow<NodeView>, R: Borrow<Route>>(
             plan.unparsable_routes.push(r.clone());
             continue;
         };
-        // Correction 2's ownership rule (upstream's `isResponsibleForRoute`).
-        if !responsible(cluster, &c) {
+        // Correction 2's ownership rule (upstream's `isResponsibleForRoute`),
+        // and correction 12: a family not routed is not ours either.
+        if !responsible(cluster, &c) || !config.routes_family(c.family()) {
+            continue;
+        }
+        if let Some(ni) = leaving {
+            // Correction 11: a route controller routed this Node before it
+            // left the selection; the route goes like a gone Node's.
+            info[ni as usize].targeted = true;
+            doomed[ri] = Some(DeletionReason::NodeExcluded);
             continue;
         }
         let slot = node.and_then(|ni| {
@@ -635,14 +824,47 @@ fn create_and_report<N: Borrow<NodeView>, R: Borrow<Route>>(
         if !i.canonical {
             continue;
         }
+        if i.excluded {
+            // Correction 11: a Node that left the selection says so once
+            // none of its routes is left in this table; one never ours is
+            // not touched.
+            if n.leaving() {
+                plan.nodes.push(NodeOutcome {
+                    node: n.name.clone(),
+                    uid: n.uid.clone(),
+                    creations: Vec::new(),
+                    unroutable: i.targeted,
+                    cause: Some(NetworkCondition::NodeExcluded),
+                    current: n.network_unavailable.clone(),
+                    forwarding_disabled: false,
+                });
+            }
+            continue;
+        }
         let mut creations = Vec::new();
         let mut unroutable = n.pod_cidrs.is_empty() || i.invalid_pod_cidr;
+        let mut cause = if i.invalid_pod_cidr {
+            Some(NetworkCondition::InvalidPodCidr)
+        } else {
+            None
+        };
+        fn because(c: NetworkCondition, cause: &mut Option<NetworkCondition>) {
+            *cause = Some(cause.map_or(c, |had| had.or(c)));
+        }
         for s in &slots[i.start as usize..i.end as usize] {
             match s.state {
                 // Correction 7: no route outside the cluster CIDRs.
-                SlotState::Outside => unroutable = true,
+                SlotState::Outside => {
+                    unroutable = true;
+                    because(NetworkCondition::InvalidPodCidr, &mut cause);
+                }
                 // Correction 6: a contested CIDR gets nothing new.
-                SlotState::Conflict => unroutable |= s.kept.is_none(),
+                SlotState::Conflict | SlotState::Overlap => {
+                    if s.kept.is_none() {
+                        unroutable = true;
+                        because(NetworkCondition::PodCidrConflict, &mut cause);
+                    }
+                }
                 SlotState::Routable => {
                     let Some(reason) = s.creation_reason() else {
                         continue;
@@ -650,7 +872,10 @@ fn create_and_report<N: Borrow<NodeView>, R: Borrow<Route>>(
                     if let Some(missing) = s.missing {
                         // Correction 10: wait for the Node's data. A stale
                         // route still routes; none at all does not.
-                        unroutable |= s.kept.is_none();
+                        if s.kept.is_none() {
+                            unroutable = true;
+                            because(NetworkCondition::AwaitingNodeData, &mut cause);
+                        }
                         plan.awaiting_node_data.push(AwaitingNodeData {
                             node: n.name.clone(),
                             cidr: s.cidr,
@@ -669,6 +894,7 @@ fn create_and_report<N: Borrow<NodeView>, R: Borrow<Route>>(
                             next_hop: Text::default(),
                             node_provider_id: n.provider_id.as_deref().map(Text::from),
                             table: table.clone(),
+                            foreign: None,
                         },
                         node_uid: n.uid.clone(),
                         after: after.get(&s.cidr).cloned().unwrap_or_default(),
@@ -684,10 +910,17 @@ fn create_and_report<N: Borrow<NodeView>, R: Borrow<Route>>(
         // says so needs nothing from this plan. Leaving it out keeps a plan of
         // a settled cluster as small as what changed, not as large as the
         // cluster (every pass of every mode builds one).
-        let settled = creations.is_empty() && {
-            let want = NetworkCondition::wanted(!unroutable, n.forwarding_disabled);
-            want.already_set(n.network_unavailable.as_ref())
+        let outcome = NodeOutcome {
+            node: n.name.clone(),
+            uid: n.uid.clone(),
+            creations,
+            unroutable,
+            cause: cause.filter(|_| unroutable),
+            current: n.network_unavailable.clone(),
+            forwarding_disabled: n.forwarding_disabled,
         };
+        let settled = outcome.creations.is_empty()
+            && outcome.planned().already_set(n.network_unavailable.as_ref());
         let managed = !n.pod_cidrs.is_empty() || i.targeted;
         if settled
             && unroutable
@@ -697,14 +930,7 @@ fn create_and_report<N: Borrow<NodeView>, R: Borrow<Route>>(
             out.push(ni);
         }
         if !settled && managed {
-            plan.nodes.push(NodeOutcome {
-                node: n.name.clone(),
-                uid: n.uid.clone(),
-                creations,
-                unroutable,
-                current: n.network_unavailable.clone(),
-                forwarding_disabled: n.forwarding_disabled,
-            });
+            plan.nodes.push(outcome);
         }
     }
 }

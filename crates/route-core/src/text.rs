@@ -17,6 +17,11 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 pub struct Text(Arc<str>);
 
 impl Text {
+    /// The empty text (serde's `skip_serializing_if` wants a path).
+    pub fn is_empty(&self) -> bool {
+        self.as_str().is_empty()
+    }
+
     /// The text.
     pub fn as_str(&self) -> &str {
         &self.0

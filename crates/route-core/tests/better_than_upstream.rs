@@ -351,9 +351,10 @@ fn invalid_pod_cidr_text_is_reported_and_the_node_is_unroutable() {
     );
     assert_eq!(p.creations.len(), 1);
     assert!(p.nodes[0].unroutable);
+    // The reason names the cause (upstream would say NoRouteCreated).
     assert_eq!(
         p.nodes[0].condition_after(|_| false),
-        Some(NetworkCondition::NoRouteCreated)
+        Some(NetworkCondition::InvalidPodCidr)
     );
 }
 
@@ -480,7 +481,7 @@ fn settled_nodes_are_left_out_of_the_plan() {
         node("missing", "03", &["10.120.3.0/24"], "10.0.3.1")
             .with_condition("False", "RouteCreated"),
         node("outside", "04", &["10.99.0.0/24"], "10.0.4.1")
-            .with_condition("True", "NoRouteCreated"),
+            .with_condition("True", "InvalidPodCIDR"),
     ];
     let routes = [
         route("done", "10.120.1.0/24", &["10.0.1.1"], true),

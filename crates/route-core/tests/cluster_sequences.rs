@@ -73,7 +73,7 @@ fn pod_cidr_before_provider_id_waits_without_a_creation() {
     assert!(p.nodes[0].unroutable);
     assert_eq!(
         p.nodes[0].condition_after(|_| false),
-        Some(NetworkCondition::NoRouteCreated)
+        Some(NetworkCondition::AwaitingNodeData)
     );
 
     // Seconds later the cloud-controller-manager fills in the providerID.

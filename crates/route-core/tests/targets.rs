@@ -120,7 +120,7 @@ fn a_node_unroutable_in_one_table_is_not_routed_although_the_others_are_settled(
     // only; rtb-b cannot get one while the conflict lasts.
     let nodes = vec![
         node("n0", "uid-0", &["10.120.0.0/24"], "10.0.0.1")
-            .with_condition("True", "NoRouteCreated"),
+            .with_condition("True", "PodCIDRConflict"),
         node("n1", "uid-1", &["10.120.0.0/24"], "10.0.0.2"),
     ];
     let routes = vec![
@@ -133,7 +133,7 @@ fn a_node_unroutable_in_one_table_is_not_routed_although_the_others_are_settled(
     let n0 = p.nodes.iter().find(|n| n.node == "n0");
     assert!(
         n0.is_none_or(|n| n.condition_after(|_| false).is_none()),
-        "n0 keeps NoRouteCreated: {n0:?}"
+        "n0 keeps PodCIDRConflict: {n0:?}"
     );
 }
 

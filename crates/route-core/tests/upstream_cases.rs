@@ -608,11 +608,8 @@ fn condition_case(i: usize) {
                 "NoRouteCreated",
                 "RouteController failed to create a route",
             ),
-            NetworkCondition::ForwardingDisabled => {
-                panic!(
-                    "{}: upstream has no ForwardingDisabled condition",
-                    case.name
-                )
+            other => {
+                panic!("{}: upstream has no {other:?} condition", case.name)
             }
         };
         assert_eq!(
