@@ -64,6 +64,14 @@ pub struct ClusterArgs {
     #[arg(long, value_name = "CIDR[,CIDR]")]
     pub cluster_cidr: Option<String>,
 
+    /// Route only the Nodes this label selector selects (kubectl syntax: `key=value`, `key!=value`, `key in (a,b)`, `key notin (a,b)`, `key`, `!key`, comma-separated). A Node outside it gets no route, and routes to it are never deleted unless a route controller routed it before (its NetworkUnavailable reason is one of ours); it then loses them after --route-deletion-grace and says NodeExcluded. Empty: every Node.
+    #[arg(long, value_name = "SELECTOR", default_value = "")]
+    pub node_selector: String,
+
+    /// The address families to route: IPv4, IPv6 or both, comma-separated. Pod CIDRs and routes of a family left out are not touched at all (a cloud network that cannot route IPv6, say).
+    #[arg(long, value_name = "IPv4[,IPv6]", default_value = "IPv4,IPv6")]
+    pub route_ip_families: String,
+
     /// The cloud provider: memory (simulated), aws, openstack, hcloud, azure or gce.
     #[arg(long, default_value = "memory")]
     pub cloud_provider: String,
@@ -243,8 +251,42 @@ impl ClusterArgs {
         )?)
     }
 
+    /// The parsed `--node-selector`.
+    pub fn node_selector(&self) -> Result<route_controller::select::NodeSelector, FlagError> {
+        self.node_selector
+            .parse()
+            .map_err(|e: route_controller::select::SelectorError| FlagError::Invalid(e.to_string()))
+    }
+
+    /// The families `--route-ip-families` leaves out.
+    pub fn skip_families(&self) -> Result<Vec<route_core::IpFamily>, FlagError> {
+        use route_core::IpFamily;
+        let mut routed = Vec::new();
+        for f in self.route_ip_families.split(',').map(str::trim) {
+            let fam = match f.to_ascii_lowercase().as_str() {
+                "ipv4" => IpFamily::V4,
+                "ipv6" => IpFamily::V6,
+                _ => {
+                    return Err(FlagError::Invalid(format!(
+                        "--route-ip-families {:?}: {f:?} is not IPv4 or IPv6",
+                        self.route_ip_families
+                    )));
+                }
+            };
+            if !routed.contains(&fam) {
+                routed.push(fam);
+            }
+        }
+        Ok([IpFamily::V4, IpFamily::V6]
+            .into_iter()
+            .filter(|f| !routed.contains(f))
+            .collect())
+    }
+
     pub fn validate(&self) -> Result<(), FlagError> {
         self.cluster_cidrs()?;
+        self.node_selector()?;
+        self.skip_families()?;
         if !crate::providers::PROVIDERS.contains(&self.cloud_provider.as_str()) {
             return Err(FlagError::Invalid(format!(
                 "--cloud-provider {:?} is not known; this build supports: {}",

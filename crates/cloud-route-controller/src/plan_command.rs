@@ -14,7 +14,7 @@ use anyhow::Context as _;
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::ListParams;
-use route_controller::node_view;
+use route_controller::nodes::node_view_selected;
 use route_core::{Plan, PlanConfig};
 use serde::Serialize;
 
@@ -37,6 +37,19 @@ struct Report<'a> {
     /// Nodes whose forwarding prerequisite is off: the cloud drops the pod
     /// traffic they forward even with every route in place.
     forwarding: Vec<ForwardingGap>,
+    /// Every Node's `NetworkUnavailable` reason once the first pass ran.
+    node_reasons: Vec<NodeReason>,
+}
+
+#[derive(Serialize)]
+struct NodeReason {
+    node: String,
+    /// The reason (one of the controller's closed set), or `null` for a
+    /// Node outside `--node-selector` that was never a route controller's:
+    /// its condition is left as it is.
+    reason: Option<&'static str>,
+    /// The condition as it is now, `status/reason`.
+    current: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -66,6 +79,8 @@ struct ConditionChange<'a> {
 
 pub async fn plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
     let cidrs = args.cluster.cluster_cidrs()?;
+    let selector = args.cluster.node_selector()?;
+    let skip_families = args.cluster.skip_families()?;
     let client = kube_client::client(&args.cluster).await?;
     let cloud = providers::build(
         &args.cluster.cloud_provider,
@@ -81,7 +96,7 @@ pub async fn plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
         .context("listing Nodes")?
         .items
         .iter()
-        .map(|n| std::sync::Arc::new(node_view(n)))
+        .map(|n| std::sync::Arc::new(node_view_selected(n, &selector)))
         .collect();
     // Providers that recognise their routes by the Nodes (AWS instance ids,
     // OpenStack next hops) must see them before listing, as in `run`.
@@ -99,9 +114,11 @@ pub async fn plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
             needs: cloud.capabilities().needs,
             replace_blackholes: cloud.capabilities().replaces_blackholes,
             tables: cloud.targets(),
+            skip_families,
         },
     );
-    let first_pass = first_pass(&plan, &routes, &*cloud, args.route_deletion_grace);
+    let (first_pass, room_left) = first_pass(&plan, &routes, &*cloud, args.route_deletion_grace);
+    let node_reasons = node_reasons(&nodes, &plan, &room_left);
     let conditions: Vec<ConditionChange<'_>> = plan
         .conditions_if_all_succeed()
         .map(|(n, c)| ConditionChange {
@@ -123,6 +140,7 @@ pub async fn plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
         first_pass,
         conditions,
         forwarding,
+        node_reasons,
     };
     let out = match args.output {
         Output::Json => serde_json::to_string_pretty(&report)? + "\n",
@@ -140,15 +158,22 @@ fn first_pass(
     routes: &[route_core::Route],
     cloud: &dyn route_cloud::CloudRoutes,
     grace: std::time::Duration,
-) -> Vec<FirstPass> {
+) -> (Vec<FirstPass>, std::collections::HashSet<route_core::OpKey>) {
     use route_controller::gate::{Holds, Room, gate};
     use route_controller::{BackoffConfig, retry::RetryBook};
     let backoff = BackoffConfig::default();
     let mut holds = Holds::new(grace, backoff.max);
-    let room = Room::new(cloud.capabilities().max_routes, routes);
+    let caps = cloud.capabilities();
+    let room = Room::new(caps.max_routes, caps.max_routes_per_family, routes);
     let now = tokio::time::Instant::now();
     let gated = gate(plan, &mut holds, &RetryBook::new(backoff), &room, now, true);
-    plan.deletions
+    let no_room = gated
+        .iter()
+        .filter(|(_, v)| matches!(v, route_controller::gate::Verdict::NoRoom { .. }))
+        .map(|(k, _)| k.clone())
+        .collect();
+    let passes = plan
+        .deletions
         .iter()
         .map(|d| d.key())
         .chain(plan.creations.iter().map(|c| c.key()))
@@ -160,6 +185,45 @@ fn first_pass(
                 operation: key.to_string(),
                 runs,
                 verdict,
+            }
+        })
+        .collect();
+    (passes, no_room)
+}
+
+/// Every Node's reason once a first pass whose creations all run succeeded,
+/// except those the route limit refuses.
+fn node_reasons(
+    nodes: &[std::sync::Arc<route_core::NodeView>],
+    plan: &Plan,
+    no_room: &std::collections::HashSet<route_core::OpKey>,
+) -> Vec<NodeReason> {
+    use route_core::NetworkCondition;
+    let planned: std::collections::HashMap<&str, &route_core::NodeOutcome> =
+        plan.nodes.iter().map(|o| (o.node.as_str(), o)).collect();
+    nodes
+        .iter()
+        .map(|n| {
+            let current = n.network_unavailable.as_ref();
+            let reason = match planned.get(n.name.as_str()) {
+                Some(o) => Some(
+                    o.condition_given(|k| {
+                        no_room
+                            .contains(k)
+                            .then_some(NetworkCondition::RouteQuotaExceeded)
+                    })
+                    .unwrap_or_else(|| o.planned())
+                    .reason(),
+                ),
+                None if n.excluded && !n.leaving() => None,
+                None => current
+                    .and_then(|c| NetworkCondition::from_reason(&c.reason))
+                    .map(NetworkCondition::reason),
+            };
+            NodeReason {
+                node: n.name.clone(),
+                reason,
+                current: current.map(|c| format!("{}/{}", c.status, c.reason)),
             }
         })
         .collect()
@@ -330,6 +394,31 @@ fn table(r: &Report<'_>) -> String {
             );
         }
         s.push('\n');
+    }
+    if !r.node_reasons.is_empty() {
+        let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
+        for n in &r.node_reasons {
+            *counts.entry(n.reason.unwrap_or("left out")).or_default() += 1;
+        }
+        let summary: Vec<String> = counts.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        let _ = writeln!(s, "NODES BY REASON: {}", summary.join(", "));
+        for n in r.node_reasons.iter().filter(|n| n.reason != Some("RouteCreated")) {
+            let _ = writeln!(
+                s,
+                "  {:<30} {:<20} (now {})",
+                n.node,
+                n.reason.unwrap_or("left out: outside --node-selector, condition untouched"),
+                n.current.as_deref().unwrap_or("not set")
+            );
+        }
+        s.push('\n');
+    }
+    for o in &p.overlaps {
+        let _ = writeln!(
+            s,
+            "OVERLAP: node {} has pod CIDR {}, which overlaps route {} of {}; no route will be created for it",
+            o.node, o.cidr, o.route, o.owner
+        );
     }
     for c in &p.conflicts {
         let _ = writeln!(

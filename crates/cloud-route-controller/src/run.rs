@@ -120,9 +120,18 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             }
         });
     }
+    let selector = args.cluster.node_selector()?;
+    let skip_families = args.cluster.skip_families()?;
+    if !selector.is_everything() {
+        info!(selector = %selector, "routing only the Nodes --node-selector selects; routes to the others are left alone");
+    }
+    for f in &skip_families {
+        info!(family = %f, "not routing this address family (--route-ip-families): its pod CIDRs get no route, its routes are left alone");
+    }
     let watch_task = tokio::spawn(route_controller::watch::watch_nodes(
         client.clone(),
         nodes.clone(),
+        selector,
         shutdown.clone(),
     ));
     let status = Arc::new(KubeStatusWriter::new(client, identity.clone()));
@@ -130,6 +139,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         cluster_name: args.cluster.cluster_name.clone(),
         plan: PlanConfig {
             cluster_cidrs,
+            skip_families,
             ..PlanConfig::default()
         },
         mode,

@@ -83,6 +83,8 @@ impl From<WireRoute> for Route {
             next_hop: w.next_hop.into(),
             node_provider_id: w.node_provider_id.map(Text::from),
             table: w.target.into(),
+            // The wire protocol has no ownership evidence.
+            foreign: None,
         }
     }
 }
@@ -271,6 +273,7 @@ impl From<WireCapabilities> for Capabilities {
             replaces_blackholes: w.replaces_blackholes,
             // The wire protocol has no forwarding check.
             checks_forwarding: false,
+            max_routes_per_family: false,
         }
     }
 }

@@ -1218,6 +1218,8 @@ impl CloudRoutes for Ec2Routes {
             replaces_blackholes: true,
             // The source/destination check, verified at start and on resync.
             checks_forwarding: true,
+            // EC2 counts IPv4 and IPv6 routes against separate quotas.
+            max_routes_per_family: true,
         }
     }
 

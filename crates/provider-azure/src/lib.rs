@@ -749,6 +749,7 @@ impl CloudRoutes for AzureRoutes {
             // VirtualAppliance traffic reaches a Node only through a NIC
             // with IP forwarding.
             checks_forwarding: true,
+            max_routes_per_family: false,
         }
     }
 

@@ -668,6 +668,7 @@ impl CloudRoutes for GceRoutes {
             replaces_blackholes: false,
             // Routes to an instance without `canIpForward` carry nothing.
             checks_forwarding: true,
+            max_routes_per_family: false,
         }
     }
 

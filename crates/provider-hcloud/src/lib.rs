@@ -447,6 +447,7 @@ impl CloudRoutes for HcloudRoutes {
             needs: TargetNeeds::Nothing,
             replaces_blackholes: false,
             checks_forwarding: false,
+            max_routes_per_family: false,
         }
     }
 

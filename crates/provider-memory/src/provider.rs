@@ -365,6 +365,7 @@ impl CloudRoutes for MemoryCloud {
             needs: s.config.needs,
             replaces_blackholes: false,
             checks_forwarding: false,
+            max_routes_per_family: false,
         }
     }
 

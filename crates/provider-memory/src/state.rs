@@ -207,6 +207,7 @@ impl State {
             next_hop,
             node_provider_id: route.node_provider_id.clone(),
             table: route.table.clone(),
+            foreign: None,
         };
         table.insert(
             route.destination.clone(),

@@ -410,6 +410,7 @@ impl OpenStackRoutes {
                     next_hop: raw.nexthop.clone().into(),
                     node_provider_id: None,
                     table: Default::default(),
+                    foreign: None,
                 });
             }
         };
@@ -910,6 +911,7 @@ impl CloudRoutes for OpenStackRoutes {
             needs: TargetNeeds::InternalIp,
             replaces_blackholes: false,
             checks_forwarding: false,
+            max_routes_per_family: false,
         }
     }
 

@@ -47,6 +47,9 @@ pub struct Capabilities {
     /// traffic a Node forwards unless something on its instance or
     /// interface is set, and the provider can tell whether it is.
     pub checks_forwarding: bool,
+    /// [`Capabilities::max_routes`] counts IPv4 and IPv6 routes apart
+    /// (AWS: 50 of each per route table by default).
+    pub max_routes_per_family: bool,
 }
 
 impl Default for Capabilities {
@@ -60,6 +63,7 @@ impl Default for Capabilities {
             needs: TargetNeeds::Nothing,
             replaces_blackholes: false,
             checks_forwarding: false,
+            max_routes_per_family: false,
         }
     }
 }

@@ -123,15 +123,24 @@ pub fn absorb(
                     holds.repaired(c, now);
                 }
                 let at = book.failed(key.clone(), e, now, rand::rng().random::<f64>());
-                if e.kind == ErrorKind::TargetUnavailable && book.failures(&key) > 1 {
-                    // Warned at the first refusal, which named the backoff;
-                    // a stopped instance stays stopped for a while.
+                if matches!(
+                    e.kind,
+                    ErrorKind::TargetUnavailable | ErrorKind::QuotaExceeded
+                ) && book.failures(&key) > 1
+                {
+                    // Warned at the first refusal: a stopped instance stays
+                    // stopped for a while, and a full table stays full until
+                    // a deletion, which releases the creation at once.
                     continue;
                 }
                 let node = NodeRef {
                     name: c.route.node.to_string(),
                     uid: c.node_uid.clone(),
                 };
+                if e.kind == ErrorKind::QuotaExceeded {
+                    out.warnings.push(Warning::route_quota_exceeded(node, c, e));
+                    continue;
+                }
                 out.warnings.push(Warning::failed_to_create(
                     node,
                     c,

@@ -20,6 +20,7 @@
 //! request in a `cloud{op, ...}` span inside it, so the log lines of one
 //! pass share its id (JSON logs carry it in `span` and `spans`).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -34,7 +35,7 @@ use tracing::{Instrument, debug, error, info, info_span, warn};
 use crate::absorb::{self, Absorbed};
 use crate::execute::{Executor, Fence, Outcome};
 use crate::forwarding::Prerequisites;
-use crate::gate::{self, Gated, Holds, Room};
+use crate::gate::{self, Gated, Holds, Pool, Room};
 use crate::metrics::{Metrics, MetricsHandle, PassOutcome};
 use crate::nodes::{NodeRef, NodeStore};
 use crate::retry::{BackoffConfig, OpKey, RetryBook};
@@ -104,6 +105,8 @@ pub struct Controller {
     /// Passes in a row whose condition patches failed, and when the next
     /// pass rewrites them.
     status_retry: (u32, Option<Instant>),
+    /// Route limits already warned as past 80 %, until they drop below.
+    nearly_full: std::collections::HashSet<Pool>,
     /// Passes run so far; the id of the next pass's span.
     passes: u64,
 }
@@ -145,6 +148,7 @@ impl Controller {
             reports: None,
             first_sync: None,
             status_retry: (0, None),
+            nearly_full: std::collections::HashSet::new(),
             passes: 0,
         }
     }
@@ -288,7 +292,8 @@ impl Controller {
         // 2. Plan: what must exist, from the snapshot alone (pure).
         let plan = route_core::plan(&snap.nodes, &snap.routes, &self.cfg.plan);
         // 3. Gate: one verdict per operation: run now, or why not (pure).
-        let gated = self.gate(&plan, &snap);
+        let room = self.room(&snap);
+        let gated = self.gate(&plan, &room);
         // 4. Warn about what the plan refused and repairs that back off (Events).
         let warnings = self.plan_warnings(&plan, &gated);
         self.emit(&warnings).await;
@@ -298,8 +303,11 @@ impl Controller {
         // 6. Absorb the outcome into the retry book, holds and route cache (pure).
         let absorbed = self.absorb(&plan, &outcome);
         self.emit(&absorbed.warnings).await;
+        let headroom = self.headroom(&room, &plan, &outcome);
+        self.emit(&headroom).await;
         // 7. Status: NetworkUnavailable conditions (nodes/status I/O) and latency.
         report.conditions = self.update_status(&plan, &outcome).await;
+        self.count_reasons();
         // 8. Finish: metrics, and when the next pass is due.
         self.finish(&mut report, plan, outcome, gated, started);
         report
@@ -374,7 +382,7 @@ impl Controller {
 
     /// Step 3: prunes the retry book to what this plan still wants and
     /// gives every operation its verdict.
-    fn gate(&mut self, plan: &Plan, snap: &Snapshot) -> Gated {
+    fn gate(&mut self, plan: &Plan, room: &Room) -> Gated {
         let wanted: std::collections::HashSet<OpKey> = plan
             .deletions
             .iter()
@@ -384,9 +392,7 @@ impl Controller {
         let now = Instant::now();
         self.book.retain(&wanted, now);
         self.metrics.pending_operations(wanted.len());
-        let max = self.executor.cloud().capabilities().max_routes;
-        let room = Room::new(max, &snap.routes);
-        let gated = gate::gate(plan, &mut self.holds, &self.book, &room, now, snap.listed);
+        let gated = gate::gate(plan, &mut self.holds, &self.book, room, now, room.listing);
         if !plan.is_noop() {
             debug!(
                 deletions = plan.deletions.len(),
@@ -399,6 +405,88 @@ impl Controller {
             }
         }
         gated
+    }
+
+    /// The provider's route limit and what the snapshot holds against it.
+    fn room(&self, snap: &Snapshot) -> Room {
+        let caps = self.executor.cloud().capabilities();
+        let mut room = Room::new(caps.max_routes, caps.max_routes_per_family, &snap.routes);
+        room.listing = snap.listed;
+        room
+    }
+
+    /// Step 6b: how full each table is after the pass, as metrics, and a
+    /// Warning on the Node whose new route took a table past 80 % of the
+    /// cloud's limit (once per crossing).
+    fn headroom(&mut self, room: &Room, plan: &Plan, outcome: &Outcome) -> Vec<Warning> {
+        let Some(max) = room.max() else {
+            return Vec::new();
+        };
+        let mut used: HashMap<Pool, usize> = room.listed().map(|(p, n)| (p.clone(), n)).collect();
+        let mut newest: HashMap<Pool, &route_core::Creation> = HashMap::new();
+        for d in &plan.deletions {
+            if outcome.of(&d.key()).is_done()
+                && let Some(n) = used.get_mut(&room.pool(&d.route))
+            {
+                *n = n.saturating_sub(1);
+            }
+        }
+        for c in &plan.creations {
+            if outcome.of(&c.key()).is_done() {
+                let pool = room.pool(&c.route);
+                if c.replaces.is_none() {
+                    *used.entry(pool.clone()).or_default() += 1;
+                }
+                newest.insert(pool, c);
+            }
+        }
+        // Tables the cloud lists empty still have a limit.
+        for t in &self.cfg.plan.tables {
+            used.entry((t.clone(), None)).or_default();
+        }
+        self.metrics.route_room(&used, max);
+        let mut warnings = Vec::new();
+        for (pool, n) in &used {
+            let full = *n * 5 >= max * 4;
+            if !full {
+                self.nearly_full.remove(pool);
+                continue;
+            }
+            if !self.nearly_full.insert(pool.clone()) {
+                continue;
+            }
+            let (table, family) = pool;
+            warn!(table = %table, family = ?family, routes = n, limit = max, "a route table passed 80 % of the cloud's route limit");
+            if let Some(c) = newest.get(pool) {
+                let node = NodeRef {
+                    name: c.route.node.to_string(),
+                    uid: c.node_uid.clone(),
+                };
+                warnings.push(Warning::route_table_nearly_full(node, table, *n, max));
+            }
+        }
+        warnings
+    }
+
+    /// Step 7b: Nodes per condition reason, from the cache (which holds the
+    /// conditions just written).
+    fn count_reasons(&self) {
+        if !self.metrics.enabled() {
+            return;
+        }
+        let mut counts: Vec<(NetworkCondition, usize)> =
+            NetworkCondition::ALL.iter().map(|c| (*c, 0)).collect();
+        for n in self.nodes.snapshot() {
+            let Some(c) = n.network_unavailable.as_ref() else {
+                continue;
+            };
+            if let Some(i) = NetworkCondition::ALL.iter().position(|k| {
+                k.reason() == c.reason && k.status() == c.status
+            }) {
+                counts[i].1 += 1;
+            }
+        }
+        self.metrics.nodes_by_reason(&counts);
     }
 
     /// Step 4: the Warnings the plan and the gate call for, each once.
@@ -499,8 +587,10 @@ impl Controller {
             self.metrics.route_confirmed(waited);
         }
         let concurrency = self.cfg.status_concurrency;
+        let book = &self.book;
+        let failure = |k: &OpKey| status::explain(outcome, book, k);
         let written =
-            status::write_conditions(plan, outcome, &self.nodes, &self.status, fence, concurrency)
+            status::write_conditions(plan, &failure, &self.nodes, &self.status, fence, concurrency)
                 .await;
         self.status_retry = if written.failed == 0 {
             (0, None)

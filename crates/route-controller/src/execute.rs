@@ -617,7 +617,7 @@ mod tests {
         let ex = executor(&cloud, Fence::new(true));
         let p = plan(&nodes(3), &[]);
         let book = RetryBook::new(BackoffConfig::default());
-        let room = Room::new(cloud.capabilities().max_routes, &[]);
+        let room = Room::new(cloud.capabilities().max_routes, false, &[]);
         let out = ex.execute(&p, &gated(&p, &book, &room)).await;
         let refused: Vec<&OpResult> = p
             .creations

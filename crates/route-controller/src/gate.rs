@@ -35,7 +35,9 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::time::Duration;
 
-use route_core::{Cidr, Creation, CreationReason, DeletionReason, OpKey, Plan, Route, Text};
+use route_core::{
+    Cidr, Creation, CreationReason, DeletionReason, IpFamily, OpKey, Plan, Route, Text,
+};
 use tokio::time::Instant;
 
 use crate::retry::RetryBook;
@@ -215,23 +217,36 @@ fn keys(plan: &Plan) -> impl Iterator<Item = OpKey> + '_ {
 /// what the listing found in each.
 #[derive(Debug, Clone, Default)]
 pub struct Room {
+    /// The routes were listed just now (not a cached table).
+    pub listing: bool,
     max: Option<usize>,
-    listed: HashMap<Text, usize>,
+    per_family: bool,
+    listed: HashMap<Pool, usize>,
 }
 
+/// What one route limit counts: a table, and with a cloud that counts IPv4
+/// and IPv6 routes apart (AWS), one family of it.
+pub type Pool = (Text, Option<IpFamily>);
+
 impl Room {
-    /// Room under `max` routes per table (`None`: no limit), given `table`,
-    /// the routes the plan was made from.
-    pub fn new(max: Option<usize>, table: &[Route]) -> Self {
-        let mut listed = HashMap::new();
+    /// Room under `max` routes per table (`None`: no limit), counted per
+    /// address family when `per_family`, given `table`, the routes the plan
+    /// was made from.
+    pub fn new(max: Option<usize>, per_family: bool, table: &[Route]) -> Self {
+        let mut room = Self {
+            listing: false,
+            max,
+            per_family,
+            listed: HashMap::new(),
+        };
         // Counting every route on every pass of a cloud without a limit
         // would be wasted work.
         if max.is_some() {
             for r in table {
-                *listed.entry(r.table.clone()).or_default() += 1;
+                *room.listed.entry(room.pool(r)).or_default() += 1;
             }
         }
-        Self { max, listed }
+        room
     }
 
     /// No limit.
@@ -239,17 +254,33 @@ impl Room {
         Self::default()
     }
 
-    /// Routes per table once the deletions of `plan` that `lands` lets
+    /// The limit this route counts against.
+    pub fn pool(&self, r: &Route) -> Pool {
+        let family = if self.per_family {
+            r.destination.cidr().map(|c| c.family())
+        } else {
+            None
+        };
+        (r.table.clone(), family)
+    }
+
+    /// The limit per table (or per table and family), if the cloud has one.
+    pub fn max(&self) -> Option<usize> {
+        self.max
+    }
+
+    /// The routes listed against each limit.
+    pub fn listed(&self) -> impl Iterator<Item = (&Pool, usize)> {
+        self.listed.iter().map(|(p, n)| (p, *n))
+    }
+
+    /// Routes per limit once the deletions of `plan` that `lands` lets
     /// through have landed: the one count both room rules start from.
-    fn after_deletions<'a>(
-        &'a self,
-        plan: &'a Plan,
-        lands: impl Fn(&OpKey) -> bool,
-    ) -> HashMap<&'a Text, usize> {
-        let mut used: HashMap<&Text, usize> = self.listed.iter().map(|(t, n)| (t, *n)).collect();
+    fn after_deletions(&self, plan: &Plan, lands: impl Fn(&OpKey) -> bool) -> HashMap<Pool, usize> {
+        let mut used = self.listed.clone();
         for d in &plan.deletions {
             if lands(&d.key())
-                && let Some(n) = used.get_mut(&d.route.table)
+                && let Some(n) = used.get_mut(&self.pool(&d.route))
             {
                 *n = n.saturating_sub(1);
             }
@@ -520,7 +551,7 @@ pub fn gate(
             if !g.runs(&key) {
                 continue;
             }
-            let n = used.entry(&c.route.table).or_default();
+            let n = used.entry(room.pool(&c.route)).or_default();
             if *n >= max {
                 let table = c.route.table.clone();
                 g.verdicts.insert(key, Verdict::NoRoom { table, max });
@@ -563,7 +594,7 @@ fn short_of_room<'p>(
         ) {
             continue;
         }
-        let n = used.entry(&c.route.table).or_default();
+        let n = used.entry(room.pool(&c.route)).or_default();
         *n += 1;
         if *n > max {
             short.insert(&c.route.table);
@@ -668,7 +699,7 @@ mod tests {
         ];
         let nodes = [NodeView::new("node-3", "u3", &["10.244.3.0/24"])];
         let p = plan(&nodes, &table, &cfg());
-        let room = Room::new(Some(2), &table);
+        let room = Room::new(Some(2), false, &table);
         let g = gate(&p, &mut holds(), &book(), &room, Instant::now(), true);
         assert!(p.deletions.iter().all(|d| g.runs(&d.key())), "{g:?}");
         assert!(g.runs(&p.creations[0].key()));
@@ -681,7 +712,7 @@ mod tests {
         let g = gate(&p, &mut holds(), &b, &room, Instant::now(), true);
         assert!(p.deletions.iter().all(|d| g.runs(&d.key())), "{g:?}");
         // With room to spare, the same deletions wait.
-        let room = Room::new(Some(3), &table);
+        let room = Room::new(Some(3), false, &table);
         let g = gate(&p, &mut holds(), &book(), &room, Instant::now(), true);
         assert!(p.deletions.iter().all(|d| !g.runs(&d.key())), "{g:?}");
         assert!(g.runs(&p.creations[0].key()));
@@ -703,7 +734,7 @@ mod tests {
             &p,
             &mut holds(),
             &book(),
-            &Room::new(Some(2), &[]),
+            &Room::new(Some(2), false, &[]),
             Instant::now(),
             true,
         );

@@ -30,6 +30,7 @@ pub mod nodes;
 mod readme;
 pub mod retry;
 pub mod schedule;
+pub mod select;
 pub mod snapshot;
 pub mod status;
 pub mod throttle;

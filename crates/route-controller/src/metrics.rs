@@ -74,6 +74,29 @@ pub struct Metrics {
     fenced_operations: Counter,
     /// The route targets (tables, routers) in use: 1 per target.
     route_targets: Family<TargetLabels, Gauge>,
+    /// Routes in each table (and family, where the cloud counts them apart).
+    table_routes: Family<PoolLabels, Gauge>,
+    /// The cloud's route limit of each table (and family).
+    table_route_limit: Family<PoolLabels, Gauge>,
+    /// Nodes per `NetworkUnavailable` reason of this controller's set.
+    nodes_by_reason: Family<NodeReasonLabels, Gauge>,
+}
+
+/// Labels of the route-limit gauges.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PoolLabels {
+    /// The route table (router, network); empty with a single table.
+    pub table: String,
+    /// `IPv4` or `IPv6` where the cloud counts the families apart (AWS),
+    /// `any` where one limit counts both.
+    pub family: &'static str,
+}
+
+/// Labels of `route_controller_nodes`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NodeReasonLabels {
+    /// The condition's reason.
+    pub reason: &'static str,
 }
 
 /// Labels of `route_controller_route_target`.
@@ -118,6 +141,9 @@ impl Metrics {
             recurring_blackholes: Gauge::default(),
             fenced_operations: Counter::default(),
             route_targets: Family::default(),
+            table_routes: Family::default(),
+            table_route_limit: Family::default(),
+            nodes_by_reason: Family::default(),
         });
         registry.register(
             "route_controller_route_sync",
@@ -183,6 +209,21 @@ impl Metrics {
             "route_controller_route_target",
             "The route targets (route tables, routers) the controller keeps routes in, 1 each",
             m.route_targets.clone(),
+        );
+        registry.register(
+            "route_controller_route_table_routes",
+            "Routes in each route table after the last pass, per address family where the cloud limits the families apart",
+            m.table_routes.clone(),
+        );
+        registry.register(
+            "route_controller_route_table_route_limit",
+            "The cloud's route limit per route table (and family); absent where the cloud has none",
+            m.table_route_limit.clone(),
+        );
+        registry.register(
+            "route_controller_nodes",
+            "Nodes by the reason of the NetworkUnavailable condition this controller gives them (RouteCreated, NoRouteCreated, RouteQuotaExceeded, ...); Nodes without one of its reasons are not counted",
+            m.nodes_by_reason.clone(),
         );
         registry.register(
             "route_controller_build",
@@ -324,6 +365,46 @@ impl MetricsHandle {
                         target: t.to_string(),
                     })
                     .set(1);
+            }
+        }
+    }
+
+    /// Metrics are kept (a registry was given).
+    pub fn enabled(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// Routes per route limit after a pass, and the limit.
+    pub fn route_room(
+        &self,
+        used: &std::collections::HashMap<crate::gate::Pool, usize>,
+        max: usize,
+    ) {
+        if let Some(m) = &self.0 {
+            m.table_routes.clear();
+            m.table_route_limit.clear();
+            for ((table, family), n) in used {
+                let labels = PoolLabels {
+                    table: table.to_string(),
+                    family: match family {
+                        Some(route_core::IpFamily::V4) => "IPv4",
+                        Some(route_core::IpFamily::V6) => "IPv6",
+                        None => "any",
+                    },
+                };
+                m.table_routes.get_or_create(&labels).set(gauge(*n));
+                m.table_route_limit.get_or_create(&labels).set(gauge(max));
+            }
+        }
+    }
+
+    /// How many Nodes carry each reason of this controller's set.
+    pub fn nodes_by_reason(&self, counts: &[(route_core::NetworkCondition, usize)]) {
+        if let Some(m) = &self.0 {
+            for (c, n) in counts {
+                m.nodes_by_reason
+                    .get_or_create(&NodeReasonLabels { reason: c.reason() })
+                    .set(gauge(*n));
             }
         }
     }

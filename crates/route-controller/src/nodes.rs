@@ -20,10 +20,17 @@ use route_core::{ConditionState, NetworkCondition, NodeAddress, NodeView, Plan, 
 use tokio::sync::{Notify, watch};
 
 use crate::latency::RouteLatency;
+use crate::select::NodeSelector;
 use crate::metrics::{Metrics, MetricsHandle};
 
-/// Converts a Node into the view routing needs.
+/// Converts a Node into the view routing needs, every Node selected.
 pub fn node_view(node: &Node) -> NodeView {
+    node_view_selected(node, &NodeSelector::default())
+}
+
+/// Converts a Node into the view routing needs; a Node outside `selector`
+/// is [`NodeView::excluded`].
+pub fn node_view_selected(node: &Node, selector: &NodeSelector) -> NodeView {
     let spec = node.spec.as_ref();
     let status = node.status.as_ref();
     NodeView {
@@ -49,17 +56,23 @@ pub fn node_view(node: &Node) -> NodeView {
             .map(|c| ConditionState::new(&c.status, c.reason.as_deref().unwrap_or_default())),
         // Recorded by the controller, carried over by the cache.
         forwarding_disabled: false,
+        excluded: !selector.matches(node.metadata.labels.as_ref()),
     }
 }
 
 /// Whether two views of a Node need the same routes: same UID, same pod
-/// CIDRs in order (the API keeps them ordered), same providerID (a route
+/// CIDRs in order (the API keeps them ordered), same selection (a label
+/// change that moves a Node in or out of `--node-selector`), same providerID (a route
 /// waiting for it, or pointing at the instance it names, must be planned
 /// again), same addresses as a set (kubelets may reorder them). Runs on
 /// every heartbeat, so the common case (nothing changed at all) allocates
 /// nothing.
 fn same_routing(a: &NodeView, b: &NodeView) -> bool {
-    if a.uid != b.uid || a.pod_cidrs != b.pod_cidrs || a.provider_id != b.provider_id {
+    if a.uid != b.uid
+        || a.pod_cidrs != b.pod_cidrs
+        || a.provider_id != b.provider_id
+        || a.excluded != b.excluded
+    {
         return false;
     }
     if a.addresses == b.addresses {

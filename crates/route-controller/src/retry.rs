@@ -153,6 +153,20 @@ impl RetryBook {
         e.next_at
     }
 
+    /// The refusal an operation waits out, when the cloud's last answer
+    /// was one that names a cause: no room ([`route_cloud::ErrorKind::QuotaExceeded`])
+    /// or a target not running ([`route_cloud::ErrorKind::TargetUnavailable`]).
+    pub fn refusal(&self, key: &OpKey) -> Option<route_cloud::ErrorKind> {
+        let e = self.entries.get(key)?;
+        if e.quota {
+            Some(route_cloud::ErrorKind::QuotaExceeded)
+        } else if e.target_unavailable {
+            Some(route_cloud::ErrorKind::TargetUnavailable)
+        } else {
+            None
+        }
+    }
+
     /// Consecutive failures of an operation so far.
     pub fn failures(&self, key: &OpKey) -> u32 {
         self.entries.get(key).map_or(0, |e| e.failures)

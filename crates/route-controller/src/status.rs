@@ -20,10 +20,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
-use route_core::{NetworkCondition, Plan};
+use route_cloud::ErrorKind;
+use route_core::{NetworkCondition, OpKey, Plan};
 use tracing::warn;
 
-use crate::execute::{Fence, Outcome};
+use crate::execute::{Fence, OpResult, Outcome};
+use crate::retry::RetryBook;
 use crate::metrics::MetricsHandle;
 use crate::nodes::{NodeRef, NodeStore};
 use crate::warnings::Warning;
@@ -52,7 +54,7 @@ pub async fn emit(w: &Warning, writer: &dyn StatusWriter, fence: &Fence, metrics
 /// snapshot are skipped, and each patch carries the UID as a precondition.
 pub async fn write_conditions(
     plan: &Plan,
-    outcome: &Outcome,
+    failure: &(dyn Fn(&OpKey) -> Option<NetworkCondition> + Sync),
     nodes: &NodeStore,
     writer: &Arc<dyn StatusWriter>,
     fence: &Fence,
@@ -61,12 +63,11 @@ pub async fn write_conditions(
     if !fence.is_open() {
         return Written::default();
     }
-    let failed = |k: &route_core::OpKey| !outcome.of(k).is_done();
     let wanted: Vec<(NodeRef, NetworkCondition)> = plan
         .nodes
         .iter()
         .filter_map(|n| {
-            let cond = n.condition_after(failed)?;
+            let cond = n.condition_given(failure)?;
             nodes.get(&n.node).filter(|v| v.uid == n.uid)?;
             let node = NodeRef {
                 name: n.node.clone(),
@@ -110,6 +111,24 @@ pub async fn write_conditions(
     Written {
         conditions: written.into_iter().map(|(n, c)| (n.name, c)).collect(),
         failed,
+    }
+}
+
+/// Why a planned creation left its Node unrouted after a pass, as the
+/// Node's condition says it: `None` when it succeeded. A creation refused
+/// for room, or waiting out such a refusal, says `RouteQuotaExceeded`; one
+/// refused for a stopped instance `InstanceNotRunning`; any other failure,
+/// backoff or wait `NoRouteCreated` (upstream's reason).
+pub fn explain(outcome: &Outcome, book: &RetryBook, key: &OpKey) -> Option<NetworkCondition> {
+    let cause = |kind: ErrorKind| match kind {
+        ErrorKind::QuotaExceeded => NetworkCondition::RouteQuotaExceeded,
+        ErrorKind::TargetUnavailable => NetworkCondition::InstanceNotRunning,
+        _ => NetworkCondition::NoRouteCreated,
+    };
+    match outcome.of(key) {
+        OpResult::Done(_) => None,
+        OpResult::Failed(e) => Some(cause(e.kind)),
+        _ => Some(book.refusal(key).map_or(NetworkCondition::NoRouteCreated, cause)),
     }
 }
 
@@ -364,7 +383,7 @@ mod tests {
         )));
         let rec = Arc::new(RecordingStatusWriter::default());
         let writer: Arc<dyn StatusWriter> = rec.clone();
-        let written = write_conditions(&plan, &done(&plan), &nodes, &writer, &Fence::new(true), 2)
+        let written = write_conditions(&plan, &|k| explain(&done(&plan), &RetryBook::default(), k), &nodes, &writer, &Fence::new(true), 2)
             .await
             .conditions;
         assert_eq!(written, [("a".to_string(), NetworkCondition::RouteCreated)]);
@@ -373,7 +392,7 @@ mod tests {
         // does not patch it again.
         let again = plan_for(&nodes);
         let written =
-            write_conditions(&again, &done(&again), &nodes, &writer, &Fence::new(true), 2)
+            write_conditions(&again, &|k| explain(&done(&again), &RetryBook::default(), k), &nodes, &writer, &Fence::new(true), 2)
                 .await
                 .conditions;
         assert!(
@@ -389,7 +408,7 @@ mod tests {
         let rec = Arc::new(RecordingStatusWriter::default());
         let writer: Arc<dyn StatusWriter> = rec.clone();
         let closed = Fence::new(false);
-        let written = write_conditions(&plan, &done(&plan), &nodes, &writer, &closed, 2).await;
+        let written = write_conditions(&plan, &|k| explain(&done(&plan), &RetryBook::default(), k), &nodes, &writer, &closed, 2).await;
         assert!(written.conditions.is_empty());
         let w = Warning::invalid_pod_cidr(
             NodeRef {

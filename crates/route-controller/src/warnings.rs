@@ -41,11 +41,20 @@ pub enum Reason {
     /// The provider found the Node's forwarding prerequisite off and turned
     /// it back on.
     ForwardingRepaired,
+    /// A route for the Node was refused because its table is at the
+    /// cloud's route limit.
+    RouteQuotaExceeded,
+    /// The route just created for the Node took its table past 80 % of the
+    /// cloud's route limit.
+    RouteTableNearlyFull,
+    /// The Node's pod CIDR overlaps a route that is provably another
+    /// cluster's (or a left-out Node's).
+    PodCidrOverlap,
 }
 
 impl Reason {
     /// Every reason, in the order of the README's table.
-    pub const ALL: [Reason; 8] = [
+    pub const ALL: [Reason; 11] = [
         Reason::FailedToCreateRoute,
         Reason::FailedToDeleteRoute,
         Reason::PodCidrConflict,
@@ -54,6 +63,9 @@ impl Reason {
         Reason::RouteBlackholed,
         Reason::ForwardingDisabled,
         Reason::ForwardingRepaired,
+        Reason::RouteQuotaExceeded,
+        Reason::RouteTableNearlyFull,
+        Reason::PodCidrOverlap,
     ];
 
     /// The Event's `reason`.
@@ -67,6 +79,9 @@ impl Reason {
             Reason::RouteBlackholed => "RouteBlackholed",
             Reason::ForwardingDisabled => "ForwardingDisabled",
             Reason::ForwardingRepaired => "ForwardingRepaired",
+            Reason::RouteQuotaExceeded => "RouteQuotaExceeded",
+            Reason::RouteTableNearlyFull => "RouteTableNearlyFull",
+            Reason::PodCidrOverlap => "PodCIDROverlap",
         }
     }
 
@@ -96,6 +111,15 @@ impl Reason {
             }
             Reason::ForwardingRepaired => {
                 "the Node's forwarding prerequisite was off and the controller turned it back on (AWS source/destination check; every repair)"
+            }
+            Reason::RouteQuotaExceeded => {
+                "the Node's route was refused because its table is at the cloud's route limit; it is created as soon as room appears (once per Node until it is routed)"
+            }
+            Reason::RouteTableNearlyFull => {
+                "the route just created for the Node took its table past 80 % of the cloud's route limit (once per crossing)"
+            }
+            Reason::PodCidrOverlap => {
+                "the Node's pod CIDR overlaps a route that is provably another cluster's or a left-out Node's; it gets no route, the other route is never deleted (once per Node and cause)"
             }
         }
     }
@@ -173,6 +197,52 @@ impl Warning {
             node,
             reason: Reason::PodCidrConflict,
             message,
+        }
+    }
+
+    /// A creation for `node` was refused for room.
+    pub fn route_quota_exceeded(node: NodeRef, c: &Creation, e: &CloudError) -> Self {
+        Self {
+            node,
+            reason: Reason::RouteQuotaExceeded,
+            message: format!(
+                "Could not create route {} for node {}: {e}; it is created as soon as a route is deleted or the limit is raised",
+                c.route.destination, c.route.node
+            ),
+        }
+    }
+
+    /// The route created for `node` took `table` to `used` of `max` routes.
+    pub fn route_table_nearly_full(node: NodeRef, table: &str, used: usize, max: usize) -> Self {
+        let table = if table.is_empty() {
+            "the route table".to_owned()
+        } else {
+            format!("route table {table}")
+        };
+        Self {
+            node,
+            reason: Reason::RouteTableNearlyFull,
+            message: format!(
+                "{table} now holds {used} of the {max} routes the cloud allows ({}%); raise the limit before new Nodes stay unrouted",
+                used * 100 / max.max(1)
+            ),
+        }
+    }
+
+    /// `node`'s pod CIDR overlaps `o.route`, which is `o.owner`'s.
+    pub fn pod_cidr_overlap(node: NodeRef, o: &route_core::Overlap) -> Self {
+        let table = if o.table.is_empty() {
+            String::new()
+        } else {
+            format!(" in {}", o.table)
+        };
+        Self {
+            node,
+            reason: Reason::PodCidrOverlap,
+            message: format!(
+                "pod CIDR {} overlaps route {}{table}, which belongs to {}; no route is created for it and the other route is not touched",
+                o.cidr, o.route, o.owner
+            ),
         }
     }
 
@@ -300,6 +370,9 @@ impl PlanWarnings {
         }
         for i in &plan.invalid_pod_cidrs {
             all.extend(node(&i.node).map(|r| Warning::invalid_pod_cidr(r, &i.text)));
+        }
+        for o in &plan.overlaps {
+            all.extend(node(&o.node).map(|r| Warning::pod_cidr_overlap(r, o)));
         }
         let mut logged = HashSet::new();
         for r in &plan.unparsable_routes {

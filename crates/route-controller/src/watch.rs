@@ -16,10 +16,18 @@ use kube::runtime::{WatchStreamExt, watcher};
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use crate::nodes::{NodeEvent, NodeStore, node_view};
+use crate::nodes::{NodeEvent, NodeStore, node_view_selected};
+use crate::select::NodeSelector;
 
 /// Watches all Nodes until `shutdown`; never returns early on API errors.
-pub async fn watch_nodes(client: kube::Client, store: Arc<NodeStore>, shutdown: CancellationToken) {
+/// Every Node is watched, those outside `selector` too: their addresses
+/// tell whose a route is.
+pub async fn watch_nodes(
+    client: kube::Client,
+    store: Arc<NodeStore>,
+    selector: NodeSelector,
+    shutdown: CancellationToken,
+) {
     let api: Api<Node> = Api::all(client);
     // resourceVersion=0 lists are served from the API server's watch cache,
     // as client-go informers do; the cache is as fresh as any watch.
@@ -32,19 +40,20 @@ pub async fn watch_nodes(client: kube::Client, store: Arc<NodeStore>, shutdown: 
             _ = shutdown.cancelled() => return,
         };
         match next {
-            Some(Ok(ev)) => store.apply(convert(ev)),
+            Some(Ok(ev)) => store.apply(convert(ev, &selector)),
             Some(Err(e)) => warn!(error = %e, "node watch error; the watcher retries with backoff"),
             None => return,
         }
     }
 }
 
-fn convert(ev: watcher::Event<Node>) -> NodeEvent {
+fn convert(ev: watcher::Event<Node>, selector: &NodeSelector) -> NodeEvent {
+    let view = |n: &Node| node_view_selected(n, selector);
     match ev {
         watcher::Event::Init => NodeEvent::Init,
-        watcher::Event::InitApply(n) => NodeEvent::InitApply(node_view(&n)),
+        watcher::Event::InitApply(n) => NodeEvent::InitApply(view(&n)),
         watcher::Event::InitDone => NodeEvent::InitDone,
-        watcher::Event::Apply(n) => NodeEvent::Apply(node_view(&n)),
-        watcher::Event::Delete(n) => NodeEvent::Delete(node_view(&n)),
+        watcher::Event::Apply(n) => NodeEvent::Apply(view(&n)),
+        watcher::Event::Delete(n) => NodeEvent::Delete(view(&n)),
     }
 }

@@ -53,6 +53,7 @@ fn start(c: &ClusterGuard, mode: Mode, cloud: &MemoryCloud, resync: Duration) ->
     let watcher = tokio::spawn(route_controller::watch::watch_nodes(
         c.client(),
         nodes.clone(),
+        route_controller::select::NodeSelector::default(),
         shutdown.clone(),
     ));
     let cfg = ControllerConfig {

@@ -93,6 +93,7 @@ impl CloudRoutes for Cloud {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             checks_forwarding: true,
+            max_routes_per_family: false,
             ..self.routes.capabilities()
         }
     }

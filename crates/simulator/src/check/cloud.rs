@@ -779,6 +779,7 @@ impl CloudRoutes for CheckedCloud {
             // does; the controller is told so, as AWS's provider tells it.
             needs: route_core::TargetNeeds::ProviderId,
             checks_forwarding: lock(&self.world).forwarding.is_some(),
+            max_routes_per_family: false,
             ..self.inner.capabilities()
         }
     }
