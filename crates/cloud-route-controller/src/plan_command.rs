@@ -402,12 +402,17 @@ fn table(r: &Report<'_>) -> String {
         }
         let summary: Vec<String> = counts.iter().map(|(k, v)| format!("{k} {v}")).collect();
         let _ = writeln!(s, "NODES BY REASON: {}", summary.join(", "));
-        for n in r.node_reasons.iter().filter(|n| n.reason != Some("RouteCreated")) {
+        for n in r
+            .node_reasons
+            .iter()
+            .filter(|n| n.reason != Some("RouteCreated"))
+        {
             let _ = writeln!(
                 s,
                 "  {:<30} {:<20} (now {})",
                 n.node,
-                n.reason.unwrap_or("left out: outside --node-selector, condition untouched"),
+                n.reason
+                    .unwrap_or("left out: outside --node-selector, condition untouched"),
                 n.current.as_deref().unwrap_or("not set")
             );
         }

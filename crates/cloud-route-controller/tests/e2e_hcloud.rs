@@ -192,3 +192,231 @@ async fn ipv6_pod_cidrs_get_a_warning_not_a_request() {
     let log = ctl.log_text();
     assert_eq!(ctl.stop(), Some(0), "{log}");
 }
+
+const ROOT_SERVER: &str = "instance.hetzner.cloud/is-root-server";
+
+async fn label(c: &test_cluster::ClusterGuard, node: &str, value: Option<&str>) {
+    use kube::api::{Patch, PatchParams};
+    let patch = serde_json::json!({ "metadata": { "labels": { ROOT_SERVER: value } } });
+    c.nodes()
+        .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+}
+
+async fn reason(c: &test_cluster::ClusterGuard, node: &str) -> Option<String> {
+    c.network_unavailable(node)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|cond| cond.reason)
+}
+
+// hcloud-cloud-controller-manager #133/#789: a cluster of cloud servers and
+// dedicated (Robot) servers joined over a vSwitch. The dedicated ones must get
+// no route, and the routes someone made for them by hand must stay.
+#[tokio::test]
+async fn dedicated_servers_outside_the_node_selector_are_left_alone_and_a_label_change_moves_a_node()
+ {
+    let c = TestCluster::acquire().await.unwrap();
+    let fake = FakeHcloud::start(FakeConfig::default()).await.unwrap();
+    fake.add_network(
+        NETWORK,
+        "k8s",
+        "10.0.0.0/8",
+        &["10.0.0.0/16", "10.1.0.0/24"],
+    );
+    let dir = TempDir::new("hcloud-selector");
+    let config = write_config(&dir, &fake);
+    for i in 0..20u64 {
+        fake.add_server(
+            100 + i,
+            &format!("hc-{i}"),
+            NETWORK,
+            &format!("10.0.0.{}", i + 2),
+        );
+    }
+    // The dedicated servers' routes, made by hand through the vSwitch.
+    for i in 0..5 {
+        fake.insert_route(
+            NETWORK,
+            &format!("10.244.{}.0/24", 100 + i),
+            &format!("10.1.0.{}", i + 2),
+        );
+    }
+    let selector = format!("{ROOT_SERVER}!=true");
+    let ctl = Controller::start(
+        c.kubeconfig_path(),
+        dir.path(),
+        "controller",
+        &[
+            "--cluster-cidr",
+            "10.244.0.0/16",
+            "--cloud-provider",
+            "hcloud",
+            "--cloud-config",
+            config.to_str().unwrap(),
+            "--node-selector",
+            &selector,
+            "--leader-elect=false",
+            "--metrics-bind-address",
+            "0",
+        ],
+    );
+    for i in 0..20u64 {
+        c.create_node(
+            &TestNode::new(format!("hc-{i}"))
+                .pod_cidrs([format!("10.244.{i}.0/24")])
+                .internal_ip(format!("10.0.0.{}", i + 2))
+                .provider_id(format!("hcloud://{}", 100 + i)),
+        )
+        .await
+        .unwrap();
+    }
+    for i in 0..5 {
+        c.create_node(
+            &TestNode::new(format!("robot-{i}"))
+                .pod_cidrs([format!("10.244.{}.0/24", 100 + i)])
+                .internal_ip(format!("10.1.0.{}", i + 2))
+                .provider_id(format!("hrobot://{}", 900 + i))
+                .label(ROOT_SERVER, "true"),
+        )
+        .await
+        .unwrap();
+    }
+    let routed = |n: usize| {
+        let fake = &fake;
+        let c = &c;
+        async move {
+            let mut ok = 0;
+            for i in 0..20 {
+                if reason(c, &format!("hc-{i}")).await.as_deref() == Some("RouteCreated") {
+                    ok += 1;
+                }
+            }
+            (ok == n && fake.routes(NETWORK).len() == 25).then_some(())
+        }
+    };
+    wait_until(Duration::from_secs(120), "20 cloud servers routed", || {
+        routed(20)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
+    assert_eq!(fake.count("add_route"), 20);
+    assert_eq!(
+        fake.count("delete_route"),
+        0,
+        "the hand-made routes are not ours"
+    );
+    for i in 0..5 {
+        let name = format!("robot-{i}");
+        assert_eq!(reason(&c, &name).await, None, "{name}: condition untouched");
+        let events = c.node_events(&name).await.unwrap();
+        assert!(events.is_empty(), "{name}: no Warning: {events:?}");
+    }
+
+    // hc-0 becomes a dedicated server's stand-in: it leaves the selection
+    // and loses the route a route controller made, after the deletion grace.
+    label(&c, "hc-0", Some("true")).await;
+    wait_until(
+        Duration::from_secs(60),
+        "hc-0 unrouted and NodeExcluded",
+        || async {
+            let gone = !fake
+                .routes(NETWORK)
+                .iter()
+                .any(|(d, _)| d == "10.244.0.0/24");
+            (gone && reason(&c, "hc-0").await.as_deref() == Some("NodeExcluded")).then_some(())
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
+    let cond = c.network_unavailable("hc-0").await.unwrap().unwrap();
+    assert_eq!(
+        cond.status, "False",
+        "left out on purpose is not a network outage"
+    );
+    assert_eq!(fake.count("delete_route"), 1);
+
+    // And back in: routed at once.
+    label(&c, "hc-0", None).await;
+    wait_until(Duration::from_secs(60), "hc-0 routed again", || routed(20))
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
+    assert_eq!(fake.count("add_route"), 21);
+    assert_eq!(
+        fake.count("delete_route"),
+        1,
+        "the dedicated servers' routes stayed"
+    );
+    for i in 0..5 {
+        let dest = format!("10.244.{}.0/24", 100 + i);
+        assert!(
+            fake.routes(NETWORK)
+                .iter()
+                .any(|(d, g)| *d == dest && *g == format!("10.1.0.{}", i + 2))
+        );
+    }
+    let log = ctl.log_text();
+    assert_eq!(ctl.stop(), Some(0), "{log}");
+}
+
+#[tokio::test]
+async fn a_dual_stack_cluster_with_ipv6_switched_off_routes_ipv4_only_and_says_so() {
+    let c = TestCluster::acquire().await.unwrap();
+    let fake = FakeHcloud::start(FakeConfig::default()).await.unwrap();
+    fake.add_network(NETWORK, "k8s", "10.0.0.0/8", &["10.0.0.0/16"]);
+    fake.add_server(1, "ds", NETWORK, "10.0.0.9");
+    let dir = TempDir::new("hcloud-v4only");
+    let config = write_config(&dir, &fake);
+    let ctl = Controller::start(
+        c.kubeconfig_path(),
+        dir.path(),
+        "controller",
+        &[
+            "--cluster-cidr",
+            "10.244.0.0/16,fd00:10::/56",
+            "--route-ip-families",
+            "IPv4",
+            "--cloud-provider",
+            "hcloud",
+            "--cloud-config",
+            config.to_str().unwrap(),
+            "--leader-elect=false",
+            "--metrics-bind-address",
+            "0",
+        ],
+    );
+    c.create_node(
+        &TestNode::new("ds")
+            .pod_cidrs(["10.244.9.0/24", "fd00:10:0:9::/64"])
+            .internal_ip("10.0.0.9")
+            .provider_id("hcloud://1"),
+    )
+    .await
+    .unwrap();
+    wait_until(
+        Duration::from_secs(60),
+        "the IPv4 route and RouteCreated",
+        || async {
+            (fake.routes(NETWORK).len() == 1
+                && reason(&c, "ds").await.as_deref() == Some("RouteCreated"))
+            .then_some(())
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(fake.count("add_route"), 1);
+    let events = c.node_events("ds").await.unwrap();
+    assert!(
+        events.is_empty(),
+        "no Warning for a family switched off: {events:?}"
+    );
+    let log = ctl.log_text();
+    assert!(
+        log.contains("not routing this address family") && log.contains("IPv6"),
+        "{log}"
+    );
+    assert_eq!(ctl.stop(), Some(0), "{log}");
+}

@@ -480,9 +480,10 @@ impl Controller {
             let Some(c) = n.network_unavailable.as_ref() else {
                 continue;
             };
-            if let Some(i) = NetworkCondition::ALL.iter().position(|k| {
-                k.reason() == c.reason && k.status() == c.status
-            }) {
+            if let Some(i) = NetworkCondition::ALL
+                .iter()
+                .position(|k| k.reason() == c.reason && k.status() == c.status)
+            {
                 counts[i].1 += 1;
             }
         }
@@ -589,9 +590,15 @@ impl Controller {
         let concurrency = self.cfg.status_concurrency;
         let book = &self.book;
         let failure = |k: &OpKey| status::explain(outcome, book, k);
-        let written =
-            status::write_conditions(plan, &failure, &self.nodes, &self.status, fence, concurrency)
-                .await;
+        let written = status::write_conditions(
+            plan,
+            &failure,
+            &self.nodes,
+            &self.status,
+            fence,
+            concurrency,
+        )
+        .await;
         self.status_retry = if written.failed == 0 {
             (0, None)
         } else {
@@ -895,11 +902,11 @@ mod tests {
             .filter(|c| c.op == Operation::Create)
             .count();
         assert_eq!(creates, 6);
-        // The Node that fits nowhere has NoRouteCreated; the others are routed.
+        // The Node that fits nowhere says RouteQuotaExceeded; the others are routed.
         let unrouted: Vec<&str> = nodes
             .iter()
             .map(|n| n.name.as_str())
-            .filter(|n| f.status.condition_of(n) == Some(NetworkCondition::NoRouteCreated))
+            .filter(|n| f.status.condition_of(n) == Some(NetworkCondition::RouteQuotaExceeded))
             .collect();
         assert_eq!(unrouted.len(), 1, "{unrouted:?}");
     }

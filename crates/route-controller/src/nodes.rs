@@ -20,8 +20,8 @@ use route_core::{ConditionState, NetworkCondition, NodeAddress, NodeView, Plan, 
 use tokio::sync::{Notify, watch};
 
 use crate::latency::RouteLatency;
-use crate::select::NodeSelector;
 use crate::metrics::{Metrics, MetricsHandle};
+use crate::select::NodeSelector;
 
 /// Converts a Node into the view routing needs, every Node selected.
 pub fn node_view(node: &Node) -> NodeView {

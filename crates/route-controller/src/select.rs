@@ -182,8 +182,7 @@ fn valid_name(s: &str) -> bool {
     s.len() <= 63
         && ends(s.chars().next())
         && ends(s.chars().last())
-        && s
-            .chars()
+        && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
@@ -231,7 +230,10 @@ mod tests {
             ("zone=-x", "not a label value"),
             ("/zone", "invalid prefix"),
         ] {
-            let err = bad.parse::<NodeSelector>().err().unwrap_or_else(|| panic!("{bad:?} parsed"));
+            let err = bad
+                .parse::<NodeSelector>()
+                .err()
+                .unwrap_or_else(|| panic!("{bad:?} parsed"));
             assert!(err.to_string().contains(why), "{bad:?}: {err}");
         }
     }

@@ -25,9 +25,9 @@ use route_core::{NetworkCondition, OpKey, Plan};
 use tracing::warn;
 
 use crate::execute::{Fence, OpResult, Outcome};
-use crate::retry::RetryBook;
 use crate::metrics::MetricsHandle;
 use crate::nodes::{NodeRef, NodeStore};
+use crate::retry::RetryBook;
 use crate::warnings::Warning;
 
 /// The event source component, as upstream's route controller.
@@ -128,7 +128,10 @@ pub fn explain(outcome: &Outcome, book: &RetryBook, key: &OpKey) -> Option<Netwo
     match outcome.of(key) {
         OpResult::Done(_) => None,
         OpResult::Failed(e) => Some(cause(e.kind)),
-        _ => Some(book.refusal(key).map_or(NetworkCondition::NoRouteCreated, cause)),
+        _ => Some(
+            book.refusal(key)
+                .map_or(NetworkCondition::NoRouteCreated, cause),
+        ),
     }
 }
 
@@ -383,18 +386,31 @@ mod tests {
         )));
         let rec = Arc::new(RecordingStatusWriter::default());
         let writer: Arc<dyn StatusWriter> = rec.clone();
-        let written = write_conditions(&plan, &|k| explain(&done(&plan), &RetryBook::default(), k), &nodes, &writer, &Fence::new(true), 2)
-            .await
-            .conditions;
+        let written = write_conditions(
+            &plan,
+            &|k| explain(&done(&plan), &RetryBook::default(), k),
+            &nodes,
+            &writer,
+            &Fence::new(true),
+            2,
+        )
+        .await
+        .conditions;
         assert_eq!(written, [("a".to_string(), NetworkCondition::RouteCreated)]);
         assert_eq!(rec.recorded().conditions.len(), 1);
         // The written condition is in the cache at once: the next plan
         // does not patch it again.
         let again = plan_for(&nodes);
-        let written =
-            write_conditions(&again, &|k| explain(&done(&again), &RetryBook::default(), k), &nodes, &writer, &Fence::new(true), 2)
-                .await
-                .conditions;
+        let written = write_conditions(
+            &again,
+            &|k| explain(&done(&again), &RetryBook::default(), k),
+            &nodes,
+            &writer,
+            &Fence::new(true),
+            2,
+        )
+        .await
+        .conditions;
         assert!(
             written.iter().all(|(n, _)| n != "a"),
             "a is not patched twice: {written:?}"
@@ -408,7 +424,15 @@ mod tests {
         let rec = Arc::new(RecordingStatusWriter::default());
         let writer: Arc<dyn StatusWriter> = rec.clone();
         let closed = Fence::new(false);
-        let written = write_conditions(&plan, &|k| explain(&done(&plan), &RetryBook::default(), k), &nodes, &writer, &closed, 2).await;
+        let written = write_conditions(
+            &plan,
+            &|k| explain(&done(&plan), &RetryBook::default(), k),
+            &nodes,
+            &writer,
+            &closed,
+            2,
+        )
+        .await;
         assert!(written.conditions.is_empty());
         let w = Warning::invalid_pod_cidr(
             NodeRef {

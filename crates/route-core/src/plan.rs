@@ -462,7 +462,10 @@ impl NetworkCondition {
     /// an operator must act on first (a bad pod CIDR before a full table,
     /// a full table before a failure that retries by itself).
     pub fn rank(self) -> usize {
-        Self::ALL.iter().position(|c| *c == self).unwrap_or_default()
+        Self::ALL
+            .iter()
+            .position(|c| *c == self)
+            .unwrap_or_default()
     }
 
     /// The condition of a Node whose routes are all in place (`routed`) or
@@ -503,7 +506,9 @@ pub struct NodeOutcome {
     pub node: String,
     /// Node UID.
     pub uid: String,
-    /// The keys of this node's creations in [`Plan::creations`].
+    /// The keys of this node's creations in [`Plan::creations`]; for a
+    /// Node that left the selection ([`NetworkCondition::NodeExcluded`]),
+    /// of the deletions of its routes, which its condition waits for.
     pub creations: Vec<OpKey>,
     /// Some pod CIDR of this node cannot get a route in this plan (no pod
     /// CIDRs at all, a conflict with no existing route to this node, outside
@@ -554,9 +559,17 @@ impl NodeOutcome {
     ) -> Option<NetworkCondition> {
         let planned = self.planned();
         let want = if planned == NetworkCondition::NodeExcluded {
+            // Written once the deletions of its routes succeeded.
+            if self.creations.iter().any(|k| failure(k).is_some()) {
+                return None;
+            }
             planned
         } else {
-            let failed = self.creations.iter().filter_map(failure).reduce(NetworkCondition::or);
+            let failed = self
+                .creations
+                .iter()
+                .filter_map(failure)
+                .reduce(NetworkCondition::or);
             match (self.unroutable, failed) {
                 (_, None) => planned,
                 (true, Some(f)) => planned.or(f),

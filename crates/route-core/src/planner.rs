@@ -64,8 +64,8 @@ use foldhash::fast::RandomState as FastHash;
 use crate::cidr::Cidr;
 use crate::model::{Destination, NodeAddress, NodeView, PodCidr, Route};
 use crate::plan::{
-    Overlap, AwaitingNodeData, Conflict, Creation, CreationReason, Deletion, DeletionReason, InvalidPodCidr,
-    MissingNodeData, NetworkCondition, NodeOutcome, OpKey, OutsideCidr, Plan, PlanConfig,
+    AwaitingNodeData, Conflict, Creation, CreationReason, Deletion, DeletionReason, InvalidPodCidr,
+    MissingNodeData, NetworkCondition, NodeOutcome, OpKey, OutsideCidr, Overlap, Plan, PlanConfig,
 };
 use crate::text::Text;
 
@@ -309,7 +309,9 @@ impl Excluded<'_> {
         match (n.excluded, n.leaving()) {
             (false, _) => Owner::Ours,
             (true, true) => Owner::Leaving(ni),
-            (true, false) => Owner::Foreign(format!("Node {} (outside --node-selector)", n.name).into()),
+            (true, false) => {
+                Owner::Foreign(format!("Node {} (outside --node-selector)", n.name).into())
+            }
         }
     }
 }
@@ -328,18 +330,13 @@ impl Excluded<'_> {
 /// `tables` are not this cluster's and are left alone. With no tables
 /// configured, all routes form the one table (the common case).
 pub fn plan<N: Borrow<NodeView>>(nodes: &[N], routes: &[Route], config: &PlanConfig) -> Plan {
-    let mut plan = match config.tables.as_slice() {
+    match config.tables.as_slice() {
         [] => plan_one(nodes, routes, config, &Text::default(), None),
         [only] if routes.iter().all(|r| r.table == *only) => {
             plan_one(nodes, routes, config, only, None)
         }
         tables => plan_tables(nodes, routes, config, tables),
-    };
-    // A Node that left the selection keeps its condition while a route to
-    // it is still listed (correction 11).
-    plan.nodes
-        .retain(|n| !(n.cause == Some(NetworkCondition::NodeExcluded) && n.unroutable));
-    plan
+    }
 }
 
 fn plan_tables<N: Borrow<NodeView>>(
@@ -424,11 +421,9 @@ fn plan_tables<N: Borrow<NodeView>>(
             };
         }
     }
-    joined.nodes.retain(|n| {
-        // A leaving Node still targeted in some table keeps its condition.
-        let waits = n.cause == Some(NetworkCondition::NodeExcluded) && n.unroutable;
-        !waits && (!n.creations.is_empty() || !n.planned().already_set(n.current.as_ref()))
-    });
+    joined
+        .nodes
+        .retain(|n| !n.creations.is_empty() || !n.planned().already_set(n.current.as_ref()));
     joined
 }
 
@@ -576,12 +571,30 @@ fn decide<N: Borrow<NodeView>, R: Borrow<Route>>(
         excluded,
         mut plan,
     } = prepared;
-    let foreign = mark_overlaps(nodes, &by_name, &excluded, &mut slots, routes, config, table, &mut plan);
+    let foreign = mark_overlaps(
+        nodes, &by_name, &excluded, &mut slots, routes, config, table, &mut plan,
+    );
+    let mut leaving_routes = Vec::new();
     let mut doomed = judge_routes(
-        nodes, &by_name, &mut info, &mut slots, routes, config, &excluded, foreign, &mut plan,
+        nodes,
+        &by_name,
+        &mut info,
+        &mut slots,
+        routes,
+        config,
+        &excluded,
+        foreign,
+        &mut leaving_routes,
+        &mut plan,
     );
     settle_slots(&mut slots, &mut doomed);
-    let after = delete_doomed(routes, &doomed, &mut plan);
+    let (after, by_route) = delete_doomed(routes, &doomed, &mut plan);
+    let mut leaving: HashMap<u32, Vec<OpKey>> = HashMap::new();
+    for (ri, ni) in leaving_routes {
+        if let Some(key) = by_route.get(&ri) {
+            leaving.entry(ni).or_default().push(key.clone());
+        }
+    }
     create_and_report(
         nodes,
         &info,
@@ -589,6 +602,7 @@ fn decide<N: Borrow<NodeView>, R: Borrow<Route>>(
         routes,
         table,
         &after,
+        &leaving,
         settled_unroutable,
         &mut plan,
     );
@@ -670,6 +684,7 @@ fn judge_routes<N: Borrow<NodeView>, R: Borrow<Route>>(
     config: &PlanConfig,
     excluded: &Excluded<'_>,
     foreign: bool,
+    leaving_routes: &mut Vec<(usize, u32)>,
     plan: &mut Plan,
 ) -> Vec<Option<DeletionReason>> {
     let cluster = config.cluster_cidrs.as_slice();
@@ -708,6 +723,7 @@ fn judge_routes<N: Borrow<NodeView>, R: Borrow<Route>>(
             // Correction 11: a route controller routed this Node before it
             // left the selection; the route goes like a gone Node's.
             info[ni as usize].targeted = true;
+            leaving_routes.push((ri, ni));
             doomed[ri] = Some(DeletionReason::NodeExcluded);
             continue;
         }
@@ -780,10 +796,12 @@ fn delete_doomed<R: Borrow<Route>>(
     routes: &[R],
     doomed: &[Option<DeletionReason>],
     plan: &mut Plan,
-) -> HashMap<Cidr, Vec<OpKey>> {
+) -> (HashMap<Cidr, Vec<OpKey>>, HashMap<usize, OpKey>) {
     let mut after: HashMap<Cidr, Vec<OpKey>> = HashMap::new();
     let mut copies: HashMap<&Route, u32> = HashMap::new();
-    for (r, d) in routes.iter().zip(doomed) {
+    // A leaving Node's condition waits for the deletion of its routes.
+    let mut by_route: HashMap<usize, OpKey> = HashMap::new();
+    for (ri, (r, d)) in routes.iter().zip(doomed).enumerate() {
         let Some(reason) = *d else { continue };
         let r = r.borrow();
         // Keys must tell deletions apart: a route listed twice exactly
@@ -798,9 +816,12 @@ fn delete_doomed<R: Borrow<Route>>(
         if let Some(c) = deletion.route.destination.cidr() {
             after.entry(c).or_default().push(deletion.key());
         }
+        if reason == DeletionReason::NodeExcluded {
+            by_route.insert(ri, deletion.key());
+        }
         plan.deletions.push(deletion);
     }
-    after
+    (after, by_route)
 }
 
 /// Step 3b: the creations and node outcomes, in node order.
@@ -815,6 +836,7 @@ fn create_and_report<N: Borrow<NodeView>, R: Borrow<Route>>(
     routes: &[R],
     table: &Text,
     after: &HashMap<Cidr, Vec<OpKey>>,
+    leaving: &HashMap<u32, Vec<OpKey>>,
     mut settled_unroutable: Option<&mut Vec<usize>>,
     plan: &mut Plan,
 ) {
@@ -826,14 +848,14 @@ fn create_and_report<N: Borrow<NodeView>, R: Borrow<Route>>(
         }
         if i.excluded {
             // Correction 11: a Node that left the selection says so once
-            // none of its routes is left in this table; one never ours is
-            // not touched.
+            // the deletions of its routes succeeded; one never ours is not
+            // touched.
             if n.leaving() {
                 plan.nodes.push(NodeOutcome {
                     node: n.name.clone(),
                     uid: n.uid.clone(),
-                    creations: Vec::new(),
-                    unroutable: i.targeted,
+                    creations: leaving.get(&(ni as u32)).cloned().unwrap_or_default(),
+                    unroutable: false,
                     cause: Some(NetworkCondition::NodeExcluded),
                     current: n.network_unavailable.clone(),
                     forwarding_disabled: false,
@@ -920,7 +942,9 @@ fn create_and_report<N: Borrow<NodeView>, R: Borrow<Route>>(
             forwarding_disabled: n.forwarding_disabled,
         };
         let settled = outcome.creations.is_empty()
-            && outcome.planned().already_set(n.network_unavailable.as_ref());
+            && outcome
+                .planned()
+                .already_set(n.network_unavailable.as_ref());
         let managed = !n.pod_cidrs.is_empty() || i.targeted;
         if settled
             && unroutable

@@ -63,7 +63,15 @@ fn a_node_that_leaves_the_selection_loses_its_routes_then_says_node_excluded() {
     let p = plan(std::slice::from_ref(&leaving), &routes, &cfg);
     assert_eq!(p.deletions.len(), 1);
     assert_eq!(p.deletions[0].reason, DeletionReason::NodeExcluded);
-    assert!(p.nodes.is_empty(), "{:?}", p.nodes);
+    // The condition follows the deletion: written when it succeeds, kept
+    // while it fails.
+    assert_eq!(p.nodes.len(), 1);
+    assert_eq!(p.nodes[0].creations, [p.deletions[0].key()]);
+    assert_eq!(p.nodes[0].condition_after(|_| true), None);
+    assert_eq!(
+        p.nodes[0].condition_after(|_| false),
+        Some(NetworkCondition::NodeExcluded)
+    );
 
     let after = apply(&p, &routes);
     let p = plan(std::slice::from_ref(&leaving), &after, &cfg);
@@ -106,7 +114,12 @@ fn a_leaving_node_says_node_excluded_only_once_every_table_is_clean() {
     let routes = vec![route("cloud-1", "10.244.1.0/24", &["10.0.0.1"], false).in_table("rtb-b")];
     let p = plan(std::slice::from_ref(&leaving), &routes, &cfg);
     assert_eq!(p.deletions.len(), 1);
-    assert!(p.nodes.is_empty(), "rtb-b still routes it: {:?}", p.nodes);
+    assert_eq!(p.nodes.len(), 1);
+    assert_eq!(
+        p.nodes[0].condition_after(|k| *k == p.deletions[0].key()),
+        None,
+        "rtb-b still routes it while its deletion fails"
+    );
     let p = plan(std::slice::from_ref(&leaving), &[], &cfg);
     assert_eq!(
         p.nodes.iter().map(|n| n.planned()).collect::<Vec<_>>(),
@@ -126,7 +139,11 @@ fn a_pod_cidr_overlapping_another_clusters_route_gets_no_route_and_is_reported()
     let routes = vec![theirs.clone(), stray.clone()];
     let p = plan(&nodes, &routes, &config(&["10.244.0.0/16"]));
     let deleted: Vec<&Route> = p.deletions.iter().map(|d| &d.route).collect();
-    assert_eq!(deleted, [&stray], "the other cluster's route is never deleted");
+    assert_eq!(
+        deleted,
+        [&stray],
+        "the other cluster's route is never deleted"
+    );
     let created: Vec<&str> = p.creations.iter().map(|c| c.route.node.as_str()).collect();
     assert_eq!(created, ["b"]);
     assert_eq!(p.overlaps.len(), 1);
@@ -145,9 +162,18 @@ fn a_switched_off_family_is_neither_routed_nor_deleted_nor_unroutable() {
         skip_families: vec![IpFamily::V6],
         ..config(&["10.244.0.0/16", "fd00:10::/56"])
     };
-    let n = node("a", "ua", &["10.244.1.0/24", "fd00:10:0:1::/64"], "10.0.0.1");
+    let n = node(
+        "a",
+        "ua",
+        &["10.244.1.0/24", "fd00:10:0:1::/64"],
+        "10.0.0.1",
+    );
     let v6_stray = route("gone", "fd00:10:0:9::/64", &[], false);
-    let p = plan(std::slice::from_ref(&n), std::slice::from_ref(&v6_stray), &cfg);
+    let p = plan(
+        std::slice::from_ref(&n),
+        std::slice::from_ref(&v6_stray),
+        &cfg,
+    );
     assert!(p.deletions.is_empty());
     let created: Vec<String> = p
         .creations
@@ -173,7 +199,10 @@ fn every_condition_reason_round_trips_and_only_two_say_false() {
         .collect();
     assert_eq!(
         falses,
-        [NetworkCondition::RouteCreated, NetworkCondition::NodeExcluded]
+        [
+            NetworkCondition::RouteCreated,
+            NetworkCondition::NodeExcluded
+        ]
     );
     assert_eq!(
         NetworkCondition::RouteQuotaExceeded.or(NetworkCondition::NoRouteCreated),
