@@ -45,6 +45,9 @@ pub async fn cleanup(args: CleanupArgs) -> anyhow::Result<ExitCode> {
         .into_iter()
         .filter(|r| targets.is_empty() || targets.contains(&r.table))
         .filter(|r| is_responsible_for_route(&cidrs, &r.destination))
+        // Provably another cluster's (an instance tagged for it): not ours
+        // to remove, even inside our cluster CIDRs.
+        .filter(|r| r.foreign.is_none())
         .collect();
     print!("{}", table(cluster, &owned, args.yes));
     if !args.yes || owned.is_empty() {

@@ -205,3 +205,267 @@ async fn three_zone_tables_route_100_nodes_follow_10_deletions_and_cleanup_leave
         t0.elapsed()
     );
 }
+
+/// How long the two clusters run side by side with Nodes coming and going.
+pub const SIDE_BY_SIDE: Duration = Duration::from_secs(300);
+
+/// One cluster of the shared-table test: its control plane, instances,
+/// Node names and controller (talking to EC2 through its own proxy, so
+/// the proxy's log is its controller's requests alone).
+struct Side {
+    name: String,
+    kube: kube::Client,
+    kubeconfig: std::path::PathBuf,
+    proxy: Proxy,
+    instances: Vec<provider_aws::testing::Instance>,
+    /// Third octet of the pod CIDRs of this cluster's Nodes.
+    base: usize,
+}
+
+impl Side {
+    fn cidr(&self, i: usize) -> String {
+        format!("10.244.{}.0/24", self.base + i)
+    }
+
+    async fn create(&self, i: usize) {
+        let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(self.kube.clone());
+        let node = TestNode::new(format!("{}-{i}", self.name))
+            .pod_cidrs([self.cidr(i)])
+            .internal_ip(format!("10.60.0.{}", self.base + i))
+            .provider_id(&self.instances[i].provider_id)
+            .to_node();
+        nodes
+            .create(&Default::default(), &node)
+            .await
+            .expect("create Node");
+    }
+
+    async fn delete(&self, i: usize) {
+        let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(self.kube.clone());
+        nodes
+            .delete(&format!("{}-{i}", self.name), &Default::default())
+            .await
+            .expect("delete Node");
+    }
+}
+
+// AKS #1639, cloud-provider-openstack #3128: two clusters on one route
+// table with overlapping cluster CIDRs delete each other's routes forever.
+// Here each cluster's instances carry its `kubernetes.io/cluster/<name>`
+// tag, and neither controller ever deletes a route to the other's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_clusters_with_overlapping_cidrs_share_one_table_for_5_minutes_without_deleting_each_others_routes()
+ {
+    use rand::{Rng, SeedableRng};
+    const PER_SIDE: usize = 12;
+    let endpoint = moto_endpoint().await.expect("moto");
+    let ec2 = client(&endpoint).await;
+    let a_name = unique_cluster("share-a");
+    let b_name = unique_cluster("share-b");
+    let net = create_network(&ec2, "10.60.0.0/16", Some(&a_name))
+        .await
+        .expect("network");
+    let table = net.route_table_id.clone();
+    provider_aws::testing::tag(&ec2, &table, &cluster_tag_key(&b_name), "shared")
+        .await
+        .expect("tag the table for the second cluster");
+    let plane_a = TestCluster::acquire().await.expect("API server");
+    let plane_b = test_cluster::ControlPlane::start(test_cluster::StartOptions::default())
+        .await
+        .expect("a second cluster's control plane");
+    let mut sides = Vec::new();
+    for (name, kubeconfig, base) in [
+        (&a_name, plane_a.kubeconfig_path().to_path_buf(), 0),
+        (&b_name, plane_b.kubeconfig().to_path_buf(), 100),
+    ] {
+        let instances = run_instances(&ec2, &net, PER_SIDE as i32 + 1)
+            .await
+            .expect("instances");
+        for i in &instances {
+            provider_aws::testing::tag(&ec2, &i.id, &cluster_tag_key(name), "owned")
+                .await
+                .expect("tag the instance");
+        }
+        sides.push(Side {
+            name: name.clone(),
+            kube: test_cluster::client_from_kubeconfig(&kubeconfig)
+                .await
+                .expect("client"),
+            kubeconfig,
+            proxy: Proxy::start(&endpoint).await.expect("proxy"),
+            instances,
+            base,
+        });
+    }
+    let dir = TempDir::new("aws-shared-table");
+    let env = [
+        ("AWS_ACCESS_KEY_ID", "testing"),
+        ("AWS_SECRET_ACCESS_KEY", "testing"),
+        ("AWS_REGION", "us-east-1"),
+    ];
+    let mut ctls = Vec::new();
+    for s in &sides {
+        let cfg = dir.path().join(format!("{}.yaml", s.name));
+        std::fs::write(
+            &cfg,
+            format!(
+                "region: us-east-1\nendpoint: {}\nrate_limit:\n  write: {{per_second: 100, burst: 200}}\n",
+                s.proxy.url()
+            ),
+        )
+        .expect("write the cloud config");
+        ctls.push(Controller::start_with_env(
+            &s.kubeconfig,
+            dir.path(),
+            &s.name,
+            &[
+                // Both clusters claim the whole range.
+                "--cluster-cidr",
+                "10.244.0.0/16",
+                "--cluster-name",
+                &s.name,
+                "--cloud-provider",
+                "aws",
+                "--cloud-config",
+                cfg.to_str().expect("utf-8 path"),
+                "--min-resync-period",
+                "20s",
+                "--leader-elect=false",
+                "--metrics-bind-address",
+                "0",
+            ],
+            &env,
+        ));
+    }
+    let mut live: Vec<Vec<bool>> = vec![vec![false; PER_SIDE]; 2];
+    for (s, live) in sides.iter().zip(&mut live) {
+        for (i, l) in live.iter_mut().enumerate().take(PER_SIDE - 2) {
+            s.create(i).await;
+            *l = true;
+        }
+    }
+    // The overlap: cluster B's last Node claims cluster A's Node 0's pod
+    // CIDR, after A routed it.
+    let a0 = sides[0].cidr(0);
+    wait_until(
+        Duration::from_secs(120),
+        "cluster A's first routes",
+        || async {
+            pod_routes(&ec2, &table)
+                .await?
+                .iter()
+                .any(|(d, _)| *d == a0)
+                .then_some(())
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctls[0].log_text()));
+    let overlap = format!("{b_name}-overlap");
+    {
+        let nodes: kube::Api<k8s_openapi::api::core::v1::Node> =
+            kube::Api::all(sides[1].kube.clone());
+        let node = TestNode::new(&overlap)
+            .pod_cidrs([a0.clone()])
+            .internal_ip("10.60.0.250")
+            .provider_id(&sides[1].instances[PER_SIDE].provider_id)
+            .to_node();
+        nodes
+            .create(&Default::default(), &node)
+            .await
+            .expect("create Node");
+    }
+
+    // Nodes come and go on both sides.
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let until = std::time::Instant::now() + SIDE_BY_SIDE;
+    let mut changes = 0;
+    while std::time::Instant::now() < until {
+        let side = rng.random_range(0..2);
+        let i = rng.random_range(1..PER_SIDE);
+        if live[side][i] {
+            sides[side].delete(i).await;
+        } else {
+            sides[side].create(i).await;
+        }
+        live[side][i] = !live[side][i];
+        changes += 1;
+        tokio::time::sleep(Duration::from_millis(rng.random_range(2_000..8_000))).await;
+    }
+    // Then both settle to exactly their live Nodes' routes, and the
+    // overlapping claim stays A's.
+    let want: Vec<(String, String)> = {
+        let mut v: Vec<(String, String)> = sides
+            .iter()
+            .zip(&live)
+            .flat_map(|(s, live)| {
+                live.iter()
+                    .enumerate()
+                    .filter(|(_, l)| **l)
+                    .map(|(i, _)| (s.cidr(i), s.instances[i].id.clone()))
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    wait_until(
+        Duration::from_secs(120),
+        "both clusters settled",
+        || async { (pod_routes(&ec2, &table).await? == want).then_some(()) },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\nA: {}\nB: {}", ctls[0].log_text(), ctls[1].log_text()));
+    for (s, other) in [(&sides[0], &sides[1]), (&sides[1], &sides[0])] {
+        let theirs: Vec<String> = (0..PER_SIDE).map(|i| other.cidr(i)).collect();
+        let mut deletes = 0;
+        for r in s.proxy.log() {
+            if !matches!(
+                r.action.as_str(),
+                "DeleteRoute" | "ReplaceRoute" | "CreateRoute"
+            ) {
+                continue;
+            }
+            let dest = r.param("DestinationCidrBlock").replace("%2F", "/");
+            assert!(
+                !theirs.contains(&dest),
+                "{} sent {} for {dest}, a route of {}",
+                s.name,
+                r.action,
+                other.name
+            );
+            deletes += usize::from(r.action == "DeleteRoute");
+        }
+        eprintln!("{}: {deletes} DeleteRoute, all of its own routes", s.name);
+    }
+    // One Warning for the overlap, on the Node that lost it.
+    let events: kube::Api<k8s_openapi::api::core::v1::Event> =
+        kube::Api::all(sides[1].kube.clone());
+    let warned: Vec<_> = events
+        .list(&kube::api::ListParams::default().fields(&format!(
+            "involvedObject.kind=Node,involvedObject.name={overlap}"
+        )))
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("PodCIDROverlap"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert_eq!(warned[0].count.unwrap_or(1), 1, "warned once");
+    let cond = test_cluster::condition(
+        &kube::Api::<k8s_openapi::api::core::v1::Node>::all(sides[1].kube.clone())
+            .get_status(&overlap)
+            .await
+            .expect("Node"),
+        "NetworkUnavailable",
+    )
+    .cloned()
+    .expect("condition");
+    assert_eq!(cond.reason.as_deref(), Some("PodCIDRConflict"));
+    eprintln!("two clusters side by side for {SIDE_BY_SIDE:?}: {changes} Node changes");
+    for mut ctl in ctls {
+        assert!(ctl.is_running());
+        let text = ctl.log_text();
+        assert_eq!(ctl.stop(), Some(0), "{text}");
+    }
+    plane_b.stop().expect("stop the second control plane");
+}

@@ -270,6 +270,16 @@ fn every_provider_example_renders_flags_and_config_the_binary_and_provider_accep
         );
     }
 
+    // Hetzner's dedicated servers are left out by a selector with a `!`,
+    // which must reach the binary as one quoted argument.
+    let docs = yaml_docs(&template(&helm, Some(&example("hcloud"))));
+    let args = args_of(&docs);
+    assert_eq!(
+        flag(&args, "--node-selector"),
+        "instance.hetzner.cloud/is-root-server!=true"
+    );
+    assert_eq!(flag(&args, "--route-ip-families"), "IPv4");
+
     // Dual-stack: both CIDRs in one --cluster-cidr, as the binary expects.
     let docs = yaml_docs(&template(&helm, Some(&example("openstack"))));
     assert_eq!(

@@ -152,6 +152,44 @@ fn the_alert_rules_pass_promtool_check_rules() {
     assert!(out.contains(&format!("SUCCESS: {n} rules found")), "{out}");
 }
 
+/// `promtool test rules` of `dir/alerts.test.yaml`: whether it passed, and its output.
+fn test_rules(dir: &Path) -> (bool, String) {
+    let out = Command::new(promtool())
+        .args(["test", "rules", "alerts.test.yaml"])
+        .current_dir(dir)
+        .output()
+        .expect("run promtool");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+#[test]
+fn the_headroom_and_quota_alerts_fire_as_their_promtool_unit_tests_say() {
+    let (ok, out) = test_rules(&monitoring(""));
+    assert!(ok, "{out}");
+    // The unit tests can fail: with the headroom threshold at 90 %, 82 %
+    // no longer fires and the test says so.
+    let dir = TempDir::new("promtest");
+    let rules = std::fs::read_to_string(monitoring("alerts.rules.yaml")).expect("rules");
+    let moved = rules.replace(") > 0.8\n", ") > 0.9\n");
+    assert_ne!(moved, rules, "the threshold is where this test expects it");
+    std::fs::write(dir.path().join("alerts.rules.yaml"), moved).expect("write");
+    std::fs::copy(
+        monitoring("alerts.test.yaml"),
+        dir.path().join("alerts.test.yaml"),
+    )
+    .expect("copy");
+    let (ok, out) = test_rules(dir.path());
+    assert!(
+        !ok && out.contains("CloudRouteControllerRouteTableNearlyFull"),
+        "{out}"
+    );
+}
+
 #[test]
 fn promtool_check_rules_rejects_a_broken_rule() {
     // Pins that the check above can fail: a syntax error and a rule with an
@@ -213,6 +251,14 @@ fn the_rules_alert_on_no_leader_pending_routes_throttling_cloud_errors_and_warni
         (
             "CloudRouteControllerWarningEventsRising",
             "route_controller_warning_events_total",
+        ),
+        (
+            "CloudRouteControllerRouteTableNearlyFull",
+            "route_controller_route_table_route_limit",
+        ),
+        (
+            "CloudRouteControllerRouteQuotaExceeded",
+            "route_controller_nodes",
         ),
     ] {
         let r = find(alert);
@@ -292,6 +338,9 @@ async fn every_metric_the_dashboard_and_the_rules_use_is_served_by_a_running_con
         .expect("the local control plane");
     let dir = TempDir::new("monitoring-metrics");
     let metrics = format!("127.0.0.1:{}", free_port());
+    // A route limit, so the headroom gauges are served.
+    let cloud = dir.path().join("memory.yaml");
+    std::fs::write(&cloud, "max_routes: 50\n").expect("write the cloud config");
     let ctl = Controller::start(
         c.kubeconfig_path(),
         dir.path(),
@@ -301,6 +350,8 @@ async fn every_metric_the_dashboard_and_the_rules_use_is_served_by_a_running_con
             "10.244.0.0/16",
             "--cloud-provider",
             "memory",
+            "--cloud-config",
+            cloud.to_str().expect("utf-8 path"),
             "--leader-elect=false",
             "--metrics-bind-address",
             &metrics,

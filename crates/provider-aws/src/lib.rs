@@ -214,6 +214,11 @@ struct State {
     interfaces: HashMap<String, String>,
     /// Instance lookups waiting for a shared `DescribeInstances`.
     lookups: Lookups,
+    /// Instances routes target that no Node names, by the cluster tags they
+    /// carry: the other cluster whose they provably are (tagged
+    /// `kubernetes.io/cluster/<other>` and not for this cluster), or `None`.
+    /// Instances do not change clusters: each is described once.
+    owners: HashMap<String, Option<String>>,
     /// Targets of observed Nodes' instances described ahead of their first
     /// route, by a request sent for other instances; taken on first use.
     described: HashMap<String, RouteTarget>,
@@ -631,6 +636,71 @@ impl Ec2Routes {
     /// `DescribeInstances` and named by their private DNS name (upstream's
     /// node naming), so a controller that never calls `observe_nodes` still
     /// sees its routes as its nodes'.
+    /// Marks the routes to instances tagged for another cluster (and not
+    /// for this one) as that cluster's ([`Route::foreign`]): with two
+    /// clusters on one route table and overlapping cluster CIDRs, neither
+    /// deletes the other's routes. Each instance no Node names is described
+    /// once (one `DescribeInstances` per 200); a failure fails the list,
+    /// since without the tags nothing proves whose a route is.
+    async fn mark_other_clusters(
+        &self,
+        cluster: &str,
+        routes: &mut [Route],
+    ) -> Result<(), CloudError> {
+        let candidate =
+            |r: &Route| r.node.is_empty() && !r.blackhole && r.next_hop.starts_with("i-");
+        let unknown: Vec<String> = {
+            let st = self.state();
+            routes
+                .iter()
+                .filter(|r| candidate(r) && !st.owners.contains_key(r.next_hop.as_str()))
+                .map(|r| r.next_hop.to_string())
+                .collect::<HashSet<_>>()
+                .into_iter()
+                .collect()
+        };
+        let ours = cluster_tag_key(cluster);
+        for chunk in unknown.chunks(200) {
+            // A filter, not InstanceIds: a terminated id must not fail the call.
+            let req = self.client.describe_instances().filters(
+                Filter::builder()
+                    .name("instance-id")
+                    .set_values(Some(chunk.to_vec()))
+                    .build(),
+            );
+            let out = self.call(Op::DescribeInstances, || req.send()).await?;
+            let mut found: Vec<(String, Option<String>)> =
+                chunk.iter().map(|id| (id.clone(), None)).collect();
+            for i in out.reservations().iter().flat_map(|r| r.instances()) {
+                let Some(id) = i.instance_id() else { continue };
+                let keys: Vec<&str> = i.tags().iter().filter_map(|t| t.key()).collect();
+                let other = if keys.contains(&ours.as_str()) {
+                    None
+                } else {
+                    keys.iter()
+                        .find_map(|k| k.strip_prefix("kubernetes.io/cluster/"))
+                        .map(str::to_string)
+                };
+                found.push((id.to_string(), other));
+            }
+            self.state().owners.extend(found);
+        }
+        let st = self.state();
+        for r in routes.iter_mut().filter(|r| candidate(r)) {
+            if let Some(Some(other)) = st.owners.get(r.next_hop.as_str()) {
+                r.foreign = Some(
+                    format!(
+                        "cluster {other} (instance {} is tagged {})",
+                        r.next_hop,
+                        cluster_tag_key(other)
+                    )
+                    .into(),
+                );
+            }
+        }
+        Ok(())
+    }
+
     async fn resolve_unknown_instances(&self, instances: &[String]) -> Result<(), CloudError> {
         let unknown: Vec<String> = {
             let st = self.state();
@@ -1359,32 +1429,34 @@ impl CloudRoutes for Ec2Routes {
             .filter_map(|r| r.network_interface_id().map(str::to_string))
             .collect();
         self.resolve_interfaces(interfaces).await;
-        let mut st = self.state();
         let mut routes = Vec::new();
-        let mut blackholes: Vec<(String, HashSet<String>)> = Vec::new();
-        for t in &tables {
-            let id = t.route_table_id().unwrap_or_default();
-            let mut holes = HashSet::new();
-            for r in t.routes() {
-                if let Some(route) = to_route(r, &st.index, &st.interfaces) {
-                    if route.blackhole {
-                        holes.insert(route.name.to_string());
+        {
+            let mut st = self.state();
+            let mut blackholes: Vec<(String, HashSet<String>)> = Vec::new();
+            for t in &tables {
+                let id = t.route_table_id().unwrap_or_default();
+                let mut holes = HashSet::new();
+                for r in t.routes() {
+                    if let Some(route) = to_route(r, &st.index, &st.interfaces) {
+                        if route.blackhole {
+                            holes.insert(route.name.to_string());
+                        }
+                        routes.push(route.in_table(id));
                     }
-                    routes.push(route.in_table(id));
                 }
+                blackholes.push((id.to_string(), holes));
             }
-            blackholes.push((id.to_string(), holes));
+            for (id, holes) in blackholes {
+                st.blackholes.insert(id, holes);
+            }
         }
-        for (id, holes) in blackholes {
-            st.blackholes.insert(id, holes);
-        }
-        drop(st);
+        self.mark_other_clusters(cluster, &mut routes).await?;
         // One unknown instance never fails the list (upstream fails the
         // whole ListRoutes): its route names no node, and the planner
         // deletes it only inside the cluster CIDRs when no Node claims it.
         let unknown: Vec<String> = routes
             .iter()
-            .filter(|r| r.node.is_empty() && !r.blackhole)
+            .filter(|r| r.node.is_empty() && !r.blackhole && r.foreign.is_none())
             .map(|r| format!("{} {} -> {}", r.table, r.name, r.next_hop))
             .collect();
         if !unknown.is_empty() {
