@@ -701,6 +701,25 @@ impl Ec2Routes {
         Ok(())
     }
 
+    /// Whose `r` is, when it is provably another cluster's.
+    async fn other_cluster_of(
+        &self,
+        cluster: &str,
+        r: &aws_sdk_ec2::types::Route,
+    ) -> Result<Option<Text>, CloudError> {
+        let route = {
+            let st = self.state();
+            to_route(r, &st.index, &st.interfaces)
+        };
+        let Some(route) = route else {
+            return Ok(None);
+        };
+        let mut one = [route];
+        self.mark_other_clusters(cluster, &mut one).await?;
+        let [route] = one;
+        Ok(route.foreign)
+    }
+
     async fn resolve_unknown_instances(&self, instances: &[String]) -> Result<(), CloudError> {
         let unknown: Vec<String> = {
             let st = self.state();
@@ -1524,6 +1543,17 @@ impl CloudRoutes for Ec2Routes {
                     // previous instance: moved in one `ReplaceRoute`
                     // instead of a delete and a create.
                     Some(r) if self.is_orphan(&r) => {
+                        // Unless the instance is another cluster's: taking
+                        // its route would start the fight two clusters on
+                        // one table must not have. The planner sees the
+                        // route at the next list and reports the overlap.
+                        if let Some(owner) = self.other_cluster_of(cluster, &r).await? {
+                            info!(destination = %dest, table, owner = %owner, "the destination is routed to another cluster's instance; not replaced");
+                            return Err(CloudError::new(
+                                ErrorKind::AlreadyExists,
+                                format!("{dest} in {table} is routed to {owner}"),
+                            ));
+                        }
                         info!(
                             destination = %dest,
                             table,
