@@ -417,3 +417,127 @@ proptest! {
         }
     }
 }
+
+/// A world where some Nodes are left out of routing (excluded, and some of
+/// those leaving: a route controller's reason on them), some routes are
+/// provably another cluster's, and sometimes IPv6 is not routed.
+fn world_with_selection() -> impl Strategy<Value = World> {
+    (
+        world(),
+        prop::collection::vec((any::<bool>(), 0u8..4), 8),
+        prop::collection::vec(any::<bool>(), 12),
+        any::<bool>(),
+    )
+        .prop_map(|(mut w, marks, theirs, v4_only)| {
+            for (n, &(excluded, cond)) in w.nodes.iter_mut().zip(&marks) {
+                n.excluded = excluded;
+                n.network_unavailable = match cond {
+                    0 => None,
+                    1 => Some(route_core::ConditionState::new("False", "RouteCreated")),
+                    2 => Some(route_core::ConditionState::new("False", "NodeExcluded")),
+                    _ => Some(route_core::ConditionState::new("False", "CiliumIsUp")),
+                };
+            }
+            for (r, &t) in w.routes.iter_mut().zip(&theirs) {
+                if t && r.node.is_empty() {
+                    r.foreign = Some("cluster other".into());
+                }
+            }
+            if v4_only {
+                w.config.skip_families = vec![route_core::IpFamily::V6];
+            }
+            w
+        })
+}
+
+/// Oracle: the excluded Node a route belongs to, by name, else (naming no
+/// known Node) by the first excluded Node whose InternalIP is its next hop
+/// or one of its addresses.
+fn excluded_owner<'w>(w: &'w World, r: &Route) -> Option<&'w NodeView> {
+    if let Some(n) = w
+        .nodes
+        .iter()
+        .find(|n| !r.node.is_empty() && n.name == r.node)
+    {
+        return n.excluded.then_some(n);
+    }
+    let hops: Vec<&str> = std::iter::once(r.next_hop.as_str())
+        .chain(r.node_addresses.iter().map(|a| a.address.as_str()))
+        .collect();
+    hops.iter().find_map(|h| {
+        w.nodes.iter().find(|n| {
+            n.excluded
+                && n.addresses
+                    .iter()
+                    .any(|a| a.kind == "InternalIP" && a.address.as_str() == *h)
+        })
+    })
+}
+
+proptest! {
+    #![proptest_config(cases())]
+
+    /// Routes that are someone else's are never deleted: another cluster's,
+    /// and those to a Node outside the selection that no route controller
+    /// routed. Nothing is created for an excluded Node, over another
+    /// cluster's route, or in a family that is not routed.
+    #[test]
+    fn nothing_of_someone_else_is_deleted_and_nothing_is_created_over_it(w in world_with_selection()) {
+        let p = plan(&w.nodes, &w.routes, &w.config);
+        for d in &p.deletions {
+            prop_assert!(d.route.foreign.is_none(), "deleted another cluster's {:?}", d.route);
+            if let Some(n) = excluded_owner(&w, &d.route) {
+                prop_assert!(n.leaving(), "deleted {:?}, a route of {} which was never ours", d.route, n.name);
+                prop_assert_eq!(d.reason, DeletionReason::NodeExcluded);
+            }
+            let c = d.route.destination.cidr().unwrap();
+            prop_assert!(w.config.routes_family(c.family()), "deleted {:?} of a family not routed", d.route);
+        }
+        let theirs: Vec<Cidr> = w
+            .routes
+            .iter()
+            .filter(|r| r.foreign.is_some())
+            .filter_map(|r| r.destination.cidr())
+            .filter(|c| is_responsible_for_route(&w.config.cluster_cidrs, &(*c).into()))
+            .collect();
+        for c in &p.creations {
+            let n = w.nodes.iter().find(|n| n.name == c.route.node).unwrap();
+            prop_assert!(!n.excluded, "created {:?} for excluded {}", c.route, n.name);
+            let d = c.route.destination.cidr().unwrap();
+            prop_assert!(w.config.routes_family(d.family()));
+            prop_assert!(!theirs.iter().any(|t| t.overlaps(&d)), "created {:?} over another cluster's route", c.route);
+        }
+        for n in w.nodes.iter().filter(|n| n.excluded && !n.leaving()) {
+            prop_assert!(!p.nodes.iter().any(|o| o.node == n.name), "a condition for {}, never ours", n.name);
+        }
+    }
+
+    /// A leaving Node's outcome waits for exactly the deletions of its
+    /// routes; once they ran, planning again deletes nothing of it and
+    /// writes NodeExcluded.
+    #[test]
+    fn a_leaving_node_says_node_excluded_once_its_routes_are_gone(w in world_with_selection()) {
+        let p = plan(&w.nodes, &w.routes, &w.config);
+        for n in w.nodes.iter().filter(|n| n.leaving() && w.nodes.iter().position(|m| m.name == n.name) == w.nodes.iter().position(|m| std::ptr::eq(m, *n))) {
+            let mut mine: Vec<OpKey> = p
+                .deletions
+                .iter()
+                .filter(|d| d.reason == DeletionReason::NodeExcluded && excluded_owner(&w, &d.route).is_some_and(|o| o.name == n.name))
+                .map(Deletion::key)
+                .collect();
+            mine.sort();
+            let o = p.nodes.iter().find(|o| o.node == n.name);
+            prop_assert!(o.is_some(), "no outcome for leaving {}", n.name);
+            let mut waits = o.unwrap().creations.clone();
+            waits.sort();
+            prop_assert_eq!(waits, mine);
+        }
+        let after = apply(&p, &w.routes);
+        let again = plan(&w.nodes, &after, &w.config);
+        prop_assert!(again.deletions.iter().all(|d| d.reason != DeletionReason::NodeExcluded), "{:?}", again.deletions);
+        for o in again.nodes.iter().filter(|o| o.cause == Some(route_core::NetworkCondition::NodeExcluded)) {
+            prop_assert!(o.creations.is_empty());
+            prop_assert_eq!(o.condition_after(|_| false), Some(route_core::NetworkCondition::NodeExcluded));
+        }
+    }
+}
