@@ -423,10 +423,23 @@ impl OpenStackRoutes {
                 route.enable_node_addresses = true;
             }
             None => {
-                if !(self.index.is_populated()
-                    && client::in_subnets(hop, &self.config.node_subnets))
-                {
+                if !self.index.is_populated() {
+                    // Until the Nodes are known, any next hop may be one's.
                     return None;
+                }
+                if !client::in_subnets(hop, &self.config.node_subnets) {
+                    // Not this cluster's: listed, so that a pod CIDR over
+                    // it gets a Warning instead of a second next hop for
+                    // the same destination; never deleted.
+                    route.foreign = Some(
+                        if self.config.node_subnets.is_empty() {
+                            format!("the next hop {hop}, which no Node of this cluster has")
+                        } else {
+                            format!("the next hop {hop}, outside this cluster's node_subnets")
+                        }
+                        .into(),
+                    );
+                    return Some(route);
                 }
                 route.blackhole = true;
                 route.node_addresses = vec![NodeAddress::internal_ip(hop.to_string())];
@@ -1069,10 +1082,15 @@ mod tests {
         let stale = p.to_route(&raw("10.244.9.0/24", "10.0.0.9")).unwrap();
         assert!(stale.blackhole && stale.node.is_empty());
 
+        let theirs = p.to_route(&raw("10.244.9.0/24", "192.168.1.1")).unwrap();
         assert!(
-            p.to_route(&raw("10.244.9.0/24", "192.168.1.1")).is_none(),
-            "a hop outside the node subnets that no node has is someone else's"
+            theirs
+                .foreign
+                .as_deref()
+                .is_some_and(|o| o.contains("outside this cluster's node_subnets")),
+            "a hop outside the node subnets that no node has is someone else's: {theirs:?}"
         );
+        assert!(!theirs.blackhole && theirs.node.is_empty());
     }
 
     #[test]
