@@ -372,11 +372,21 @@ impl AzureRoutes {
                 // complete snapshot and a next hop in the Nodes' subnets
                 // make it this cluster's.
                 None => {
-                    if !self.populated.load(Ordering::Relaxed)
-                        || !(self.config.node_subnets.is_empty()
-                            || self.config.node_subnets.iter().any(|s| s.contains(hop)))
-                    {
+                    if !self.populated.load(Ordering::Relaxed) {
                         return None;
+                    }
+                    if !(self.config.node_subnets.is_empty()
+                        || self.config.node_subnets.iter().any(|s| s.contains(hop)))
+                    {
+                        // Provably not this cluster's: listed so that a pod
+                        // CIDR over it gets a Warning, never deleted.
+                        let mut r = Route::new("", cidr).named(raw.name.clone());
+                        r.next_hop = hop.to_string().into();
+                        r.foreign = Some(
+                            format!("the next hop {hop}, outside this cluster's nodeSubnets")
+                                .into(),
+                        );
+                        return Some(r);
                     }
                     vec![NodeAddress::internal_ip(hop.to_string())]
                 }

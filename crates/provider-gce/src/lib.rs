@@ -276,13 +276,15 @@ fn re2_escape(s: &str) -> String {
     out
 }
 
-/// The server-side list filter upstream sends (k8s-cloud-provider's
-/// `filter.Regexp(..).AndRegexp(..)`): each value an RE2 expression that
-/// must match the whole field.
-pub fn list_filter(cluster: &str, network_url: &str) -> String {
+/// The server-side list filter: upstream's (k8s-cloud-provider's
+/// `filter.Regexp(..).AndRegexp(..)`, each value an RE2 expression that
+/// must match the whole field) without its name term, so that every
+/// cluster's node routes in the network are listed. Another cluster's are
+/// then known as such ([`Route::foreign`]): never deleted, and a pod CIDR
+/// over one gets a Warning instead of a second route for the destination.
+pub fn list_filter(network_url: &str) -> String {
     format!(
-        "(name eq \"{}-.*\") (network eq \"{}\") (description eq \"{}\")",
-        re2_escape(cluster_prefix(cluster)),
+        "(network eq \"{}\") (description eq \"{}\")",
         re2_escape(network_url),
         re2_escape(ROUTE_DESCRIPTION)
     )
@@ -545,6 +547,23 @@ impl GceRoutes {
             && r.description.as_deref() == Some(ROUTE_DESCRIPTION)
     }
 
+    /// A route of the network with upstream's description whose name is not
+    /// this cluster's: another cluster's node route.
+    fn other_clusters(&self, r: &google_cloud_compute_v1::model::Route) -> Option<Route> {
+        let same_network = r
+            .network
+            .as_deref()
+            .is_some_and(|n| resource_path(n) == resource_path(&self.network_url));
+        if !same_network || r.description.as_deref() != Some(ROUTE_DESCRIPTION) {
+            return None;
+        }
+        let name = r.name.as_deref()?;
+        let mut route = Route::from_text("", r.dest_range.as_deref()?).named(name);
+        route.next_hop = r.next_hop_instance.clone().unwrap_or_default().into();
+        route.foreign = Some(format!("another cluster (its route {name})").into());
+        Some(route)
+    }
+
     /// Converts an owned route; `None` for one without an instance next hop
     /// (not a route this provider makes).
     fn to_route(&self, r: &google_cloud_compute_v1::model::Route) -> Option<Route> {
@@ -689,7 +708,7 @@ impl CloudRoutes for GceRoutes {
 
     /// One `routes.list` per page of `page_size`, filtered on the server.
     async fn list_routes(&self, cluster: &str) -> Result<Vec<Route>, CloudError> {
-        let filter = list_filter(cluster, &self.network_url);
+        let filter = list_filter(&self.network_url);
         let mut out = Vec::new();
         let mut token = String::new();
         // Bounded so a server that keeps announcing a next page cannot loop us.
@@ -710,8 +729,12 @@ impl CloudRoutes for GceRoutes {
                 .await?;
             for r in &page.items {
                 if !self.owned(cluster, r) {
-                    // The server's filter let it through; this side does not.
-                    warn!(route = ?r.name, "gce: the list answered a route outside the filter; ignored");
+                    if let Some(theirs) = self.other_clusters(r) {
+                        out.push(theirs);
+                    } else {
+                        // The server's filter let it through; this side does not.
+                        warn!(route = ?r.name, "gce: the list answered a route outside the filter; ignored");
+                    }
                     continue;
                 }
                 match self.to_route(r) {
@@ -951,12 +974,8 @@ mod tests {
     #[test]
     fn the_filter_is_upstreams_with_values_escaped() {
         assert_eq!(
-            list_filter(
-                "k8s.prod",
-                "https://www.googleapis.com/compute/v1/projects/p/global/networks/n"
-            ),
-            "(name eq \"k8s\\.prod-.*\") \
-             (network eq \"https://www\\.googleapis\\.com/compute/v1/projects/p/global/networks/n\") \
+            list_filter("https://www.googleapis.com/compute/v1/projects/p/global/networks/n"),
+            "(network eq \"https://www\\.googleapis\\.com/compute/v1/projects/p/global/networks/n\") \
              (description eq \"k8s-node-route\")"
         );
     }

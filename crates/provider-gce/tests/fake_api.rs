@@ -122,7 +122,8 @@ async fn created_routes_have_upstreams_shape() {
 }
 
 #[tokio::test]
-async fn routes_of_other_clusters_networks_and_tools_are_never_listed_or_deleted() {
+async fn routes_of_other_clusters_are_listed_as_theirs_and_other_networks_and_tools_are_not_listed_and_none_is_deleted()
+ {
     let fake = fake(FakeConfig::default(), false).await;
     fake.add_network("other-net", false);
     let hop = fake.instance_url(ZONE, "node-0");
@@ -178,19 +179,32 @@ async fn routes_of_other_clusters_networks_and_tools_are_never_listed_or_deleted
         "k8s-node-route",
     );
     let c = cloud(&fake, &[node(&fake, 0)]).await;
-    let mut listed: Vec<String> = c
-        .list_routes("k8s")
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|r| r.name.to_string())
-        .collect();
-    listed.sort();
+    let all = c.list_routes("k8s").await.unwrap();
+    let names = |foreign: bool| {
+        let mut v: Vec<String> = all
+            .iter()
+            .filter(|r| r.foreign.is_some() == foreign)
+            .map(|r| r.name.to_string())
+            .collect();
+        v.sort();
+        v
+    };
     assert_eq!(
-        listed,
+        names(false),
         [
             "k8s-10-244-6-0-24",
             "k8s-3f2504e0-4f89-11d3-9a0c-0305e82c3302"
+        ]
+    );
+    // Other clusters' node routes in the network are listed as theirs, so
+    // a pod CIDR over one is reported, never routed a second time; other
+    // networks' and other tools' routes are not listed at all.
+    assert_eq!(
+        names(true),
+        [
+            "k8s-pinned",
+            "k8s-prod-10-244-1-0-24",
+            "k8s-prod-3f2504e0-4f89-11d3-9a0c-0305e82c3301"
         ]
     );
     // A route of another cluster handed to delete_route is refused
