@@ -114,7 +114,7 @@ async fn scale_up_of_500_nodes_never_gets_a_429_and_stops_at_the_route_limit() {
             let ev = c.node_events(&name).await.ok()?;
             ev.iter()
                 .any(|e| {
-                    e.reason.as_deref() == Some("FailedToCreateRoute")
+                    e.reason.as_deref() == Some("RouteQuotaExceeded")
                         && e.message
                             .as_deref()
                             .unwrap_or("")

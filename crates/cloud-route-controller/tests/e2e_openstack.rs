@@ -191,7 +191,7 @@ async fn the_routers_route_quota_gives_a_clear_warning() {
             for i in 0..5 {
                 let ev = c.node_events(&format!("oq-{i}")).await.ok()?;
                 if ev.iter().any(|e| {
-                    e.reason.as_deref() == Some("FailedToCreateRoute")
+                    e.reason.as_deref() == Some("RouteQuotaExceeded")
                         && e.message
                             .as_deref()
                             .unwrap_or("")
@@ -205,6 +205,23 @@ async fn the_routers_route_quota_gives_a_clear_warning() {
     )
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
+    // The two waiting Nodes say why, and were warned once each.
+    let mut waiting = 0;
+    for i in 0..5 {
+        let name = format!("oq-{i}");
+        let reason = c.network_unavailable(&name).await.unwrap().and_then(|c| c.reason);
+        if reason.as_deref() == Some("RouteQuotaExceeded") {
+            waiting += 1;
+            let ev = c.node_events(&name).await.unwrap();
+            let n: i32 = ev
+                .iter()
+                .filter(|e| e.reason.as_deref() == Some("RouteQuotaExceeded"))
+                .map(|e| e.count.unwrap_or(1))
+                .sum();
+            assert_eq!(n, 1, "{name}: {ev:?}");
+        }
+    }
+    assert_eq!(waiting, 2);
     let log = ctl.log_text();
     assert_eq!(ctl.stop(), Some(0), "{log}");
 }
