@@ -30,6 +30,28 @@ fn write_config(dir: &TempDir, fake: &FakeHcloud) -> std::path::PathBuf {
     config
 }
 
+/// Starts the binary on the fake's network with `extra` flags after the
+/// common ones.
+fn start(
+    c: &test_cluster::ClusterGuard,
+    dir: &TempDir,
+    config: &std::path::Path,
+    cluster_cidr: &str,
+    extra: &[&str],
+) -> Controller {
+    let mut args = vec![
+        "--cluster-cidr",
+        cluster_cidr,
+        "--cloud-provider",
+        "hcloud",
+        "--cloud-config",
+        config.to_str().unwrap(),
+        "--leader-elect=false",
+    ];
+    args.extend_from_slice(extra);
+    Controller::start(c.kubeconfig_path(), dir.path(), "controller", &args)
+}
+
 #[tokio::test]
 async fn scale_up_of_500_nodes_never_gets_a_429_and_stops_at_the_route_limit() {
     let c = TestCluster::acquire().await.unwrap();
@@ -54,21 +76,12 @@ async fn scale_up_of_500_nodes_never_gets_a_429_and_stops_at_the_route_limit() {
     }
     let port = free_port();
     let metrics = format!("127.0.0.1:{port}");
-    let ctl = Controller::start(
-        c.kubeconfig_path(),
-        dir.path(),
-        "controller",
-        &[
-            "--cluster-cidr",
-            "10.244.0.0/16",
-            "--cloud-provider",
-            "hcloud",
-            "--cloud-config",
-            config.to_str().unwrap(),
-            "--leader-elect=false",
-            "--metrics-bind-address",
-            &metrics,
-        ],
+    let ctl = start(
+        &c,
+        &dir,
+        &config,
+        "10.244.0.0/16",
+        &["--metrics-bind-address", &metrics],
     );
     for i in 0..500u64 {
         c.create_node(
@@ -143,21 +156,12 @@ async fn ipv6_pod_cidrs_get_a_warning_not_a_request() {
     fake.add_server(1, "v6", NETWORK, "10.0.0.9");
     let dir = TempDir::new("hcloud6");
     let config = write_config(&dir, &fake);
-    let ctl = Controller::start(
-        c.kubeconfig_path(),
-        dir.path(),
-        "controller",
-        &[
-            "--cluster-cidr",
-            "10.244.0.0/16,fd00:10::/56",
-            "--cloud-provider",
-            "hcloud",
-            "--cloud-config",
-            config.to_str().unwrap(),
-            "--leader-elect=false",
-            "--metrics-bind-address",
-            "0",
-        ],
+    let ctl = start(
+        &c,
+        &dir,
+        &config,
+        "10.244.0.0/16,fd00:10::/56",
+        &["--metrics-bind-address", "0"],
     );
     c.create_node(
         &TestNode::new("v6")
@@ -245,23 +249,12 @@ async fn dedicated_servers_outside_the_node_selector_are_left_alone_and_a_label_
         );
     }
     let selector = format!("{ROOT_SERVER}!=true");
-    let ctl = Controller::start(
-        c.kubeconfig_path(),
-        dir.path(),
-        "controller",
-        &[
-            "--cluster-cidr",
-            "10.244.0.0/16",
-            "--cloud-provider",
-            "hcloud",
-            "--cloud-config",
-            config.to_str().unwrap(),
-            "--node-selector",
-            &selector,
-            "--leader-elect=false",
-            "--metrics-bind-address",
-            "0",
-        ],
+    let ctl = start(
+        &c,
+        &dir,
+        &config,
+        "10.244.0.0/16",
+        &["--node-selector", &selector, "--metrics-bind-address", "0"],
     );
     for i in 0..20u64 {
         c.create_node(
@@ -369,23 +362,12 @@ async fn a_dual_stack_cluster_with_ipv6_switched_off_routes_ipv4_only_and_says_s
     fake.add_server(1, "ds", NETWORK, "10.0.0.9");
     let dir = TempDir::new("hcloud-v4only");
     let config = write_config(&dir, &fake);
-    let ctl = Controller::start(
-        c.kubeconfig_path(),
-        dir.path(),
-        "controller",
-        &[
-            "--cluster-cidr",
-            "10.244.0.0/16,fd00:10::/56",
-            "--route-ip-families",
-            "IPv4",
-            "--cloud-provider",
-            "hcloud",
-            "--cloud-config",
-            config.to_str().unwrap(),
-            "--leader-elect=false",
-            "--metrics-bind-address",
-            "0",
-        ],
+    let ctl = start(
+        &c,
+        &dir,
+        &config,
+        "10.244.0.0/16,fd00:10::/56",
+        &["--route-ip-families", "IPv4", "--metrics-bind-address", "0"],
     );
     c.create_node(
         &TestNode::new("ds")

@@ -209,7 +209,11 @@ async fn the_routers_route_quota_gives_a_clear_warning() {
     let mut waiting = 0;
     for i in 0..5 {
         let name = format!("oq-{i}");
-        let reason = c.network_unavailable(&name).await.unwrap().and_then(|c| c.reason);
+        let reason = c
+            .network_unavailable(&name)
+            .await
+            .unwrap()
+            .and_then(|c| c.reason);
         if reason.as_deref() == Some("RouteQuotaExceeded") {
             waiting += 1;
             let ev = c.node_events(&name).await.unwrap();
