@@ -16,7 +16,10 @@
 //! several network interfaces (`InvalidInstanceID`, HTTP 400), and
 //! [`Proxy::stop_instance`] makes it refuse `CreateRoute` and `ReplaceRoute`
 //! to an instance EC2 would refuse them to because it is stopped or
-//! terminated (`IncorrectInstanceState`, HTTP 400).
+//! terminated (`IncorrectInstanceState`, HTTP 400). moto has no route
+//! limit; [`Proxy::limit_routes`] refuses a `CreateRoute` to a table that
+//! already holds that many created routes with `RouteLimitExceeded`
+//! (HTTP 400), as EC2 does past the routes-per-table quota.
 //! Everything else is forwarded unchanged, one upstream connection per
 //! request (the serving and forwarding plumbing is the `test-server`
 //! crate's).
@@ -85,6 +88,11 @@ struct ProxyState {
     latency_us: AtomicU64,
     /// Per-action counters (the key is [`bucket_key`]'s).
     counts: Mutex<BTreeMap<String, ActionCount>>,
+    /// Routes per table before `CreateRoute` is refused (0: no limit).
+    route_limit: AtomicU64,
+    /// Held from counting a table's routes to moto's answer to the
+    /// `CreateRoute`, so concurrent creations cannot pass the limit together.
+    creating: tokio::sync::Mutex<()>,
 }
 
 /// One token bucket: `burst` tokens at most, refilled at `per_second`.
@@ -349,6 +357,15 @@ impl Proxy {
     pub fn reset_counts(&self) {
         lock(&self.state.counts).clear();
     }
+
+    /// From now on, refuses a `CreateRoute` to a table that already holds
+    /// `n` routes with origin `CreateRoute` (as moto lists them) with
+    /// `RouteLimitExceeded` (HTTP 400), as EC2 refuses one past the
+    /// routes-per-table quota; 0 lifts the limit. Creations are then
+    /// forwarded one at a time, so concurrent ones cannot pass it together.
+    pub fn limit_routes(&self, n: u64) {
+        self.state.route_limit.store(n, Ordering::SeqCst);
+    }
 }
 
 fn form_value<'a>(body: &'a str, key: &str) -> &'a str {
@@ -456,6 +473,17 @@ async fn answer(
     {
         return plumbing::reply(400, "text/xml", multiple_interfaces_xml(&instance));
     }
+    let limit = st.route_limit.load(Ordering::SeqCst);
+    let _creating = if action == "CreateRoute" && limit > 0 {
+        let guard = st.creating.lock().await;
+        let table = form_value(&String::from_utf8_lossy(&body), "RouteTableId").to_string();
+        if routes_in(upstream, &parts, &table).await >= limit {
+            return plumbing::reply(400, "text/xml", route_limit_xml(&table, limit));
+        }
+        Some(guard)
+    } else {
+        None
+    };
     let Some((mut parts, bytes)) = send(upstream, plumbing::resend(parts, body)).await else {
         return bad_gateway();
     };
@@ -539,6 +567,31 @@ async fn interfaces_of(
             .count(),
         _ => 0,
     }
+}
+
+/// How many routes with origin `CreateRoute` moto lists in `table`, asked
+/// like [`interfaces_of`]; 0 when moto cannot say.
+async fn routes_in(upstream: SocketAddr, like: &hyper::http::request::Parts, table: &str) -> u64 {
+    let mut req = Request::new(Full::new(Bytes::from(format!(
+        "Action=DescribeRouteTables&Version=2016-11-15&RouteTableId.1={table}"
+    ))));
+    *req.method_mut() = like.method.clone();
+    *req.uri_mut() = like.uri.clone();
+    *req.headers_mut() = like.headers.clone();
+    req.headers_mut().remove("content-length");
+    match send(upstream, req).await {
+        Some((parts, bytes)) if parts.status.is_success() => String::from_utf8_lossy(&bytes)
+            .matches("<origin>CreateRoute</origin>")
+            .count() as u64,
+        _ => 0,
+    }
+}
+
+/// EC2's answer to a `CreateRoute` past the routes-per-table quota.
+fn route_limit_xml(table: &str, limit: u64) -> String {
+    format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error><Code>RouteLimitExceeded</Code><Message>The maximum number of routes ({limit}) has been reached for route table {table}.</Message></Error></Errors><RequestID>00000000-0000-0000-0000-000000000000</RequestID></Response>"
+    )
 }
 
 /// EC2's answer to an instance-level request on a multi-NIC instance.
