@@ -45,7 +45,7 @@ fn start(
         "--cloud-provider",
         "hcloud",
         "--cloud-config",
-        config.to_str().unwrap(),
+        config.to_str().expect("utf-8 path"),
         "--leader-elect=false",
     ];
     args.extend_from_slice(extra);
@@ -205,7 +205,7 @@ async fn label(c: &test_cluster::ClusterGuard, node: &str, value: Option<&str>) 
     c.nodes()
         .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
         .await
-        .unwrap();
+        .expect("label the Node");
 }
 
 async fn reason(c: &test_cluster::ClusterGuard, node: &str) -> Option<String> {

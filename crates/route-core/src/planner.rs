@@ -675,6 +675,10 @@ fn mark_overlaps<N: Borrow<NodeView>, R: Borrow<Route>>(
 /// Step 1: walks the table in list order and decides each route: kept for
 /// its (node, CIDR) slot, replaced in place, or doomed with a reason.
 /// Returns one entry per route: `Some(reason)` for those to delete.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the planner's state, split by step: a struct holding it would only rename the arguments"
+)]
 fn judge_routes<N: Borrow<NodeView>, R: Borrow<Route>>(
     nodes: &[N],
     by_name: &HashMap<&str, u32, FastHash>,
