@@ -623,6 +623,9 @@ mod tests {
         m.warning("PodCIDRConflict");
         m.route_confirmed(Duration::from_millis(40));
         m.throttle_waited(Duration::from_millis(1500));
+        let used = std::collections::HashMap::from([(("rtb-a".into(), None), 41)]);
+        m.route_room(&used, 50);
+        m.nodes_by_reason(&[(route_core::NetworkCondition::RouteCreated, 3)]);
         let text = encode(&registry);
         assert_eq!(
             rendered(&text),

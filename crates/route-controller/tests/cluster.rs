@@ -381,7 +381,8 @@ async fn external_cloud_provider_order_routes_the_node_when_its_provider_id_arri
         )
         .await
         .unwrap();
-        wait_condition(&c, &name, "True", "NoRouteCreated").await;
+        // It says what it waits for.
+        wait_condition(&c, &name, "True", "AwaitingNodeData").await;
         tokio::time::sleep(Duration::from_secs(2)).await;
         assert_eq!(
             cloud.stats().total("create"),

@@ -422,12 +422,24 @@ async fn full_route_table_refuses_locally_and_frees_up_on_deletion() {
         "creations that cannot fit are refused without a request"
     );
     let events = h.status.recorded().events;
-    assert_eq!(events.len(), 2);
+    let refused: Vec<_> = events
+        .iter()
+        .filter(|(_, r, _)| r == "RouteQuotaExceeded")
+        .collect();
+    assert_eq!(refused.len(), 2, "one per waiting Node: {events:?}");
     assert!(
-        events
+        refused
             .iter()
-            .all(|(_, r, m)| r == "FailedToCreateRoute" && m.contains("at most 3 routes"))
+            .all(|(_, _, m)| m.contains("at most 3 routes"))
     );
+    // The third route filled the table: one RouteTableNearlyFull, nothing else.
+    let full: Vec<_> = events
+        .iter()
+        .filter(|(_, r, _)| r == "RouteTableNearlyFull")
+        .collect();
+    assert_eq!(full.len(), 1, "{events:?}");
+    assert!(full[0].2.contains("3 of the 3 routes"), "{full:?}");
+    assert_eq!(events.len(), 3, "{events:?}");
     // A deletion makes room at once; the waiting creation does not sit out its backoff.
     h.nodes.apply(NodeEvent::Delete(node(0)));
     sleep(Duration::from_millis(10)).await;

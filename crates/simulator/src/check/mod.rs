@@ -1158,31 +1158,36 @@ fn expected_condition(
     cluster: &[Cidr],
     forwarding_disabled: bool,
 ) -> NetworkCondition {
-    let routed = n.pod_cidrs.iter().all(|pc| match pc {
-        PodCidr::Invalid(_) => false,
-        PodCidr::Valid(c) if !in_cluster(cluster, c) => false,
+    // Why each pod CIDR has no route, if it has none; the most pressing
+    // explanation is the Node's (`NetworkCondition::or`).
+    let unrouted = n.pod_cidrs.iter().filter_map(|pc| match pc {
+        PodCidr::Invalid(_) => Some(NetworkCondition::InvalidPodCidr),
+        PodCidr::Valid(c) if !in_cluster(cluster, c) => Some(NetworkCondition::InvalidPodCidr),
         PodCidr::Valid(c) => {
             let conflicted = claimed
                 .iter()
                 .any(|x| x.node == n.name && x.cidr == *c && x.conflicted);
             if conflicted {
                 // Every table must hold the route a conflict keeps.
-                tables.iter().all(|table| {
+                let kept = tables.iter().all(|table| {
                     table.iter().any(|r| {
                         !r.blackhole
                             && r.destination == Destination::Cidr(*c)
                             && r.node == n.name.as_str()
                     })
-                })
+                });
+                (!kept).then_some(NetworkCondition::PodCidrConflict)
+            } else if n.provider_id.is_none() {
+                Some(NetworkCondition::AwaitingNodeData)
             } else {
-                n.provider_id.is_some()
+                None
             }
         }
     });
-    match (routed, forwarding_disabled) {
-        (false, _) => NetworkCondition::NoRouteCreated,
-        (true, true) => NetworkCondition::ForwardingDisabled,
-        (true, false) => NetworkCondition::RouteCreated,
+    match (unrouted.reduce(NetworkCondition::or), forwarding_disabled) {
+        (Some(why), _) => why,
+        (None, true) => NetworkCondition::ForwardingDisabled,
+        (None, false) => NetworkCondition::RouteCreated,
     }
 }
 
