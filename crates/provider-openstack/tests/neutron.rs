@@ -15,6 +15,13 @@ use route_core::{Destination, NodeAddress, Route};
 use serde_json::{Value, json};
 use test_server::{Listener, TestServer};
 
+/// The tests of this file run one at a time: one writes the server's SQLite
+/// file directly (routes the API refuses), and a direct write that commits
+/// while Neutron's own transaction upgrades its read lock makes SQLite
+/// refuse Neutron at once ("database is locked", a 500), whatever the busy
+/// timeout. Seen once in CI on a loaded machine.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 const CLUSTER: &str = "test";
 
 async fn setup(name: &str) -> (Admin, TestRouter, String) {
@@ -51,6 +58,7 @@ fn pair(d: &str, n: &str) -> (String, String) {
 
 #[tokio::test]
 async fn lists_creates_and_deletes_routes_and_leaves_foreign_ones_alone() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let (admin, router, url) = setup("crud").await;
     let mut c = config(&url, &router, UpdateMode::Auto);
     c.node_subnets = vec![route_core::Cidr::parse("10.0.0.0/24").unwrap()];
@@ -178,6 +186,7 @@ async fn lists_creates_and_deletes_routes_and_leaves_foreign_ones_alone() {
 
 #[tokio::test]
 async fn a_batch_of_fifty_creations_is_one_update_call_on_both_paths() {
+    let _one = ONE_AT_A_TIME.lock().await;
     for mode in [UpdateMode::Auto, UpdateMode::WholeList] {
         let (admin, router, url) = setup(&format!("batch-{mode:?}")).await;
         admin
@@ -267,6 +276,7 @@ async fn a_batch_of_fifty_creations_is_one_update_call_on_both_paths() {
 
 #[tokio::test]
 async fn a_revision_conflict_on_the_whole_list_path_is_retried_without_losing_the_other_write() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let (admin, router, url) = setup("conflict").await;
     let p = OpenStackRoutes::new(config(&url, &router, UpdateMode::WholeList)).unwrap();
     p.list_routes(CLUSTER).await.unwrap();
@@ -348,6 +358,7 @@ async fn a_revision_conflict_on_the_whole_list_path_is_retried_without_losing_th
 
 #[tokio::test]
 async fn the_route_quota_gives_quota_exceeded_with_a_clear_message() {
+    let _one = ONE_AT_A_TIME.lock().await;
     for mode in [UpdateMode::Auto, UpdateMode::WholeList] {
         let (admin, router, url) = setup(&format!("quota-{mode:?}")).await;
         admin.set_route_quota(&router.project_id, 3).await.unwrap();
@@ -399,6 +410,7 @@ async fn the_route_quota_gives_quota_exceeded_with_a_clear_message() {
 
 #[tokio::test]
 async fn garbage_routes_on_the_router_are_listed_as_unparsable_not_errors() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let server = neutron_server().await.unwrap();
     let (admin, router, url) = setup("garbage").await;
     let p = OpenStackRoutes::new(config(&url, &router, UpdateMode::Auto)).unwrap();
@@ -439,6 +451,7 @@ async fn garbage_routes_on_the_router_are_listed_as_unparsable_not_errors() {
 
 #[tokio::test]
 async fn finds_the_router_by_name_and_reports_a_missing_router() {
+    let _one = ONE_AT_A_TIME.lock().await;
     // The server outlives test runs: a name unique to this run.
     let name = format!(
         "by-name-{}",
@@ -515,6 +528,7 @@ async fn fake_keystone(neutron: String, seen: Arc<Mutex<Vec<Value>>>) -> (String
 
 #[tokio::test]
 async fn password_auth_gets_a_token_and_the_network_endpoint_from_the_catalog() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let (_admin, router, url) = setup("keystone").await;
     let seen = Arc::new(Mutex::new(Vec::new()));
     let (auth_url, _keystone) = fake_keystone(url, seen.clone()).await;
@@ -545,6 +559,7 @@ async fn password_auth_gets_a_token_and_the_network_endpoint_from_the_catalog() 
 
 #[tokio::test]
 async fn cached_route_follows_a_new_external_ip_instead_of_being_replaced() {
+    let _one = ONE_AT_A_TIME.lock().await;
     // Regression: in incremental mode cached routes kept the node addresses
     // of the moment they were listed, so an ExternalIP added later planned a
     // delete + create of an identical route.
