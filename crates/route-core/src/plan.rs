@@ -536,10 +536,20 @@ impl NodeOutcome {
 
     /// The condition the plan alone gives the Node (every creation done).
     pub fn planned(&self) -> NetworkCondition {
-        match self.cause {
+        Self::planned_of(self.unroutable, self.cause, self.forwarding_disabled)
+    }
+
+    /// [`NodeOutcome::planned`] from its parts, for a Node the planner has
+    /// not built an outcome for (a settled one is left out without one).
+    pub fn planned_of(
+        unroutable: bool,
+        cause: Option<NetworkCondition>,
+        forwarding_disabled: bool,
+    ) -> NetworkCondition {
+        match cause {
             Some(NetworkCondition::NodeExcluded) => NetworkCondition::NodeExcluded,
-            cause if self.unroutable => cause.unwrap_or(NetworkCondition::NoRouteCreated),
-            _ => NetworkCondition::wanted(true, self.forwarding_disabled),
+            cause if unroutable => cause.unwrap_or(NetworkCondition::NoRouteCreated),
+            _ => NetworkCondition::wanted(true, forwarding_disabled),
         }
     }
 

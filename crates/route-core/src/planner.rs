@@ -936,18 +936,11 @@ fn create_and_report<N: Borrow<NodeView>, R: Borrow<Route>>(
         // says so needs nothing from this plan. Leaving it out keeps a plan of
         // a settled cluster as small as what changed, not as large as the
         // cluster (every pass of every mode builds one).
-        let outcome = NodeOutcome {
-            node: n.name.clone(),
-            uid: n.uid.clone(),
-            creations,
-            unroutable,
-            cause: cause.filter(|_| unroutable),
-            current: n.network_unavailable.clone(),
-            forwarding_disabled: n.forwarding_disabled,
-        };
-        let settled = outcome.creations.is_empty()
-            && outcome
-                .planned()
+        let cause = cause.filter(|_| unroutable);
+        // Decided before an outcome is built: a settled cluster's plan
+        // allocates nothing per Node.
+        let settled = creations.is_empty()
+            && NodeOutcome::planned_of(unroutable, cause, n.forwarding_disabled)
                 .already_set(n.network_unavailable.as_ref());
         let managed = !n.pod_cidrs.is_empty() || i.targeted;
         if settled
@@ -958,7 +951,15 @@ fn create_and_report<N: Borrow<NodeView>, R: Borrow<Route>>(
             out.push(ni);
         }
         if !settled && managed {
-            plan.nodes.push(outcome);
+            plan.nodes.push(NodeOutcome {
+                node: n.name.clone(),
+                uid: n.uid.clone(),
+                creations,
+                unroutable,
+                cause,
+                current: n.network_unavailable.clone(),
+                forwarding_disabled: n.forwarding_disabled,
+            });
         }
     }
 }
