@@ -293,7 +293,7 @@ impl Controller {
         let plan = route_core::plan(&snap.nodes, &snap.routes, &self.cfg.plan);
         // 3. Gate: one verdict per operation: run now, or why not (pure).
         let room = self.room(&snap);
-        let gated = self.gate(&plan, &room);
+        let gated = self.gate(&plan, &room, snap.listed);
         // 4. Warn about what the plan refused and repairs that back off (Events).
         let warnings = self.plan_warnings(&plan, &gated);
         self.emit(&warnings).await;
@@ -382,7 +382,7 @@ impl Controller {
 
     /// Step 3: prunes the retry book to what this plan still wants and
     /// gives every operation its verdict.
-    fn gate(&mut self, plan: &Plan, room: &Room) -> Gated {
+    fn gate(&mut self, plan: &Plan, room: &Room, listed: bool) -> Gated {
         let wanted: std::collections::HashSet<OpKey> = plan
             .deletions
             .iter()
@@ -392,7 +392,7 @@ impl Controller {
         let now = Instant::now();
         self.book.retain(&wanted, now);
         self.metrics.pending_operations(wanted.len());
-        let gated = gate::gate(plan, &mut self.holds, &self.book, room, now, room.listing);
+        let gated = gate::gate(plan, &mut self.holds, &self.book, room, now, listed);
         if !plan.is_noop() {
             debug!(
                 deletions = plan.deletions.len(),
@@ -410,9 +410,7 @@ impl Controller {
     /// The provider's route limit and what the snapshot holds against it.
     fn room(&self, snap: &Snapshot) -> Room {
         let caps = self.executor.cloud().capabilities();
-        let mut room = Room::new(caps.max_routes, caps.max_routes_per_family, &snap.routes);
-        room.listing = snap.listed;
-        room
+        Room::new(caps.max_routes, caps.max_routes_per_family, &snap.routes)
     }
 
     /// Step 6b: how full each table is after the pass, as metrics, and a

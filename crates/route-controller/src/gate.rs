@@ -217,8 +217,6 @@ fn keys(plan: &Plan) -> impl Iterator<Item = OpKey> + '_ {
 /// what the listing found in each.
 #[derive(Debug, Clone, Default)]
 pub struct Room {
-    /// The routes were listed just now (not a cached table).
-    pub listing: bool,
     max: Option<usize>,
     per_family: bool,
     listed: HashMap<Pool, usize>,
@@ -234,7 +232,6 @@ impl Room {
     /// was made from.
     pub fn new(max: Option<usize>, per_family: bool, table: &[Route]) -> Self {
         let mut room = Self {
-            listing: false,
             max,
             per_family,
             listed: HashMap::new(),
