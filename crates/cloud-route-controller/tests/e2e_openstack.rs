@@ -184,7 +184,7 @@ async fn the_routers_route_quota_gives_a_clear_warning() {
     );
     wait_until(
         Duration::from_secs(120),
-        "3 routes and quota warnings",
+        "3 routes, 2 quota warnings and 2 Nodes saying RouteQuotaExceeded",
         || async {
             let routes = router_routes(&admin, &router.router_id).await;
             let mut warned = 0;
@@ -200,7 +200,20 @@ async fn the_routers_route_quota_gives_a_clear_warning() {
                     warned += 1;
                 }
             }
-            (routes.len() == 3 && warned == 2).then_some(())
+            // The Warning is posted before the status patch lands, so wait
+            // for both.
+            let mut waiting = 0;
+            for i in 0..5 {
+                let reason = c
+                    .network_unavailable(&format!("oq-{i}"))
+                    .await
+                    .ok()?
+                    .and_then(|c| c.reason);
+                if reason.as_deref() == Some("RouteQuotaExceeded") {
+                    waiting += 1;
+                }
+            }
+            (routes.len() == 3 && warned == 2 && waiting == 2).then_some(())
         },
     )
     .await
