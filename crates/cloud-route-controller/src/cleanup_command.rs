@@ -25,7 +25,7 @@ pub async fn cleanup(args: CleanupArgs) -> anyhow::Result<ExitCode> {
     let fence = Fence::new(args.yes);
     let cloud = providers::build(
         &args.cluster.cloud_provider,
-        args.cluster.cloud_config.as_deref(),
+        &args.cluster.cloud_config,
         "cleanup",
         &fence,
     )

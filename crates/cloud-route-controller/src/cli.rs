@@ -76,9 +76,9 @@ pub struct ClusterArgs {
     #[arg(long, default_value = "memory")]
     pub cloud_provider: String,
 
-    /// Path to the provider's configuration file (YAML, or TOML when it ends in .toml).
+    /// Path to the provider's configuration file: the cloud-controller-manager's own (the INI of aws, openstack's cloud.conf, gce's gce.conf, azure's azure.json), this controller's YAML (TOML when it ends in .toml), or one of each with the flag given twice.
     #[arg(long, value_name = "FILE")]
-    pub cloud_config: Option<PathBuf>,
+    pub cloud_config: Vec<PathBuf>,
 
     /// Queries per second to the Kubernetes API server.
     #[arg(long, default_value_t = 20.0)]
@@ -310,13 +310,18 @@ impl ClusterArgs {
                 "--kube-api-burst must be at least 1".into(),
             ));
         }
-        if let Some(p) = &self.cloud_config
-            && !p.is_file()
-        {
-            return Err(FlagError::Invalid(format!(
-                "--cloud-config {}: no such file",
-                p.display()
-            )));
+        for p in &self.cloud_config {
+            if !p.is_file() {
+                return Err(FlagError::Invalid(format!(
+                    "--cloud-config {}: no such file",
+                    p.display()
+                )));
+            }
+        }
+        if self.cloud_config.len() > 2 {
+            return Err(FlagError::Invalid(
+                "--cloud-config is given at most twice: the cloud-controller-manager's file and this controller's YAML".into(),
+            ));
         }
         Ok(())
     }

@@ -84,7 +84,7 @@ pub async fn plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
     let client = kube_client::client(&args.cluster).await?;
     let cloud = providers::build(
         &args.cluster.cloud_provider,
-        args.cluster.cloud_config.as_deref(),
+        &args.cluster.cloud_config,
         "plan",
         // `plan` only reads: a closed fence makes sure of it.
         &route_cloud::Fence::new(false),

@@ -1,13 +1,22 @@
 //! Choosing and configuring the cloud provider (`--cloud-provider`,
 //! `--cloud-config`). Each provider lives in its own crate; this is the only
 //! place that names them.
+//!
+//! `--cloud-config` takes the cloud-controller-manager's own file (the INI
+//! of cloud-provider-aws, cloud-provider-openstack's `cloud.conf`,
+//! cloud-provider-gcp's `gce.conf`; hcloud's environment needs no file), our
+//! YAML, or both (the flag given twice): each provider crate translates its
+//! native format into its YAML keys, and [`ccm_config::join`] lays our YAML
+//! over that, refusing a key both set.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context as _, bail};
+use ccm_config::NativeConfig;
 use route_cloud::{CloudRoutes, Fence};
 use serde::de::DeserializeOwned;
+use tracing::{info, warn};
 
 /// The providers this build knows.
 pub const PROVIDERS: &[&str] = &[
@@ -39,10 +48,11 @@ pub const PROVIDERS: &[&str] = &[
 )]
 pub async fn build(
     name: &str,
-    config: Option<&Path>,
+    configs: &[PathBuf],
     identity: &str,
     fence: &Fence,
 ) -> anyhow::Result<Arc<dyn CloudRoutes>> {
+    let config = single(name, configs)?;
     match name {
         "memory" => {
             // With `endpoint:` the simulated cloud is a separate `cloud-sim`
@@ -74,7 +84,14 @@ pub async fn build(
         }
         #[cfg(feature = "aws")]
         "aws" => {
-            let cfg: provider_aws::AwsConfig = read_config(config)?.unwrap_or_default();
+            let cfg: provider_aws::AwsConfig = joined_config(
+                name,
+                configs,
+                provider_aws::native::is_ccm_config,
+                |text| Ok(provider_aws::native::from_ccm_config(text)?),
+                None,
+            )?
+            .unwrap_or_default();
             let cloud = provider_aws::Ec2Routes::connect(cfg)
                 .await
                 .context("configuring the aws provider")?
@@ -131,6 +148,96 @@ pub async fn build(
             PROVIDERS.join(", ")
         ),
     }
+}
+
+/// The one `--cloud-config` of a provider without a native format of its own
+/// to join (the memory cloud; Azure, whose `azure.json` is both).
+fn single<'a>(name: &str, configs: &'a [PathBuf]) -> anyhow::Result<Option<&'a Path>> {
+    match configs {
+        [] => Ok(None),
+        [one] => Ok(Some(one.as_path())),
+        _ if NATIVE.contains(&name) => Ok(None),
+        _ => bail!(
+            "--cloud-provider {name} takes one --cloud-config, not {}",
+            configs.len()
+        ),
+    }
+}
+
+/// The providers whose cloud-controller-manager has a config format of its
+/// own that `--cloud-config` reads beside ours.
+const NATIVE: &[&str] = &["aws", "openstack", "gce", "hcloud"];
+
+/// Reads the `--cloud-config` files of a provider with a native format: at
+/// most one native file (told by `is_native` from its text, and translated
+/// by `translate`) and at most one of ours, plus what the environment says
+/// natively (`env`, hcloud). Returns our YAML schema's value of the two
+/// joined, or `None` when nothing was given.
+pub fn joined_config<T: DeserializeOwned>(
+    provider: &str,
+    configs: &[PathBuf],
+    is_native: impl Fn(&str) -> bool,
+    translate: impl Fn(&str) -> anyhow::Result<NativeConfig>,
+    env: Option<NativeConfig>,
+) -> anyhow::Result<Option<T>> {
+    let mut native: Option<(PathBuf, NativeConfig)> = None;
+    let mut ours: Option<(PathBuf, serde_json::Value)> = None;
+    for path in configs {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading --cloud-config {}", path.display()))?;
+        if is_native(&text) {
+            if let Some((first, _)) = &native {
+                bail!(
+                    "--cloud-config {} and {} are both {provider} cloud-controller-manager files; give one",
+                    first.display(),
+                    path.display()
+                );
+            }
+            let n =
+                translate(&text).with_context(|| format!("--cloud-config {}", path.display()))?;
+            native = Some((path.clone(), n));
+        } else {
+            if let Some((first, _)) = &ours {
+                bail!(
+                    "--cloud-config {} and {} are both YAML configs; give one (and at most one cloud-controller-manager file)",
+                    first.display(),
+                    path.display()
+                );
+            }
+            let value: serde_json::Value = read_config(Some(path))?.unwrap_or_default();
+            ours = Some((path.clone(), value));
+        }
+    }
+    let native = match (native, env) {
+        (Some((path, _)), Some(e)) => bail!(
+            "--cloud-config {} and the {} both configure {provider}; use one",
+            path.display(),
+            e.format
+        ),
+        (Some((path, n)), None) => Some((path.display().to_string(), n)),
+        (None, Some(e)) => Some((e.format.clone(), e)),
+        (None, None) => None,
+    };
+    if let Some((from, n)) = &native {
+        info!(source = %from, format = %n.format, keys = ?n.origins.values().collect::<Vec<_>>(), "reading the cloud-controller-manager's configuration");
+        for note in &n.ignored {
+            warn!(source = %from, "{note}");
+        }
+    }
+    let ours_path = ours.as_ref().map(|(p, _)| p.display().to_string());
+    let joined = ccm_config::join(native.as_ref().map(|(_, n)| n), ours.map(|(_, v)| v))
+        .map_err(|e| anyhow::anyhow!("{e}"))
+        .with_context(|| match &ours_path {
+            Some(p) => format!("joining the {provider} configuration with --cloud-config {p}"),
+            None => format!("the {provider} configuration"),
+        })?;
+    joined
+        .map(|v| {
+            serde_json::from_value(v)
+                .map_err(|e| anyhow::anyhow!("{e}"))
+                .with_context(|| format!("the {provider} configuration is not valid"))
+        })
+        .transpose()
 }
 
 /// Reads a provider config file: TOML when the name ends in `.toml`, YAML otherwise.

@@ -44,7 +44,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     };
     let cloud = providers::build(
         &args.cluster.cloud_provider,
-        args.cluster.cloud_config.as_deref(),
+        &args.cluster.cloud_config,
         &identity,
         &fence,
     )

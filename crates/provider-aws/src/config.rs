@@ -46,6 +46,15 @@ pub struct AwsConfig {
     /// controller should know it in advance. It holds for each table on its
     /// own; EC2 answers `RouteLimitExceeded` past it either way.
     pub max_routes: Option<usize>,
+    /// The cluster id whose tag (`kubernetes.io/cluster/<id>`) marks the
+    /// cluster's route tables and instances, when it differs from
+    /// `--cluster-name` (cloud-provider-aws's `KubernetesClusterID`).
+    pub cluster_id: Option<String>,
+    /// A role to assume (STS `AssumeRole`) for every EC2 request, with the
+    /// credentials of the standard chain (cloud-provider-aws's `RoleARN`).
+    pub role_arn: Option<String>,
+    /// The STS endpoint for `role_arn` (a `[ServiceOverride]` of `sts`).
+    pub sts_endpoint: Option<String>,
 }
 
 impl Default for AwsConfig {
@@ -61,6 +70,9 @@ impl Default for AwsConfig {
             request_timeout_seconds: 30,
             max_concurrent_operations: 10,
             max_routes: None,
+            cluster_id: None,
+            role_arn: None,
+            sts_endpoint: None,
         }
     }
 }
@@ -196,11 +208,30 @@ impl AwsConfig {
                 "region {r:?} is not a region name"
             )));
         }
-        if let Some(e) = &self.endpoint
-            && !(e.starts_with("http://") || e.starts_with("https://"))
+        for (name, url) in [
+            ("endpoint", &self.endpoint),
+            ("sts_endpoint", &self.sts_endpoint),
+        ] {
+            if let Some(e) = url
+                && !(e.starts_with("http://") || e.starts_with("https://"))
+            {
+                return Err(ConfigError::Invalid(format!(
+                    "{name} {e:?} must be an http:// or https:// URL"
+                )));
+            }
+        }
+        if let Some(id) = &self.cluster_id
+            && (id.is_empty() || id.contains(char::is_whitespace))
         {
             return Err(ConfigError::Invalid(format!(
-                "endpoint {e:?} must be an http:// or https:// URL"
+                "cluster_id {id:?} is not a cluster id"
+            )));
+        }
+        if let Some(arn) = &self.role_arn
+            && !(arn.starts_with("arn:") && arn.contains(":role/"))
+        {
+            return Err(ConfigError::Invalid(format!(
+                "role_arn {arn:?} is not an IAM role ARN (arn:aws:iam::<account>:role/<name>)"
             )));
         }
         for (name, b) in [

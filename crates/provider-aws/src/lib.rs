@@ -43,6 +43,7 @@
 mod config;
 mod error;
 mod index;
+pub mod native;
 #[cfg(feature = "testing")]
 pub mod testing;
 
@@ -311,6 +312,12 @@ impl std::fmt::Debug for Ec2Routes {
 }
 
 impl Ec2Routes {
+    /// The cluster id the tags name: `cluster_id` when configured (the
+    /// cloud config's `KubernetesClusterID`), else `--cluster-name`.
+    fn tag_cluster<'a>(&'a self, cluster: &'a str) -> &'a str {
+        self.config.cluster_id.as_deref().unwrap_or(cluster)
+    }
+
     /// Loads credentials and region from the standard AWS chain (environment,
     /// profile, web identity, container and instance metadata), with the
     /// configuration's region and endpoint taking precedence.
@@ -321,6 +328,28 @@ impl Ec2Routes {
             loader = loader.region(Region::new(r.clone()));
         }
         let sdk = loader.load().await;
+        let Some(role) = &config.role_arn else {
+            return Self::from_sdk_config(config, &sdk);
+        };
+        // cloud-provider-aws's RoleARN: the standard chain's credentials
+        // assume the role, and the role's (refreshed before they expire)
+        // sign every EC2 request.
+        let mut sts = sdk.clone();
+        if let Some(e) = &config.sts_endpoint {
+            sts = sts.into_builder().endpoint_url(e).build();
+        }
+        let assumed = aws_config::sts::AssumeRoleProvider::builder(role.clone())
+            .session_name("cloud-route-controller")
+            .configure(&sts)
+            .build()
+            .await;
+        let sdk = sdk
+            .into_builder()
+            .credentials_provider(
+                aws_credential_types::provider::SharedCredentialsProvider::new(assumed),
+            )
+            .build();
+        info!(role = %role, "EC2 requests use the assumed role");
         Self::from_sdk_config(config, &sdk)
     }
 
@@ -1415,6 +1444,7 @@ impl CloudRoutes for Ec2Routes {
     }
 
     async fn discover_targets(&self, cluster: &str) -> Result<Option<Vec<Text>>, CloudError> {
+        let cluster = self.tag_cluster(cluster);
         if !self.config.configured_tables().is_empty() {
             // Configured ids are the targets; a list checks they still exist.
             return Ok(None);
@@ -1433,6 +1463,7 @@ impl CloudRoutes for Ec2Routes {
     }
 
     async fn list_routes(&self, cluster: &str) -> Result<Vec<Route>, CloudError> {
+        let cluster = self.tag_cluster(cluster);
         let tables = self.describe_tables(cluster).await?;
         let all = || tables.iter().flat_map(|t| t.routes());
         let instances: Vec<String> = all()
@@ -1495,6 +1526,7 @@ impl CloudRoutes for Ec2Routes {
         _name_hint: &str,
         route: &Route,
     ) -> Result<Route, CloudError> {
+        let cluster = self.tag_cluster(cluster);
         let dest = route.destination.cidr().ok_or_else(|| {
             CloudError::new(
                 ErrorKind::InvalidRequest,
@@ -1595,6 +1627,7 @@ impl CloudRoutes for Ec2Routes {
     }
 
     async fn delete_route(&self, cluster: &str, route: &Route) -> Result<(), CloudError> {
+        let cluster = self.tag_cluster(cluster);
         let dest = destination_of(route)?;
         let table = self.table_of(cluster, route).await?;
         let req = with_destination!(self.client.delete_route().route_table_id(&table), &dest);

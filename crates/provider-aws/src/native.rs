@@ -1,0 +1,327 @@
+//! cloud-provider-aws's own `--cloud-config` (the gcfg INI file its
+//! `[Global]` section and `[ServiceOverride "N"]` sections live in),
+//! translated into [`AwsConfig`]'s keys. Key meanings follow
+//! kubernetes/cloud-provider-aws `pkg/providers/v1/config/config.go` and
+//! `aws.go`; the README's table lists each key and what it does here.
+
+use ccm_config::{Ini, NativeConfig, Reader};
+
+use crate::ConfigError;
+
+/// The name messages give this format.
+pub const FORMAT: &str = "cloud-provider-aws INI";
+
+/// Keys of `[Global]` that only the load-balancer and node code of
+/// cloud-provider-aws read.
+const NOT_ROUTES: &[&str] = &[
+    "DisableSecurityGroupIngress",
+    "ElbSecurityGroup",
+    "NLBSecurityGroupMode",
+    "ClusterServiceLoadBalancerHealthProbeMode",
+    "ClusterServiceLoadBalancerHealthProbePort",
+    "ClusterServiceLoadBalancerHealthProbePath",
+    "ClusterServiceSharedLoadBalancerHealthProbePort",
+    "ClusterServiceSharedLoadBalancerHealthProbePath",
+    "SupportedTopologyInstanceTypePattern",
+    "DisableStrictZoneCheck",
+    "KubernetesClusterTag",
+];
+
+/// Whether `text` is cloud-provider-aws's INI rather than our YAML.
+pub fn is_ccm_config(text: &str) -> bool {
+    ccm_config::looks_like_ini(text)
+}
+
+/// The region an availability zone is in (`us-east-1a` → `us-east-1`,
+/// the Local Zone `us-west-2-lax-1a` → `us-west-2`).
+pub fn region_of_zone(zone: &str) -> Option<String> {
+    let zone = zone
+        .strip_suffix(|c: char| c.is_ascii_lowercase())
+        .unwrap_or(zone);
+    let mut parts = Vec::new();
+    for part in zone.split('-') {
+        parts.push(part);
+        if part.chars().all(|c| c.is_ascii_digit()) && !part.is_empty() {
+            return (parts.len() >= 3).then(|| parts.join("-"));
+        }
+    }
+    None
+}
+
+/// Translates the INI `text`.
+pub fn from_ccm_config(text: &str) -> Result<NativeConfig, ConfigError> {
+    let ini = Ini::parse(text).map_err(|e| ConfigError::Parse(format!("{FORMAT}: {e}")))?;
+    let r = Reader::new(&ini);
+    let mut n = NativeConfig::new(FORMAT);
+    let g = "global";
+
+    let zone = r.get_set(g, "Zone");
+    let region = r.get_set(g, "Region");
+    match (&zone, &region) {
+        (Some(z), region) => {
+            let from_zone = region_of_zone(z).ok_or_else(|| {
+                ConfigError::Invalid(format!("[Global] Zone {z:?} is not an availability zone"))
+            })?;
+            if let Some(r) = region
+                && *r != from_zone
+            {
+                n.ignore(
+                    format!("[Global] Region = {r}"),
+                    &format!("Zone {z} is in {from_zone}, and the Zone's region wins, as in cloud-provider-aws"),
+                );
+            }
+            n.set("region", from_zone, "[Global] Zone");
+        }
+        (None, Some(region)) => n.set("region", region.clone(), "[Global] Region"),
+        (None, None) => {}
+    }
+    if let Some(vpc) = r.get_set(g, "VPC") {
+        n.set("vpc_id", vpc, "[Global] VPC");
+    }
+    if let Some(id) = r.get_set(g, "RouteTableID") {
+        n.set("route_table_id", id, "[Global] RouteTableID");
+    }
+    if let Some(arn) = r.get_set(g, "RoleARN") {
+        n.set("role_arn", arn, "[Global] RoleARN");
+    }
+    if let Some(arn) = r.get_set(g, "SourceARN") {
+        n.ignore(
+            format!("[Global] SourceARN = {arn}"),
+            "not sent with AssumeRole here (the SDK's assume-role provider has no source ARN); a trust policy that requires aws:SourceArn refuses the role",
+        );
+    }
+    let id = r.get_set(g, "KubernetesClusterID");
+    let legacy = r.get_set(g, "KubernetesClusterTag");
+    match (id, legacy) {
+        (Some(a), Some(b)) if a != b => {
+            return Err(ConfigError::Invalid(format!(
+                "[Global] KubernetesClusterID {a:?} and KubernetesClusterTag {b:?} name different clusters"
+            )));
+        }
+        (Some(id), _) => n.set("cluster_id", id, "[Global] KubernetesClusterID"),
+        (None, Some(id)) => {
+            n.set("cluster_id", id.clone(), "[Global] KubernetesClusterTag");
+            n.ignore(
+                format!("[Global] KubernetesClusterTag = {id}"),
+                "the legacy tag KubernetesCluster=<id> does not mark a route table here; the table must carry kubernetes.io/cluster/<id> (or set RouteTableID)",
+            );
+        }
+        (None, None) => {}
+    }
+    if let Some(subnet) = r.get_set(g, "SubnetID") {
+        n.ignore(
+            format!("[Global] SubnetID = {subnet}"),
+            "load balancers only",
+        );
+    }
+    let families = r.get_all(g, "NodeIPFamilies");
+    if !families.is_empty() {
+        n.ignore(
+            format!("[Global] NodeIPFamilies = {}", families.join(",")),
+            "node addresses only; the families routed are --route-ip-families",
+        );
+    }
+    for key in NOT_ROUTES {
+        if *key != "KubernetesClusterTag" {
+            r.skip(g, key);
+        }
+    }
+
+    // cloud-provider-aws applies an override whose Service is the SDK's
+    // service id and whose Region is the client's.
+    let mut seen: Vec<(String, String)> = Vec::new();
+    for sub in r.subsections("ServiceOverride") {
+        let field = |k: &str| -> Result<String, ConfigError> {
+            r.get_in("serviceoverride", Some(&sub), k)
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+                .ok_or_else(|| ConfigError::Invalid(format!("[ServiceOverride {sub:?}] needs {k}")))
+        };
+        let service = field("Service")?;
+        let over_region = field("Region")?;
+        let url = field("URL")?;
+        let signing_region = field("SigningRegion")?;
+        r.skip("serviceoverride", "SigningName");
+        let _ = r.get_in("serviceoverride", Some(&sub), "SigningName");
+        let _ = r.get_in("serviceoverride", Some(&sub), "SigningMethod");
+        let pair = (service.to_ascii_lowercase(), over_region.clone());
+        if seen.contains(&pair) {
+            return Err(ConfigError::Invalid(format!(
+                "[ServiceOverride {sub:?}]: {service} in {over_region} is overridden twice"
+            )));
+        }
+        seen.push(pair);
+        let applies = n
+            .values
+            .get("region")
+            .and_then(|v| v.as_str())
+            .is_none_or(|ours| ours == over_region);
+        let key = format!("[ServiceOverride {sub:?}] URL");
+        match service.to_ascii_lowercase().as_str() {
+            "ec2" if applies => {
+                if signing_region != over_region {
+                    n.ignore(
+                        format!("[ServiceOverride {sub:?}] SigningRegion = {signing_region}"),
+                        "requests are signed for the client's region",
+                    );
+                }
+                n.set("endpoint", url, key);
+            }
+            "sts" if applies => n.set("sts_endpoint", url, key),
+            _ => n.ignore(
+                format!("[ServiceOverride {sub:?}] {service} in {over_region}"),
+                "not a service or region the route code calls",
+            ),
+        }
+    }
+    r.skip_section("serviceoverride");
+    for unused in r.unused() {
+        n.ignore(
+            unused,
+            "not a key cloud-provider-aws reads, or read only by its load-balancer and node code",
+        );
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::AwsConfig;
+
+    fn parse(text: &str) -> AwsConfig {
+        let n = from_ccm_config(text).unwrap();
+        let c: AwsConfig = serde_json::from_value(serde_json::Value::Object(n.values)).unwrap();
+        c.validate().unwrap();
+        c
+    }
+
+    #[test]
+    fn regions_are_cut_from_zones() {
+        assert_eq!(region_of_zone("us-east-1a").as_deref(), Some("us-east-1"));
+        assert_eq!(
+            region_of_zone("us-gov-west-1b").as_deref(),
+            Some("us-gov-west-1")
+        );
+        assert_eq!(
+            region_of_zone("us-west-2-lax-1a").as_deref(),
+            Some("us-west-2")
+        );
+        assert_eq!(
+            region_of_zone("eu-central-1").as_deref(),
+            Some("eu-central-1")
+        );
+        assert_eq!(region_of_zone("nowhere"), None);
+    }
+
+    // The shape of cloud-provider-aws's docs/development.md example for a
+    // control plane off AWS, and of the keys its aws_test.go reads.
+    #[test]
+    fn an_off_aws_control_plane_file_translates_to_our_keys() {
+        let text = "[Global]\nRegion = us-west-2\nVPC = vpc-0abc123\nSubnetID = subnet-0def456\n\
+                    KubernetesClusterTag = my-cluster\nKubernetesClusterID = my-cluster\n\
+                    DisableSecurityGroupIngress = true\n";
+        let n = from_ccm_config(text).unwrap();
+        assert_eq!(
+            serde_json::Value::Object(n.values.clone()),
+            json!({"region": "us-west-2", "vpc_id": "vpc-0abc123", "cluster_id": "my-cluster"})
+        );
+        assert_eq!(n.origins["region"], "[Global] Region");
+        assert!(
+            n.ignored.iter().any(|i| i.contains("SubnetID")),
+            "{:?}",
+            n.ignored
+        );
+        let c = parse(text);
+        assert_eq!(c.cluster_id.as_deref(), Some("my-cluster"));
+    }
+
+    #[test]
+    fn zone_wins_over_region_and_says_so() {
+        let n = from_ccm_config("[global]\nzone = eu-west-1b\nregion = us-east-1\n").unwrap();
+        assert_eq!(n.values["region"], "eu-west-1");
+        assert!(
+            n.ignored.iter().any(|i| i.contains("Region = us-east-1")),
+            "{:?}",
+            n.ignored
+        );
+    }
+
+    #[test]
+    fn route_table_role_and_ec2_override_are_honoured() {
+        let c = parse(
+            "[Global]\nZone = us-east-1a\nRouteTableID = rtb-0123abcd\n\
+             RoleARN = arn:aws:iam::123456789012:role/routes\n\
+             [ServiceOverride \"1\"]\nService = ec2\nRegion = us-east-1\n\
+             URL = https://ec2.us-east-1.vpce.example\nSigningRegion = us-east-1\n\
+             [ServiceOverride \"2\"]\nService = sts\nRegion = us-east-1\n\
+             URL = https://sts.example\nSigningRegion = us-east-1\n\
+             [ServiceOverride \"3\"]\nService = elasticloadbalancing\nRegion = us-east-1\n\
+             URL = https://elb.example\nSigningRegion = us-east-1\n",
+        );
+        assert_eq!(c.region.as_deref(), Some("us-east-1"));
+        assert_eq!(c.route_table_id.as_deref(), Some("rtb-0123abcd"));
+        assert_eq!(
+            c.role_arn.as_deref(),
+            Some("arn:aws:iam::123456789012:role/routes")
+        );
+        assert_eq!(
+            c.endpoint.as_deref(),
+            Some("https://ec2.us-east-1.vpce.example")
+        );
+        assert_eq!(c.sts_endpoint.as_deref(), Some("https://sts.example"));
+    }
+
+    #[test]
+    fn an_override_for_another_region_does_not_apply() {
+        let n = from_ccm_config(
+            "[Global]\nRegion = eu-west-1\n[ServiceOverride \"x\"]\nService = ec2\n\
+             Region = us-east-1\nURL = https://ec2.example\nSigningRegion = us-east-1\n",
+        )
+        .unwrap();
+        assert!(!n.values.contains_key("endpoint"));
+        assert!(
+            n.ignored.iter().any(|i| i.contains("ec2 in us-east-1")),
+            "{:?}",
+            n.ignored
+        );
+    }
+
+    #[test]
+    fn bad_files_are_refused_with_the_reason() {
+        for (text, says) in [
+            ("[Global]\nRoute_Table_ID = rtb-1\n", "not '_'"),
+            ("[Global]\nZone = nowhere\n", "not an availability zone"),
+            (
+                "[Global]\nKubernetesClusterID = a\nKubernetesClusterTag = b\n",
+                "name different clusters",
+            ),
+            (
+                "[ServiceOverride \"1\"]\nService = ec2\nRegion = r\nURL = u\n",
+                "needs SigningRegion",
+            ),
+            (
+                "[ServiceOverride \"1\"]\nService = ec2\nRegion = r\nURL = u\nSigningRegion = r\n\
+                 [ServiceOverride \"2\"]\nService = EC2\nRegion = r\nURL = v\nSigningRegion = r\n",
+                "overridden twice",
+            ),
+        ] {
+            let e = from_ccm_config(text).unwrap_err().to_string();
+            assert!(e.contains(says), "{text:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn keys_nobody_reads_are_named_once() {
+        let n = from_ccm_config("[Global]\nRegion = us-east-1\nRegoin = typo\n[Unknown]\nx = 1\n")
+            .unwrap();
+        let named: Vec<_> = n
+            .ignored
+            .iter()
+            .filter(|i| i.contains("Regoin") || i.contains("[unknown] x"))
+            .collect();
+        assert_eq!(named.len(), 2, "{:?}", n.ignored);
+    }
+}
