@@ -44,6 +44,7 @@ mod config;
 mod error;
 mod index;
 pub mod native;
+pub mod permissions;
 #[cfg(feature = "testing")]
 pub mod testing;
 

@@ -9,6 +9,7 @@
 pub mod conditional;
 mod error;
 pub mod fence;
+pub mod permissions;
 pub mod ratelimit;
 
 use std::sync::Arc;
@@ -20,6 +21,7 @@ use route_core::{NodeView, Route, TargetNeeds};
 pub use conditional::{Outcome, write_conditionally};
 pub use error::{CloudError, ErrorKind};
 pub use fence::{BootClock, Clock, Fence, TokioClock};
+pub use permissions::{Access, RequestKind};
 
 /// What a provider's API supports; the executor sizes itself from this.
 #[derive(Debug, Clone, PartialEq, Eq)]
