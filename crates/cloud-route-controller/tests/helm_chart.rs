@@ -3,6 +3,9 @@
 //! server with a server-side dry run, its flags and cloud config are accepted
 //! by the binary and the provider, its RBAC is exactly the kustomize RBAC of
 //! `deploy/`, and values that cannot work are refused with a clear message.
+//! Each way an operator gives the controller its cloud credentials (web
+//! identity, workload identity, a Secret) has an example whose rendering
+//! carries exactly what that mechanism reads.
 //!
 //! `helm` is built from its Go module by `scripts/build-gotool.sh helm`
 //! (once per machine; `scripts/test.sh` does it in its tools step).
@@ -34,6 +37,28 @@ fn chart() -> PathBuf {
 fn example(provider: &str) -> PathBuf {
     chart().join("examples").join(format!("{provider}.yaml"))
 }
+
+/// Every values file in `examples/`, so a new one is linted and dry-run
+/// applied without being listed anywhere.
+fn all_examples() -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(chart().join("examples"))
+        .expect("the chart's examples/")
+        .map(|e| e.expect("a directory entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// The example values per credential mechanism, with their provider.
+const IDENTITY_EXAMPLES: &[(&str, &str)] = &[
+    ("aws-irsa", "aws"),
+    ("aws-web-identity", "aws"),
+    ("gce-workload-identity", "gce"),
+    ("azure-workload-identity", "azure"),
+    ("openstack-application-credential", "openstack"),
+    ("hcloud", "hcloud"),
+];
 
 /// The helm binary from the per-machine tools cache (built on first use).
 fn helm() -> PathBuf {
@@ -130,8 +155,12 @@ fn rbac(docs: &[Value]) -> Vec<Value> {
     r
 }
 
+fn pod_spec(docs: &[Value]) -> &Value {
+    &find(docs, "Deployment")["spec"]["template"]["spec"]
+}
+
 fn container(docs: &[Value]) -> &Value {
-    &find(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    &pod_spec(docs)["containers"][0]
 }
 
 fn args_of(docs: &[Value]) -> Vec<String> {
@@ -202,12 +231,23 @@ fn provider_accepts(provider: &str, text: &str) {
 fn the_chart_lints_for_its_defaults_and_every_provider_example() {
     let helm = helm();
     run(Command::new(&helm).args(["lint", "--strict"]).arg(chart()));
-    for p in PROVIDERS {
-        run(Command::new(&helm)
+    let examples = all_examples();
+    for p in PROVIDERS
+        .iter()
+        .chain(IDENTITY_EXAMPLES.iter().map(|(e, _)| e))
+    {
+        assert!(examples.contains(&example(p)), "examples/{p}.yaml is gone");
+    }
+    for values in &examples {
+        let out = run(Command::new(&helm)
             .args(["lint", "--strict"])
             .arg(chart())
             .arg("-f")
-            .arg(example(p)));
+            .arg(values));
+        assert!(
+            out.contains("1 chart(s) linted, 0 chart(s) failed"),
+            "{values:?}: {out}"
+        );
     }
 }
 
@@ -217,6 +257,36 @@ fn the_chart_version_is_the_workspace_version() {
     let meta: Value = serde_yaml_ng::from_str(&text).expect("Chart.yaml is YAML");
     assert_eq!(meta["version"], env!("CARGO_PKG_VERSION"));
     assert_eq!(meta["appVersion"], env!("CARGO_PKG_VERSION"));
+}
+
+/// Every flag the chart renders is known to the binary and validates, with
+/// `config` as the file `--cloud-config` names.
+fn binary_accepts(name: &str, args: &[String], config: &str, dir: &Path) {
+    let path = flag(args, "--cloud-config");
+    assert!(
+        path.starts_with("/etc/cloud-route-controller/"),
+        "{name}: {path}"
+    );
+    let local_config = dir.join(format!("{name}.yaml"));
+    std::fs::write(&local_config, config).expect("write config");
+    let local_args: Vec<String> = args
+        .iter()
+        .map(|a| {
+            a.replace(&path, local_config.to_str().expect("utf-8 path"))
+                .replace("$(POD_NAMESPACE)", NAMESPACE)
+        })
+        .collect();
+    let out = Command::new(common::binary())
+        .args(&local_args)
+        .arg("--configure-cloud-routes=false")
+        .env_remove("POD_NAME")
+        .output()
+        .expect("run the binary");
+    assert!(
+        out.status.success(),
+        "{name}: the chart's args {local_args:?} are refused: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -244,30 +314,7 @@ fn every_provider_example_renders_flags_and_config_the_binary_and_provider_accep
             assert!(e.get("value").is_none(), "{p}: {name} has a literal value");
         }
 
-        // Every flag is known to the binary and validates.
-        let local_config = dir.path().join(format!("{p}.yaml"));
-        std::fs::write(&local_config, &config).expect("write config");
-        let local_args: Vec<String> = args
-            .iter()
-            .map(|a| {
-                a.replace(
-                    "/etc/cloud-route-controller/cloud.yaml",
-                    local_config.to_str().expect("utf-8 path"),
-                )
-                .replace("$(POD_NAMESPACE)", NAMESPACE)
-            })
-            .collect();
-        let out = Command::new(common::binary())
-            .args(&local_args)
-            .arg("--configure-cloud-routes=false")
-            .env_remove("POD_NAME")
-            .output()
-            .expect("run the binary");
-        assert!(
-            out.status.success(),
-            "{p}: the chart's args {local_args:?} are refused: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        binary_accepts(p, &args, &config, dir.path());
     }
 
     // Hetzner's dedicated servers are left out by a selector with a `!`,
@@ -313,7 +360,11 @@ fn the_chart_rbac_equals_the_kustomize_rbac() {
     let dir = TempDir::new("helm-rbac");
     let kustomize = rbac(&kustomize_docs(dir.path()));
     assert_eq!(kustomize.len(), RBAC_KINDS.len(), "{kustomize:?}");
-    for values in [None, Some("hcloud"), Some("aws"), Some("openstack")] {
+    let identity = IDENTITY_EXAMPLES.iter().map(|(e, _)| Some(*e));
+    for values in [None, Some("hcloud"), Some("aws"), Some("openstack")]
+        .into_iter()
+        .chain(identity)
+    {
         let docs = yaml_docs(&template(&helm, values.map(example).as_deref()));
         assert_eq!(
             rbac(&docs),
@@ -354,6 +405,221 @@ fn the_chart_defaults_render_the_kustomize_deployment_and_config() {
     assert_eq!(parse(&cloud_yaml(&chart)), parse(&cloud_yaml(&kustomize)));
 }
 
+fn openstack_secret_file() -> PathBuf {
+    chart().join("examples/secrets/openstack-application-credential.yaml")
+}
+
+/// The container's variables other than the two every pod has, by name.
+fn extra_env(docs: &[Value]) -> Vec<(String, Value)> {
+    container(docs)["env"]
+        .as_array()
+        .expect("env")
+        .iter()
+        .map(|e| (e["name"].as_str().expect("a name").to_string(), e.clone()))
+        .filter(|(n, _)| n != "POD_NAME" && n != "POD_NAMESPACE")
+        .collect()
+}
+
+fn names<T>(items: &[(String, T)]) -> Vec<&str> {
+    items.iter().map(|(n, _)| n.as_str()).collect()
+}
+
+fn named<'a>(list: &'a Value, name: &str) -> &'a Value {
+    list.as_array()
+        .and_then(|l| l.iter().find(|v| v["name"] == name))
+        .unwrap_or_else(|| panic!("no {name} in {list}"))
+}
+
+fn list_names(list: &Value) -> Vec<&str> {
+    list.as_array()
+        .map(|l| l.iter().filter_map(|v| v["name"].as_str()).collect())
+        .unwrap_or_default()
+}
+
+fn sa_annotations(docs: &[Value]) -> Value {
+    find(docs, "ServiceAccount")["metadata"]["annotations"].clone()
+}
+
+#[test]
+fn each_credential_example_renders_exactly_what_its_mechanism_reads() {
+    let helm = helm();
+    let dir = TempDir::new("helm-identity");
+    let app = serde_json::json!({ "app": RELEASE });
+    for (name, provider) in IDENTITY_EXAMPLES {
+        let docs = yaml_docs(&template(&helm, Some(&example(name))));
+        let args = args_of(&docs);
+        assert_eq!(flag(&args, "--cloud-provider"), *provider, "{name}");
+        let pod = pod_spec(&docs);
+        let deployment = find(&docs, "Deployment");
+        // Extra pod labels never reach the selector.
+        assert_eq!(deployment["spec"]["selector"]["matchLabels"], app, "{name}");
+        let env = extra_env(&docs);
+        let annotations = sa_annotations(&docs);
+        let volumes = list_names(&pod["volumes"]);
+        let mounts = list_names(&container(&docs)["volumeMounts"]);
+        // No example holds a secret in values: no Secret is rendered.
+        assert!(
+            docs.iter().all(|d| kind(d) != "Secret"),
+            "{name} renders a Secret"
+        );
+        let config = match *name {
+            "aws-irsa" => {
+                // The webhook injects the variables and the token itself.
+                assert_eq!(
+                    annotations,
+                    serde_json::json!({
+                        "eks.amazonaws.com/role-arn":
+                            "arn:aws:iam::111122223333:role/cloud-route-controller"
+                    }),
+                    "{name}"
+                );
+                assert!(env.is_empty(), "{name}: {:?}", names(&env));
+                assert_eq!(volumes, ["cloud-config"], "{name}");
+                cloud_yaml(&docs)
+            }
+            "aws-web-identity" => {
+                assert!(annotations.is_null(), "{name}: {annotations}");
+                assert_eq!(
+                    names(&env),
+                    ["AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE"],
+                    "{name}"
+                );
+                let role = env[0].1["value"].as_str().expect("a literal role ARN");
+                assert!(role.starts_with("arn:aws:iam::"), "{role}");
+                assert!(role.contains(":role/"), "{role}");
+                // The token file is the projected token, for STS's audience.
+                let file = env[1].1["value"].as_str().expect("a literal path");
+                assert_eq!(volumes, ["cloud-config", "aws-iam-token"], "{name}");
+                assert_eq!(mounts, ["cloud-config", "aws-iam-token"], "{name}");
+                let token = &named(&pod["volumes"], "aws-iam-token")["projected"]["sources"];
+                assert_eq!(token.as_array().map(Vec::len), Some(1), "{token}");
+                let token = &token[0]["serviceAccountToken"];
+                assert_eq!(token["audience"], "sts.amazonaws.com");
+                let mount = named(&container(&docs)["volumeMounts"], "aws-iam-token");
+                assert_eq!(mount["readOnly"], true);
+                let path = format!(
+                    "{}/{}",
+                    mount["mountPath"].as_str().expect("a mount path"),
+                    token["path"].as_str().expect("a token path")
+                );
+                assert_eq!(file, path, "{name}");
+                cloud_yaml(&docs)
+            }
+            "gce-workload-identity" => {
+                assert_eq!(
+                    annotations,
+                    serde_json::json!({
+                        "iam.gke.io/gcp-service-account":
+                            "cloud-route-controller@my-project.iam.gserviceaccount.com"
+                    }),
+                    "{name}"
+                );
+                // GKE's metadata server serves only pods off the host network.
+                assert!(pod.get("hostNetwork").is_none(), "{name}: {pod}");
+                assert!(env.is_empty(), "{name}: {:?}", names(&env));
+                assert_eq!(volumes, ["cloud-config"], "{name}");
+                let config = cloud_yaml(&docs);
+                let c: provider_gce::GceConfig =
+                    serde_yaml_ng::from_str(&config).expect("gce config");
+                // Application Default Credentials: no key file, not anonymous.
+                assert!(c.credentials_file.is_none() && !c.anonymous, "{c:?}");
+                config
+            }
+            "azure-workload-identity" => {
+                let labels = &deployment["spec"]["template"]["metadata"]["labels"];
+                assert_eq!(
+                    labels,
+                    &serde_json::json!({"app": RELEASE, "azure.workload.identity/use": "true"}),
+                    "{name}"
+                );
+                let client_id = "00000000-0000-0000-0000-000000000003";
+                assert_eq!(
+                    annotations,
+                    serde_json::json!({ "azure.workload.identity/client-id": client_id }),
+                    "{name}"
+                );
+                // The webhook adds the variables and the token volume.
+                assert!(env.is_empty(), "{name}: {:?}", names(&env));
+                assert_eq!(volumes, ["cloud-config"], "{name}");
+                let config = cloud_yaml(&docs);
+                // What the webhook injects as AZURE_CLIENT_ID and
+                // AZURE_FEDERATED_TOKEN_FILE, put into the text the way the
+                // provider takes them from the environment.
+                let token_file = "/var/run/secrets/azure/tokens/azure-identity-token";
+                let injected = format!(
+                    "{config}aadClientId: {client_id}\naadFederatedTokenFile: {token_file}\n"
+                );
+                let c = provider_azure::AzureConfig::from_yaml(&injected)
+                    .unwrap_or_else(|e| panic!("{injected}: {e}"));
+                c.validate().unwrap_or_else(|e| panic!("{injected}: {e}"));
+                assert_eq!(
+                    c.credential().expect("a credential"),
+                    provider_azure::Credential::WorkloadIdentity {
+                        tenant: "00000000-0000-0000-0000-000000000001".into(),
+                        client_id: client_id.into(),
+                        token_file: token_file.into(),
+                    }
+                );
+                config
+            }
+            "openstack-application-credential" => {
+                assert!(annotations.is_null(), "{name}: {annotations}");
+                assert!(env.is_empty(), "{name}: {:?}", names(&env));
+                assert!(
+                    docs.iter().all(|d| kind(d) != "ConfigMap"),
+                    "{name}: a ConfigMap beside the Secret"
+                );
+                let volume = &named(&pod["volumes"], "cloud-config")["secret"];
+                let text = std::fs::read_to_string(openstack_secret_file()).expect("the Secret");
+                let secret: Value = serde_yaml_ng::from_str(&text).expect("the Secret is YAML");
+                assert_eq!(volume["secretName"], secret["metadata"]["name"]);
+                let key = volume["items"][0]["key"].as_str().expect("a key");
+                assert_eq!(volume["items"][0]["path"], key);
+                assert_eq!(volume["items"].as_array().map(Vec::len), Some(1));
+                assert_eq!(
+                    flag(&args, "--cloud-config"),
+                    format!("/etc/cloud-route-controller/{key}")
+                );
+                assert!(
+                    deployment["spec"]["template"]["metadata"]["annotations"].is_null(),
+                    "{name}: a checksum of a ConfigMap that is not there"
+                );
+                let config = secret["stringData"][key]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("no {key} in {secret}"))
+                    .to_string();
+                let c = provider_openstack::OpenStackConfig::from_yaml(&config)
+                    .unwrap_or_else(|e| panic!("{config}: {e}"));
+                assert_eq!(
+                    c.auth_type,
+                    provider_openstack::AuthType::V3ApplicationCredential
+                );
+                assert!(!c.auth.application_credential_id.is_empty());
+                config
+            }
+            "hcloud" => {
+                assert!(annotations.is_null(), "{name}: {annotations}");
+                assert_eq!(names(&env), ["HCLOUD_TOKEN"], "{name}");
+                // The hcloud CCM's own Secret and key.
+                assert_eq!(
+                    env[0].1["valueFrom"],
+                    serde_json::json!({"secretKeyRef": {"name": "hcloud", "key": "token"}})
+                );
+                let config = cloud_yaml(&docs);
+                let c: provider_hcloud::HcloudConfig =
+                    serde_yaml_ng::from_str(&config).expect("hcloud config");
+                assert!(c.token_file.is_none(), "{c:?}");
+                config
+            }
+            other => panic!("no check for {other}"),
+        };
+        if *provider != "azure" && *provider != "openstack" {
+            provider_accepts(provider, &config);
+        }
+        binary_accepts(name, &args, &config, dir.path());
+    }
+}
+
 #[test]
 fn the_chart_refuses_values_that_cannot_work_with_a_clear_message() {
     let helm = helm();
@@ -387,6 +653,69 @@ fn the_chart_refuses_values_that_cannot_work_with_a_clear_message() {
             &["--set", "credentials.env[0].name=HCLOUD_TOKEN"],
             "every credentials.env entry needs a name (the variable) and a key",
         ),
+        (
+            &["--set", "cloudConfigSecret.existingSecret=cloud-config"],
+            "cloudConfig and cloudConfigSecret.existingSecret (cloud-config) are both set",
+        ),
+        (
+            &[
+                "--set",
+                "cloudConfig=",
+                "--set",
+                "cloudConfigSecret.existingSecret=cloud-config",
+                "--set",
+                "cloudConfigSecret.key=../cloud.conf",
+            ],
+            "cloudConfigSecret.key must be a Secret key",
+        ),
+        (
+            &["--set", "podLabels.app=other"],
+            "podLabels must not set \"app\"",
+        ),
+        (
+            &[
+                "--set",
+                "extraEnv[0].name=HCLOUD_TOKEN",
+                "--set",
+                "extraEnv[0].value=x",
+            ],
+            "the environment variable HCLOUD_TOKEN is set twice",
+        ),
+        (
+            &["--set", "extraEnv[0].name=POD_NAME"],
+            "the environment variable POD_NAME is set twice",
+        ),
+        (
+            &[
+                "--set",
+                "extraVolumes[0].name=cloud-config",
+                "--set",
+                "extraVolumes[0].emptyDir.medium=Memory",
+            ],
+            "the volume name cloud-config is taken",
+        ),
+        (
+            &[
+                "--set",
+                "extraVolumeMounts[0].name=token",
+                "--set",
+                "extraVolumeMounts[0].mountPath=/var/run/token",
+            ],
+            "extraVolumeMounts mounts token, which is no volume of the pod",
+        ),
+        (
+            &[
+                "--set",
+                "extraVolumes[0].name=token",
+                "--set",
+                "extraVolumes[0].emptyDir.medium=Memory",
+                "--set",
+                "extraVolumeMounts[0].name=token",
+                "--set",
+                "extraVolumeMounts[0].mountPath=/etc/cloud-route-controller/token",
+            ],
+            "would hide or shadow the cloud config",
+        ),
     ];
     for (args, message) in cases {
         let out = template_cmd(&helm, args).output().expect("run helm");
@@ -405,8 +734,12 @@ async fn every_provider_example_applies_to_the_api_server_with_a_dry_run() {
     let kubectl = c.kubectl_path().expect("kubectl");
     let helm = helm();
     let dir = TempDir::new("helm-apply");
-    for p in PROVIDERS {
-        let rendered = template(&helm, Some(&example(p)));
+    for values in all_examples() {
+        let p = values
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .expect("a file name");
+        let rendered = template(&helm, Some(&values));
         let file = dir.path().join(format!("{p}.yaml"));
         std::fs::write(&file, &rendered).expect("write rendering");
         let out = run(Command::new(&kubectl)
@@ -429,10 +762,20 @@ async fn every_provider_example_applies_to_the_api_server_with_a_dry_run() {
             assert!(covered, "{p}: the dry run did not cover {k}/{name}:\n{out}");
         }
         let kinds: Vec<&str> = docs.iter().map(kind).collect();
-        for k in ["ServiceAccount", "ClusterRole", "ConfigMap", "Deployment"] {
+        for k in ["ServiceAccount", "ClusterRole", "Deployment"] {
             assert!(kinds.contains(&k), "{p}: no {k} in {kinds:?}");
         }
+        // The config file comes from the chart's ConfigMap or from a Secret
+        // the operator made, never from neither.
+        let from_secret = pod_spec(&docs)["volumes"][0]["secret"].is_object();
+        assert_eq!(kinds.contains(&"ConfigMap"), !from_secret, "{p}: {kinds:?}");
     }
+    // The example Secret that holds OpenStack's cloud config applies too.
+    run(Command::new(&kubectl)
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["apply", "--dry-run=server", "-f"])
+        .arg(openstack_secret_file()));
     // A dry run creates nothing.
     let sas: kube::Api<k8s_openapi::api::core::v1::ServiceAccount> =
         kube::Api::namespaced(c.client(), NAMESPACE);

@@ -33,6 +33,15 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 {{- end -}}
 
+{{/* The --cloud-config path: the ConfigMap's cloud.yaml, or the key of cloudConfigSecret. */}}
+{{- define "crc.cloudConfigPath" -}}
+{{- if .Values.cloudConfigSecret.existingSecret -}}
+{{- printf "/etc/cloud-route-controller/%s" .Values.cloudConfigSecret.key -}}
+{{- else -}}
+/etc/cloud-route-controller/cloud.yaml
+{{- end -}}
+{{- end -}}
+
 {{/* Refuses values that would render a controller that cannot work, with a message saying why. */}}
 {{- define "crc.validate" -}}
 {{- $providers := list "aws" "openstack" "hcloud" "azure" "gce" "memory" -}}
@@ -61,6 +70,42 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 {{- if and .Values.credentials.env (not (include "crc.secretName" .)) -}}
 {{- fail "credentials.env names Secret keys but there is no Secret: set credentials.existingSecret, or create: true with data" -}}
+{{- end -}}
+{{- if and .Values.cloudConfigSecret.existingSecret .Values.cloudConfig -}}
+{{- fail (printf "cloudConfig and cloudConfigSecret.existingSecret (%s) are both set: the --cloud-config file comes from one of them; set cloudConfig: \"\"" .Values.cloudConfigSecret.existingSecret) -}}
+{{- end -}}
+{{- if .Values.cloudConfigSecret.existingSecret -}}
+{{- if not (regexMatch "^[-._a-zA-Z0-9]+$" (toString .Values.cloudConfigSecret.key)) -}}
+{{- fail (printf "cloudConfigSecret.key must be a Secret key (letters, digits, '-', '_', '.'), the file's name in /etc/cloud-route-controller; got %q" (toString .Values.cloudConfigSecret.key)) -}}
+{{- end -}}
+{{- end -}}
+{{- if hasKey .Values.podLabels "app" -}}
+{{- fail "podLabels must not set \"app\": it is the Deployment's pod selector" -}}
+{{- end -}}
+{{- $names := list "POD_NAME" "POD_NAMESPACE" -}}
+{{- range concat .Values.credentials.env .Values.extraEnv -}}
+{{- if not .name -}}
+{{- fail (printf "every extraEnv entry needs a name; got %v" .) -}}
+{{- end -}}
+{{- if has .name $names -}}
+{{- fail (printf "the environment variable %s is set twice (credentials.env and extraEnv, or one the chart sets itself)" .name) -}}
+{{- end -}}
+{{- $names = append $names .name -}}
+{{- end -}}
+{{- $volumes := list "cloud-config" -}}
+{{- range .Values.extraVolumes -}}
+{{- if has .name $volumes -}}
+{{- fail (printf "extraVolumes: the volume name %s is taken (the chart's own, or listed twice)" (toString .name)) -}}
+{{- end -}}
+{{- $volumes = append $volumes .name -}}
+{{- end -}}
+{{- range .Values.extraVolumeMounts -}}
+{{- if not (has .name $volumes) -}}
+{{- fail (printf "extraVolumeMounts mounts %s, which is no volume of the pod (add it to extraVolumes)" (toString .name)) -}}
+{{- end -}}
+{{- if hasPrefix "/etc/cloud-route-controller" (toString .mountPath) -}}
+{{- fail (printf "extraVolumeMounts: %s would hide or shadow the cloud config mounted at /etc/cloud-route-controller" (toString .mountPath)) -}}
+{{- end -}}
 {{- end -}}
 {{- if .Values.credentials.create -}}
 {{- range .Values.credentials.env -}}
