@@ -42,6 +42,7 @@ pub mod config;
 pub mod fake;
 pub mod forwarding;
 pub mod names;
+pub mod permissions;
 
 mod client;
 

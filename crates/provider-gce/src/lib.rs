@@ -46,6 +46,7 @@ mod error;
 #[cfg(feature = "testing")]
 pub mod fake;
 mod forwarding;
+pub mod permissions;
 
 use std::collections::HashMap;
 use std::hash::Hasher;
