@@ -30,6 +30,7 @@ mod client;
 pub mod config;
 #[cfg(feature = "testing")]
 pub mod fake;
+pub mod permissions;
 mod schema;
 
 use std::collections::HashMap;
