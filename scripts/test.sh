@@ -4,9 +4,10 @@
 # local control plane for all integration tests, and runs lint, unit,
 # property, integration and end-to-end tests. The Go builds (kube-apiserver,
 # etcd and kubectl; helm, promtool and the Azure wire check, each once per
-# machine) run in the background while cargo builds, since cargo alone
-# leaves a core idle much of the time; their progress lines are prefixed
-# [controlplane ...], [helm ...] and so on. Clippy runs as the compiler of
+# machine) and the install of cargo-deny (once per machine) run in the
+# background while cargo builds, since cargo alone leaves a core idle much
+# of the time; their progress lines are prefixed [controlplane ...],
+# [helm ...], [cargo-deny] and so on. Clippy runs as the compiler of
 # the workspace's own crates inside the one build (as `cargo clippy` itself
 # does, with `RUSTC_WORKSPACE_WRAPPER`), so the dependencies are compiled
 # once instead of once for lints and again for tests. Servers and builds it
@@ -66,6 +67,15 @@ set -m
 tools_pid=$!
 set +m
 bg_pids+=("$tools_pid")
+# cargo-deny checks deny.toml (licences, bans, sources) after the build;
+# installed from crates.io once per machine (a few minutes, niced, beside
+# the workspace build); its compile lines are prefixed [cargo-deny].
+deny_out=$(mktemp)
+set -m
+( nice -n 10 scripts/build-cargo-tool.sh cargo-deny >"$deny_out" ) &
+deny_pid=$!
+set +m
+bg_pids+=("$deny_pid")
 
 step "formatting"
 cargo fmt --all -- --check
@@ -81,6 +91,16 @@ fi
 export RUSTC_WORKSPACE_WRAPPER=$clippy_driver
 export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
 cargo build --workspace --all-targets --locked
+
+step "licences, bans and sources of the dependencies (cargo-deny, deny.toml; advisories need GitHub and are not checked here)"
+if ! wait "$deny_pid"; then
+  echo "FAILED: installing cargo-deny (see the [cargo-deny] lines above)" >&2
+  exit 1
+fi
+CRC_CARGO_DENY=$(tail -n 1 "$deny_out")
+export CRC_CARGO_DENY
+rm -f "$deny_out"
+"$CRC_CARGO_DENY" --locked check licenses bans sources
 
 step "waiting for the control-plane binaries, helm, promtool and azure-wire-check"
 if ! wait "$cp_pid"; then

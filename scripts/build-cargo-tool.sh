@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Installs one pinned tool from crates.io with `cargo install --locked` into a
+# per-machine cache (like scripts/build-gotool.sh for the Go tools), so the
+# compile happens once per machine.
+#   scripts/build-cargo-tool.sh cargo-deny   # licences, bans, sources (deny.toml)
+# The version is pinned here, not taken from the newest release, so every
+# machine checks with the same rules. Prints the path of the binary on its
+# last line of stdout; cargo's own progress goes to stderr.
+set -euo pipefail
+
+name=${1:-}
+case "$name" in
+  # 0.20 has no optional features left to drop; it is the whole tool.
+  cargo-deny) version=0.20.2 ;;
+  *) echo "usage: $0 cargo-deny (got '${name}')" >&2; exit 2 ;;
+esac
+cache_root=${CRC_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/cloud-route-controller}
+out="$cache_root/tools/$name-$version"
+
+log() { printf '[%s %s] %s\n' "$name" "$(date +%H:%M:%S)" "$*" >&2; }
+
+if [[ -x "$out/bin/$name" ]]; then
+  log "reusing $out/bin/$name"
+  echo "$out/bin/$name"
+  exit 0
+fi
+
+# The workspace's build settings must not leak into this one: a shared
+# CARGO_TARGET_DIR would hold the workspace build's lock for the whole
+# install, and RUSTC_WORKSPACE_WRAPPER would run clippy, warnings denied, on
+# the tool's own code.
+unset CARGO_TARGET_DIR RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS RUSTC_WRAPPER
+# The tool's release profile asks for fat LTO and one codegen unit, which
+# doubles the compile on 2 cores for a program that runs for a second or two
+# per `make test`; cargo's config overrides the package's profile.
+export CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16
+
+tmp="$out.partial.$$"
+trap 'rm -rf "$tmp"' EXIT
+start=$SECONDS
+log "installing $name $version from crates.io (once per machine; a few minutes on 2 cores)"
+# cargo's own progress, prefixed, since it interleaves with the workspace
+# build's in `make test`.
+cargo install --locked "$name" --version "$version" --root "$tmp" --target-dir "$tmp/target" 2>&1 \
+  | sed -u "s/^/[$name] /" >&2
+rm -rf "$tmp/target" "$out"
+mv "$tmp" "$out"
+trap - EXIT
+log "installed in $((SECONDS - start))s into $out"
+echo "$out/bin/$name"
