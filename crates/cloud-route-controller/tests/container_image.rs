@@ -4,7 +4,9 @@
 //! holds no shell and nothing but the binary, its libraries, the CA bundle
 //! and user/NSS files; and the binary runs from that root (chroot, as user
 //! 65532, everything read-only) with `--version` and a `plan` against the
-//! local control plane.
+//! local control plane. The SBOM it writes beside the image is the one in
+//! the image and in its labels, and lists the release build's crates as
+//! Cargo.lock pins them, without the test-only ones.
 //!
 //! Needs podman (`apt-get install -y podman`; `scripts/test.sh` installs it
 //! when missing) and root for chroot. `podman run` does not work in the
@@ -21,6 +23,8 @@ use serde_json::Value;
 use test_cluster::{TestCluster, TestNode};
 
 const ENTRYPOINT: &str = "/usr/local/bin/cloud-route-controller";
+const SBOM_IN_IMAGE: &str = "/usr/share/doc/cloud-route-controller/sbom.cdx.json";
+const SBOM_LABEL: &str = "io.github.cloud-route-controller.sbom";
 
 /// `[workspace.package] repository` of the root Cargo.toml.
 fn workspace_repository() -> String {
@@ -122,6 +126,155 @@ fn chroot(rootfs: &Path, user: &str, args: &[&str]) -> std::process::Output {
         .expect("run chroot")
 }
 
+fn sha256_hex(path: &Path) -> String {
+    run(Command::new("sha256sum").arg(path))
+        .split_whitespace()
+        .next()
+        .expect("sha256sum prints a digest")
+        .to_string()
+}
+
+/// Cargo.lock's packages as (name, version) -> checksum (None for the
+/// workspace's own crates).
+fn cargo_lock() -> std::collections::BTreeMap<(String, String), Option<String>> {
+    let text = std::fs::read_to_string(common::repo().join("Cargo.lock")).expect("Cargo.lock");
+    let lock: toml::Table = text.parse().expect("Cargo.lock is TOML");
+    lock["package"]
+        .as_array()
+        .expect("packages")
+        .iter()
+        .map(|p| {
+            let s = |k: &str| p.get(k).and_then(|v| v.as_str()).map(str::to_string);
+            (
+                (s("name").expect("name"), s("version").expect("version")),
+                s("checksum"),
+            )
+        })
+        .collect()
+}
+
+/// Checks an SBOM written by `scripts/sbom.py` against Cargo.lock: every
+/// component is a locked crate with its checksum, the release build's own
+/// dependencies are there, and crates that only tests or build scripts use
+/// are not.
+fn check_sbom(sbom: &Value) {
+    assert_eq!(sbom["bomFormat"], "CycloneDX");
+    assert_eq!(sbom["specVersion"], "1.5");
+    assert_eq!(
+        sbom["metadata"]["component"]["name"],
+        "cloud-route-controller"
+    );
+    assert_eq!(
+        sbom["metadata"]["component"]["version"],
+        env!("CARGO_PKG_VERSION")
+    );
+    let lock = cargo_lock();
+    let components = sbom["components"].as_array().expect("components");
+    let mut names = std::collections::BTreeSet::new();
+    for c in components {
+        let name = c["name"].as_str().expect("a name");
+        let version = c["version"].as_str().expect("a version");
+        names.insert(name.to_string());
+        let checksum = lock
+            .get(&(name.to_string(), version.to_string()))
+            .unwrap_or_else(|| panic!("{name} {version} is not in Cargo.lock"));
+        assert!(
+            c["licenses"][0]["expression"]
+                .as_str()
+                .is_some_and(|l| !l.is_empty()),
+            "no licence for {name} {version}: {c}"
+        );
+        match checksum {
+            Some(sum) => {
+                assert_eq!(c["purl"], format!("pkg:cargo/{name}@{version}"), "{c}");
+                assert_eq!(c["hashes"][0]["alg"], "SHA-256", "{c}");
+                assert_eq!(
+                    c["hashes"][0]["content"].as_str(),
+                    Some(sum.as_str()),
+                    "{c}"
+                );
+            }
+            None => assert!(c.get("purl").is_none(), "a workspace crate has a purl: {c}"),
+        }
+    }
+    // What the binary is made of, at the versions Cargo.lock pins.
+    for name in [
+        "tokio",
+        "kube",
+        "k8s-openapi",
+        "rustls",
+        "aws-sdk-ec2",
+        "mimalloc",
+    ] {
+        let locked: Vec<&String> = lock
+            .keys()
+            .filter(|(n, _)| n == name)
+            .map(|(_, v)| v)
+            .collect();
+        let listed: Vec<&str> = components
+            .iter()
+            .filter(|c| c["name"] == name)
+            .filter_map(|c| c["version"].as_str())
+            .collect();
+        assert_eq!(
+            listed,
+            locked.iter().map(|v| v.as_str()).collect::<Vec<_>>(),
+            "{name}: the SBOM's versions are not Cargo.lock's"
+        );
+    }
+    for name in ["route-core", "route-controller", "provider-aws"] {
+        assert!(names.contains(name), "{name} is missing from the SBOM");
+    }
+    // Test-only (dev-dependencies, the providers' `testing` feature) and
+    // build-only crates: each is in Cargo.lock, so its absence here means
+    // something.
+    for name in [
+        "proptest",
+        "criterion",
+        "test-cluster",
+        "test-server",
+        "rcgen",
+        "cc",
+        "cmake",
+    ] {
+        assert!(
+            lock.keys().any(|(n, _)| n == name),
+            "{name} is no longer in Cargo.lock; pick another test-only crate"
+        );
+        assert!(
+            !names.contains(name),
+            "the SBOM lists {name}, which does not ship"
+        );
+    }
+    let deps = sbom["dependencies"].as_array().expect("dependencies");
+    assert_eq!(
+        deps.len(),
+        components.len() + 1,
+        "one entry per component and the root"
+    );
+}
+
+#[test]
+fn the_sbom_lists_the_release_builds_crates_at_their_locked_versions_and_no_test_only_crate() {
+    let dir = TempDir::new("sbom");
+    let out = dir.path().join("sbom.cdx.json");
+    let host = run(Command::new("rustc").arg("-vV"))
+        .lines()
+        .find_map(|l| l.strip_prefix("host: ").map(str::to_string))
+        .expect("rustc -vV names the host");
+    run(Command::new("python3")
+        .arg(common::repo().join("scripts/sbom.py"))
+        .args([
+            "--package",
+            "cloud-route-controller",
+            "--target",
+            &host,
+            "--output",
+        ])
+        .arg(&out));
+    check_sbom(&json_file(&out));
+}
+
 #[tokio::test]
 async fn the_image_is_non_root_shell_free_labelled_and_its_binary_runs_from_the_unpacked_root() {
     if !podman_available() {
@@ -134,6 +287,7 @@ async fn the_image_is_non_root_shell_free_labelled_and_its_binary_runs_from_the_
         std::process::id()
     );
     let binary = common::binary();
+    let sbom = dir.path().join("sbom.cdx.json");
 
     // 1. Build it as `make image` does, from the binary the tests use.
     let out = run(Command::new(common::repo().join("scripts/image.sh"))
@@ -141,8 +295,11 @@ async fn the_image_is_non_root_shell_free_labelled_and_its_binary_runs_from_the_
         .arg(&binary)
         .args(["--tag", &tag])
         .arg("--podman-root")
-        .arg(&store));
+        .arg(&store)
+        .arg("--sbom")
+        .arg(&sbom));
     assert_eq!(out.lines().last(), Some(tag.as_str()), "{out}");
+    check_sbom(&json_file(&sbom));
 
     // 2. Its config, as podman reports it.
     let inspect: Value =
@@ -159,6 +316,12 @@ async fn the_image_is_non_root_shell_free_labelled_and_its_binary_runs_from_the_
     assert_eq!(
         labels["org.opencontainers.image.source"].as_str(),
         Some(workspace_repository().as_str())
+    );
+    assert_eq!(labels[format!("{SBOM_LABEL}.path")], SBOM_IN_IMAGE);
+    assert_eq!(
+        labels[format!("{SBOM_LABEL}.sha256")].as_str(),
+        Some(sha256_hex(&sbom).as_str()),
+        "the label's digest is not the SBOM's written beside the image"
     );
 
     // 3. Unpack it from a `podman save` OCI layout: the config there says
@@ -214,6 +377,7 @@ async fn the_image_is_non_root_shell_free_labelled_and_its_binary_runs_from_the_
                 "/etc/passwd",
                 "/etc/group",
                 "/etc/nsswitch.conf",
+                SBOM_IN_IMAGE,
             ]
             .contains(&f.as_str());
         assert!(allowed, "unexpected file in the image: {f}\nall: {files:?}");
@@ -226,6 +390,11 @@ async fn the_image_is_non_root_shell_free_labelled_and_its_binary_runs_from_the_
     assert!(
         files.iter().any(|f| f.contains("libc.so")),
         "no libc: {files:?}"
+    );
+    assert_eq!(
+        std::fs::read(rootfs.join(&SBOM_IN_IMAGE[1..])).expect("the SBOM in the image"),
+        std::fs::read(&sbom).expect("the SBOM beside the image"),
+        "the image's SBOM is not the one written beside it"
     );
 
     // 5. A kubeconfig for the local control plane inside the root, then all
