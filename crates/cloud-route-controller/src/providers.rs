@@ -110,9 +110,16 @@ pub async fn build(
         }
         #[cfg(feature = "openstack")]
         "openstack" => {
-            let path = config.context("--cloud-provider openstack needs --cloud-config")?;
-            let cfg = provider_openstack::OpenStackConfig::from_file(path)
-                .with_context(|| format!("--cloud-config {}", path.display()))?;
+            let doc: serde_json::Value = joined_config(
+                name,
+                configs,
+                provider_openstack::native::is_ccm_config,
+                |text| Ok(provider_openstack::native::from_ccm_config(text)?),
+                None,
+            )?
+            .context("--cloud-provider openstack needs --cloud-config (cloud-provider-openstack's cloud.conf, or this controller's YAML)")?;
+            let cfg = provider_openstack::OpenStackConfig::from_value(doc)
+                .context("the openstack configuration")?;
             let cloud = provider_openstack::OpenStackRoutes::new(cfg)
                 .map_err(|e| anyhow::anyhow!("{e}"))
                 .context("configuring the openstack provider")?

@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::{Controller, TempDir, free_port, http_get, metric_sum};
-use provider_openstack::testing::{Admin, neutron_server};
+use provider_openstack::testing::{Admin, Keystone, neutron_server};
 use test_cluster::{TestCluster, TestNode, wait_until};
 
 async fn router_routes(admin: &Admin, router: &str) -> Vec<(String, String)> {
@@ -241,4 +241,117 @@ async fn the_routers_route_quota_gives_a_clear_warning() {
     assert_eq!(waiting, 2);
     let log = ctl.log_text();
     assert_eq!(ctl.stop(), Some(0), "{log}");
+}
+
+/// The openstack-cloud-controller-manager's own `cloud.conf` (password auth
+/// through Keystone, `[Route] router-id`, LB and metadata sections the
+/// route code does not read), joined with our YAML for what cloud.conf
+/// cannot say (the Nodes' subnet, the router's route quota): the Nodes are
+/// routed on the real neutron-server, and a key set in both files is
+/// refused before anything is sent.
+#[tokio::test]
+async fn the_openstack_ccms_cloud_conf_routes_nodes() {
+    let c = TestCluster::acquire().await.unwrap();
+    let neutron = neutron_server().await.unwrap();
+    let admin = Admin::new(&neutron.url);
+    let router = admin
+        .create_router("e2e-cloudconf", "10.22.0.0/24")
+        .await
+        .unwrap();
+    let keystone = Keystone::start(&neutron.url).await.unwrap();
+    for i in 0..4 {
+        c.create_node(
+            &TestNode::new(format!("occm-{i}"))
+                .pod_cidrs([format!("10.244.{}.0/24", 120 + i)])
+                .internal_ip(format!("10.22.0.{}", 10 + i)),
+        )
+        .await
+        .unwrap();
+    }
+    let dir = TempDir::new("openstack-cloud-conf");
+    let cloud_conf = dir.path().join("cloud.conf");
+    std::fs::write(
+        &cloud_conf,
+        format!(
+            "[Global]\nauth-url = {}\nusername = \"k8s-ccm\"\npassword = \"pa;ss#word\"\n\
+             tenant-name = demo\ndomain-name = Default\nregion = RegionOne\n\n\
+             [LoadBalancer]\nfloating-network-id = 0b5f0a5e-0000-4000-8000-000000000001\n\n\
+             [Route]\nrouter-id = {}\n\n[Metadata]\nsearch-order = configDrive,metadataService\n",
+            keystone.auth_url, router.router_id
+        ),
+    )
+    .unwrap();
+    let ours = dir.path().join("routes.yaml");
+    std::fs::write(&ours, "node_subnets: [10.22.0.0/24]\nmax_routes: 50\n").unwrap();
+    let ctl = Controller::start(
+        c.kubeconfig_path(),
+        dir.path(),
+        "controller",
+        &[
+            "--cluster-cidr",
+            "10.244.0.0/16",
+            "--cloud-provider",
+            "openstack",
+            "--cloud-config",
+            cloud_conf.to_str().unwrap(),
+            "--cloud-config",
+            ours.to_str().unwrap(),
+            "--leader-elect=false",
+            "--metrics-bind-address",
+            "0",
+        ],
+    );
+    wait_until(
+        Duration::from_secs(120),
+        "4 routes on the router",
+        || async { (router_routes(&admin, &router.router_id).await.len() == 4).then_some(()) },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
+    let routes = router_routes(&admin, &router.router_id).await;
+    assert!(
+        routes.contains(&("10.244.122.0/24".to_string(), "10.22.0.12".to_string())),
+        "{routes:?}"
+    );
+    let sent = keystone.requests();
+    assert!(!sent.is_empty());
+    let identity = &sent[0]["auth"];
+    assert_eq!(identity["identity"]["password"]["user"]["name"], "k8s-ccm");
+    assert_eq!(
+        identity["identity"]["password"]["user"]["password"],
+        "pa;ss#word"
+    );
+    assert_eq!(identity["scope"]["project"]["name"], "demo");
+    let log = ctl.log_text();
+    assert_eq!(ctl.stop(), Some(0), "{log}");
+    assert!(log.contains("cloud-provider-openstack cloud.conf"), "{log}");
+    assert!(
+        !log.contains("pa;ss#word"),
+        "the password never reaches the log"
+    );
+
+    // The router set in both files: refused, naming both.
+    std::fs::write(&ours, format!("router_id: {}\n", router.router_id)).unwrap();
+    let out = std::process::Command::new(common::binary())
+        .args([
+            "plan",
+            "--kubeconfig",
+            c.kubeconfig_path().to_str().unwrap(),
+            "--cluster-cidr",
+            "10.244.0.0/16",
+            "--cloud-provider",
+            "openstack",
+            "--cloud-config",
+            cloud_conf.to_str().unwrap(),
+            "--cloud-config",
+            ours.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("`router_id` is set both by [Route] router-id"),
+        "{stderr}"
+    );
 }

@@ -268,6 +268,16 @@ pub struct OpenStackConfig {
     /// The client-side request budget.
     #[serde(default)]
     pub rate_limit: RateLimitConfig,
+    /// A `clouds.yaml` whose entry fills the credentials, region and
+    /// interface left unset here (cloud.conf's `use-clouds` and
+    /// `clouds-file`). Empty: `OS_CLIENT_CONFIG_FILE`, then `./clouds.yaml`,
+    /// `~/.config/openstack/clouds.yaml`, `/etc/openstack/clouds.yaml`.
+    #[serde(default)]
+    pub clouds_file: Option<String>,
+    /// The entry of `clouds_file` to use (else `OS_CLOUD`, else the file's
+    /// only entry).
+    #[serde(default)]
+    pub cloud: Option<String>,
 }
 
 fn default_conflict_retries() -> u32 {
@@ -286,7 +296,11 @@ fn refuse_security_groups(text: &str) -> Result<(), ConfigError> {
         // Not a mapping: the typed parse reports it.
         return Ok(());
     };
-    for key in m.keys().filter_map(|k| k.as_str()) {
+    refuse_security_group_keys(m.keys().filter_map(|k| k.as_str()))
+}
+
+fn refuse_security_group_keys<'a>(keys: impl Iterator<Item = &'a str>) -> Result<(), ConfigError> {
+    for key in keys {
         let k = key.to_ascii_lowercase().replace('-', "_");
         if k.contains("security_group") {
             return Err(ConfigError::Invalid(format!(
@@ -339,6 +353,160 @@ impl OpenStackConfig {
             max_routes: None,
             request_timeout_seconds: default_timeout(),
             rate_limit: RateLimitConfig::default(),
+            clouds_file: None,
+            cloud: None,
+        }
+    }
+
+    /// Builds the configuration from an already parsed document (our YAML
+    /// joined with a translated `cloud.conf`), reads the `clouds.yaml` it
+    /// names (file I/O), fills secrets from the environment and validates.
+    pub fn from_value(value: serde_json::Value) -> Result<Self, ConfigError> {
+        if let serde_json::Value::Object(m) = &value {
+            refuse_security_group_keys(m.keys().map(String::as_str))?;
+        }
+        let mut c: Self =
+            serde_json::from_value(value).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        let env = |k: &str| std::env::var(k).ok();
+        c.fill_from_clouds_yaml(&env)?;
+        c.fill_from_env(env);
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Fills what is unset from the `clouds.yaml` entry `clouds_file` and
+    /// `cloud` name, when `clouds_file` is set (explicit keys win, as in the
+    /// openstack-cloud-controller-manager).
+    pub fn fill_from_clouds_yaml(
+        &mut self,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<(), ConfigError> {
+        let Some(named) = &self.clouds_file else {
+            return Ok(());
+        };
+        let path = if named.is_empty() {
+            let home = env("HOME").map(|h| format!("{h}/.config/openstack/clouds.yaml"));
+            env("OS_CLIENT_CONFIG_FILE")
+                .into_iter()
+                .chain(["clouds.yaml".to_string()])
+                .chain(home)
+                .chain(["/etc/openstack/clouds.yaml".to_string()])
+                .find(|p| Path::new(p).is_file())
+                .ok_or_else(|| {
+                    ConfigError::Invalid(
+                        "use-clouds: no clouds.yaml found (OS_CLIENT_CONFIG_FILE, ./clouds.yaml, ~/.config/openstack/clouds.yaml, /etc/openstack/clouds.yaml); set clouds-file".into(),
+                    )
+                })?
+        } else {
+            named.clone()
+        };
+        let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read {
+            path: PathBuf::from(&path),
+            source,
+        })?;
+        let doc: serde_json::Value = serde_yaml_ng::from_str(&text)
+            .map_err(|e| ConfigError::Parse(format!("{path}: {e}")))?;
+        let clouds = doc
+            .get("clouds")
+            .and_then(|c| c.as_object())
+            .ok_or_else(|| ConfigError::Invalid(format!("{path} has no `clouds:` mapping")))?;
+        let name = match self.cloud.clone().or_else(|| env("OS_CLOUD")) {
+            Some(n) => n,
+            None if clouds.len() == 1 => clouds.keys().next().cloned().unwrap_or_default(),
+            None => {
+                return Err(ConfigError::Invalid(format!(
+                    "{path} holds several clouds ({}); name one with cloud (or OS_CLOUD)",
+                    clouds.keys().cloned().collect::<Vec<_>>().join(", ")
+                )));
+            }
+        };
+        let entry = clouds
+            .get(&name)
+            .ok_or_else(|| ConfigError::Invalid(format!("{path} has no cloud named {name:?}")))?;
+        self.fill_from_cloud_entry(entry);
+        Ok(())
+    }
+
+    fn fill_from_cloud_entry(&mut self, entry: &serde_json::Value) {
+        let text = |v: Option<&serde_json::Value>| match v {
+            Some(serde_json::Value::String(s)) if !s.is_empty() => Some(s.clone()),
+            Some(serde_json::Value::Number(n)) => Some(n.to_string()),
+            _ => None,
+        };
+        let auth = entry.get("auth");
+        let from = |keys: &[&str]| keys.iter().find_map(|k| text(auth.and_then(|a| a.get(*k))));
+        let a = &mut self.auth;
+        let fill = |field: &mut String, keys: &[&str]| {
+            if field.is_empty()
+                && let Some(v) = from(keys)
+            {
+                *field = v;
+            }
+        };
+        fill(&mut a.auth_url, &["auth_url"]);
+        fill(&mut a.username, &["username"]);
+        fill(&mut a.user_id, &["user_id"]);
+        fill(&mut a.project_name, &["project_name", "tenant_name"]);
+        fill(&mut a.project_id, &["project_id", "tenant_id"]);
+        fill(
+            &mut a.user_domain_name,
+            &["user_domain_name", "domain_name"],
+        );
+        fill(&mut a.user_domain_id, &["user_domain_id", "domain_id"]);
+        fill(
+            &mut a.project_domain_name,
+            &["project_domain_name", "domain_name"],
+        );
+        fill(
+            &mut a.project_domain_id,
+            &["project_domain_id", "domain_id"],
+        );
+        fill(
+            &mut a.application_credential_id,
+            &["application_credential_id"],
+        );
+        fill(
+            &mut a.application_credential_name,
+            &["application_credential_name"],
+        );
+        if a.password.is_empty()
+            && let Some(p) = from(&["password"])
+        {
+            a.password = Secret::new(p);
+        }
+        if a.application_credential_secret.is_empty()
+            && let Some(p) = from(&["application_credential_secret"])
+        {
+            a.application_credential_secret = Secret::new(p);
+        }
+        if self.region_name.is_empty()
+            && let Some(r) = text(entry.get("region_name"))
+        {
+            self.region_name = r;
+        }
+        if self.interface == Interface::Public
+            && let Some(i) = text(entry.get("interface"))
+        {
+            self.interface = match i.as_str() {
+                "internal" => Interface::Internal,
+                "admin" => Interface::Admin,
+                _ => Interface::Public,
+            };
+        }
+        if self.cacert.is_none()
+            && let Some(c) = text(entry.get("cacert"))
+        {
+            self.cacert = Some(PathBuf::from(c));
+        }
+        if entry.get("verify") == Some(&serde_json::Value::Bool(false)) {
+            self.insecure = true;
+        }
+        let a = &self.auth;
+        if self.auth_type == AuthType::Password
+            && a.password.is_empty()
+            && !(a.application_credential_id.is_empty() && a.application_credential_name.is_empty())
+        {
+            self.auth_type = AuthType::V3ApplicationCredential;
         }
     }
 
@@ -348,7 +516,9 @@ impl OpenStackConfig {
         refuse_security_groups(text)?;
         let mut c: Self =
             serde_yaml_ng::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
-        c.fill_from_env(|k| std::env::var(k).ok());
+        let env = |k: &str| std::env::var(k).ok();
+        c.fill_from_clouds_yaml(&env)?;
+        c.fill_from_env(env);
         c.validate()?;
         Ok(c)
     }
@@ -502,6 +672,48 @@ rate_limit: { requests_per_second: 2, burst: 4 }
         let dbg = format!("{c:?}");
         assert!(!dbg.contains("hunter2"), "{dbg}");
         assert!(dbg.contains("<redacted>"), "{dbg}");
+    }
+
+    #[test]
+    fn a_clouds_yaml_entry_fills_what_the_config_leaves_unset() {
+        let dir = std::env::temp_dir().join(format!("crc-clouds-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("clouds.yaml");
+        std::fs::write(
+            &file,
+            "clouds:\n  prod:\n    auth:\n      auth_url: https://keystone.example.com/v3\n      \
+             application_credential_id: ac1\n      application_credential_secret: s3cret\n    \
+             region_name: RegionTwo\n    interface: internal\n    verify: false\n  \
+             other:\n    auth: {auth_url: https://elsewhere}\n",
+        )
+        .unwrap();
+        let env = |_: &str| None;
+        let mut c: OpenStackConfig = serde_yaml_ng::from_str(&format!(
+            "clouds_file: {}\ncloud: prod\nregion_name: Explicit\nrouter_id: r\n",
+            file.display()
+        ))
+        .unwrap();
+        c.fill_from_clouds_yaml(&env).unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.auth_type, AuthType::V3ApplicationCredential);
+        assert_eq!(c.auth.auth_url, "https://keystone.example.com/v3");
+        assert_eq!(c.auth.application_credential_secret.expose(), "s3cret");
+        assert_eq!(
+            c.region_name, "Explicit",
+            "an explicit key wins over clouds.yaml"
+        );
+        assert_eq!(c.interface, Interface::Internal);
+        assert!(c.insecure);
+        // Two clouds and no name: refused with the names.
+        let mut c: OpenStackConfig =
+            serde_yaml_ng::from_str(&format!("clouds_file: {}\nrouter_id: r\n", file.display()))
+                .unwrap();
+        let e = c.fill_from_clouds_yaml(&env).unwrap_err().to_string();
+        assert!(e.contains("other, prod"), "{e}");
+        c.cloud = Some("missing".into());
+        let e = c.fill_from_clouds_yaml(&env).unwrap_err().to_string();
+        assert!(e.contains("no cloud named \"missing\""), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

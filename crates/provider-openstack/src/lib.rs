@@ -42,6 +42,7 @@
 
 pub mod config;
 pub mod index;
+pub mod native;
 #[cfg(feature = "testing")]
 pub mod testing;
 

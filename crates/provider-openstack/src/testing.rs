@@ -19,7 +19,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
 
+pub mod keystone;
 pub mod proxy;
+pub use keystone::Keystone;
 pub use proxy::Proxy;
 
 /// A running neutron-server.
