@@ -141,8 +141,15 @@ pub async fn build(
         }
         #[cfg(feature = "gce")]
         "gce" => {
-            let cfg: provider_gce::GceConfig = read_config(config)?.context(
-                "--cloud-provider gce needs --cloud-config (at least `project` and `network`)",
+            let cfg: provider_gce::GceConfig = joined_config(
+                name,
+                configs,
+                provider_gce::native::is_ccm_config,
+                |text| Ok(provider_gce::native::from_ccm_config(text)?),
+                None,
+            )?
+            .context(
+                "--cloud-provider gce needs --cloud-config (cloud-provider-gcp's gce.conf with project-id and network-name, or this controller's YAML with at least `project` and `network`)",
             )?;
             let cloud = provider_gce::GceRoutes::connect(cfg)
                 .await

@@ -447,3 +447,129 @@ async fn a_node_on_an_instance_without_can_ip_forward_keeps_its_route_and_reads_
     );
     eprintln!("gce forwarding: took {:?}", t0.elapsed());
 }
+
+/// Writes cloud-provider-gcp's own `gce.conf`, shaped like the one
+/// cluster/gce's configure-helper writes for a control plane, pointed at the
+/// fake through `api-endpoint` (upstream's compute base path).
+fn write_gce_conf(dir: &TempDir, fake: &FakeGce) -> std::path::PathBuf {
+    let config = dir.path().join("gce.conf");
+    std::fs::write(
+        &config,
+        format!(
+            "[global]\n\
+             project-id = {}\n\
+             network-name = {NETWORK}\n\
+             subnetwork-name = k8s-subnet\n\
+             node-tags = k8s-node\n\
+             node-instance-prefix = gce\n\
+             multizone = true\n\
+             local-zone = {ZONE}\n\
+             api-endpoint = {}/compute/v1/\n\
+             token-url = nil\n\
+             alpha-features = ILBSubsets\n",
+            fake.project(),
+            fake.endpoint(),
+        ),
+    )
+    .expect("write the test fixture file");
+    config
+}
+
+#[tokio::test]
+async fn a_gce_conf_of_cloud_provider_gcp_routes_nodes_with_our_yaml_beside_it() {
+    let c = TestCluster::acquire().await.unwrap();
+    let fake = FakeGce::start(FakeConfig::default()).await.unwrap();
+    fake.add_network(NETWORK, false);
+    for i in 0..3 {
+        fake.add_instance(ZONE, &format!("gce-{i}"));
+    }
+    let dir = TempDir::new("gce-native");
+    let gce_conf = write_gce_conf(&dir, &fake);
+    // What gce.conf cannot say: the fake takes no credentials, and its
+    // operations end at once.
+    let yaml = dir.path().join("ours.yaml");
+    std::fs::write(&yaml, "anonymous: true\noperation_poll_min_ms: 100\n")
+        .expect("write the test fixture file");
+    let ctl = Controller::start(
+        c.kubeconfig_path(),
+        dir.path(),
+        "controller",
+        &[
+            "--cluster-cidr",
+            "10.244.0.0/16",
+            "--cloud-provider",
+            "gce",
+            "--cloud-config",
+            gce_conf.to_str().unwrap(),
+            "--cloud-config",
+            yaml.to_str().unwrap(),
+            "--leader-elect=false",
+            "--metrics-bind-address",
+            "0",
+        ],
+    );
+    for i in 0..3 {
+        c.create_node(&node(&fake, i)).await.unwrap();
+    }
+    wait_until(
+        Duration::from_secs(30),
+        "the three Nodes routed in the gce.conf's network",
+        || async { (destinations(&ours(&fake)) == expect(0..3)).then_some(()) },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
+    for r in ours(&fake) {
+        let i: usize = r.name["kubernetes-10-244-".len()..]
+            .split('-')
+            .next()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("route name {}", r.name));
+        assert_eq!(
+            r.next_hop_instance.as_deref(),
+            Some(fake.instance_url(ZONE, &format!("gce-{i}")).as_str()),
+            "{r:?}"
+        );
+    }
+    let log = ctl.log_text();
+    // The keys only load balancers and zones use are named once, as
+    // having no effect here.
+    for key in ["node-tags = k8s-node", "subnetwork-name", "local-zone"] {
+        assert_eq!(log.matches(key).count(), 1, "{key}: {log}");
+    }
+    assert_eq!(ctl.stop(), Some(0), "{log}");
+}
+
+#[tokio::test]
+async fn a_key_set_in_gce_conf_and_in_our_yaml_stops_the_start_naming_both() {
+    let c = TestCluster::acquire().await.unwrap();
+    let fake = FakeGce::start(FakeConfig::default()).await.unwrap();
+    fake.add_network(NETWORK, false);
+    let dir = TempDir::new("gce-native-twice");
+    let gce_conf = write_gce_conf(&dir, &fake);
+    let yaml = dir.path().join("ours.yaml");
+    std::fs::write(&yaml, "anonymous: true\nnetwork: other-net\n")
+        .expect("write the test fixture file");
+    let run = tokio::process::Command::new(common::binary())
+        .arg("--kubeconfig")
+        .arg(c.kubeconfig_path())
+        .args(["--cluster-cidr", "10.244.0.0/16", "--cloud-provider", "gce"])
+        .args(["--leader-elect=false", "--metrics-bind-address", "0"])
+        .arg("--cloud-config")
+        .arg(&gce_conf)
+        .arg("--cloud-config")
+        .arg(&yaml)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("the controller exits by itself")
+        .expect("run the controller");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(
+            "`network` is set both by [global] network-name in the cloud-provider-gcp gce.conf file and in the YAML file"
+        ) && stderr.contains(yaml.to_str().unwrap()),
+        "{stderr}"
+    );
+    assert_eq!(fake.total(), 0, "{:?}", fake.requests());
+}

@@ -46,6 +46,7 @@ mod error;
 #[cfg(feature = "testing")]
 pub mod fake;
 mod forwarding;
+pub mod native;
 pub mod permissions;
 
 use std::collections::HashMap;
