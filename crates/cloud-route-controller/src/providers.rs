@@ -100,8 +100,19 @@ pub async fn build(
         }
         #[cfg(feature = "hcloud")]
         "hcloud" => {
-            let cfg: provider_hcloud::HcloudConfig = read_config(config)?.context(
-                "--cloud-provider hcloud needs --cloud-config (at least `network: <id or name>`)",
+            // hcloud-cloud-controller-manager has no file, only its
+            // environment (HCLOUD_NETWORK, HCLOUD_ENDPOINT, ...): every
+            // --cloud-config is ours, and the environment is the native side.
+            let env = provider_hcloud::native::from_ccm_env(&|k| std::env::var(k).ok())?;
+            let cfg: Option<provider_hcloud::HcloudConfig> = joined_config(
+                name,
+                configs,
+                |_| false,
+                |_| bail!("hcloud-cloud-controller-manager has no config file to translate"),
+                env,
+            )?;
+            let cfg = cfg.filter(|c| !c.network.trim().is_empty()).context(
+                "--cloud-provider hcloud needs --cloud-config (at least `network: <id or name>`) or HCLOUD_NETWORK, as hcloud-cloud-controller-manager reads it",
             )?;
             let cloud = provider_hcloud::HcloudRoutes::from_config(cfg)
                 .context("--cloud-config for the hcloud provider")?

@@ -405,3 +405,170 @@ async fn a_dual_stack_cluster_with_ipv6_switched_off_routes_ipv4_only_and_says_s
     );
     assert_eq!(ctl.stop(), Some(0), "{log}");
 }
+
+/// Starts the binary with no `--cloud-config` (unless `config` is given)
+/// and `env` added: the env block hcloud-cloud-controller-manager's chart
+/// and manifests set.
+fn start_with_ccm_env(
+    c: &test_cluster::ClusterGuard,
+    dir: &TempDir,
+    name: &str,
+    config: Option<&std::path::Path>,
+    env: &[(&str, &str)],
+) -> Controller {
+    let mut args = vec![
+        "--cluster-cidr",
+        "10.244.0.0/16",
+        "--cloud-provider",
+        "hcloud",
+        "--leader-elect=false",
+        "--metrics-bind-address",
+        "0",
+    ];
+    if let Some(config) = config {
+        args.extend(["--cloud-config", config.to_str().expect("utf-8 path")]);
+    }
+    Controller::start_with_env(c.kubeconfig_path(), dir.path(), name, &args, env)
+}
+
+/// Waits up to 30 s for the process to exit by itself; its exit code.
+fn exit_code(ctl: &mut Controller) -> Option<i32> {
+    for _ in 0..600 {
+        if let Ok(Some(s)) = ctl.child.try_wait() {
+            return s.code();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("still running after 30 s:\n{}", ctl.log_text());
+}
+
+// Issue 26: the Secret and env block of hcloud-cloud-controller-manager's
+// Deployment (deploy/ccm-networks.yaml: HCLOUD_TOKEN from the Secret,
+// HCLOUD_NETWORK; HCLOUD_ENDPOINT for another API) configure the controller
+// without a file; the network is named once by name and once by id.
+#[tokio::test]
+async fn the_ccms_env_block_alone_routes_nodes_with_the_network_by_name_or_id() {
+    let c = TestCluster::acquire().await.unwrap();
+    let fake = FakeHcloud::start(FakeConfig::default()).await.unwrap();
+    fake.add_network(NETWORK, "k8s-env", "10.0.0.0/8", &["10.0.0.0/16"]);
+    for i in 0..4u64 {
+        fake.add_server(
+            300 + i,
+            &format!("env-{i}"),
+            NETWORK,
+            &format!("10.0.3.{}", i + 2),
+        );
+    }
+    let dir = TempDir::new("hcloud-env");
+    let token = fake.token();
+    let endpoint = fake.base_url();
+    let node = |i: u64| {
+        TestNode::new(format!("env-{i}"))
+            .pod_cidrs([format!("10.244.{}.0/24", 200 + i)])
+            .internal_ip(format!("10.0.3.{}", i + 2))
+            .provider_id(format!("hcloud://{}", 300 + i))
+    };
+    for i in 0..2 {
+        c.create_node(&node(i)).await.unwrap();
+    }
+    let routed = |n: usize| {
+        let fake = &fake;
+        async move { (fake.routes(NETWORK).len() == n).then_some(()) }
+    };
+
+    for (run, network, nodes) in [("by-name", "k8s-env", 2usize), ("by-id", "4711", 4)] {
+        let ctl = start_with_ccm_env(
+            &c,
+            &dir,
+            run,
+            None,
+            &[
+                ("HCLOUD_TOKEN", &token),
+                ("HCLOUD_NETWORK", network),
+                ("HCLOUD_ENDPOINT", &endpoint),
+            ],
+        );
+        if nodes == 4 {
+            for i in 2..4 {
+                c.create_node(&node(i)).await.unwrap();
+            }
+        }
+        wait_until(
+            Duration::from_secs(60),
+            &format!("{nodes} routes, network {network}"),
+            || routed(nodes),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
+        let log = ctl.log_text();
+        assert!(
+            log.contains("hcloud-cloud-controller-manager environment")
+                && log.contains("HCLOUD_NETWORK"),
+            "the log names where the configuration came from: {log}"
+        );
+        assert_eq!(ctl.stop(), Some(0), "{log}");
+    }
+    let mut routes = fake.routes(NETWORK);
+    routes.sort();
+    let want: Vec<(String, String)> = (0..4)
+        .map(|i| {
+            (
+                format!("10.244.{}.0/24", 200 + i),
+                format!("10.0.3.{}", i + 2),
+            )
+        })
+        .collect();
+    assert_eq!(routes, want);
+    assert_eq!(fake.count("add_route"), 4, "each route created once");
+    assert_eq!(fake.count("delete_route"), 0);
+}
+
+#[tokio::test]
+async fn hcloud_network_beside_a_yaml_network_or_with_routes_switched_off_refuses_to_start() {
+    let c = TestCluster::acquire().await.unwrap();
+    let fake = FakeHcloud::start(FakeConfig::default()).await.unwrap();
+    fake.add_network(NETWORK, "k8s", "10.0.0.0/8", &["10.0.0.0/16"]);
+    let dir = TempDir::new("hcloud-env-both");
+    let config = write_config(&dir, &fake);
+    let token = fake.token();
+    let endpoint = fake.base_url();
+
+    // HCLOUD_NETWORK and a YAML `network`: which one would win is not
+    // guessed.
+    let mut ctl = start_with_ccm_env(
+        &c,
+        &dir,
+        "both",
+        Some(&config),
+        &[("HCLOUD_TOKEN", &token), ("HCLOUD_NETWORK", "k8s")],
+    );
+    let code = exit_code(&mut ctl);
+    let log = ctl.log_text();
+    assert!(code.is_some_and(|c| c != 0), "{code:?}: {log}");
+    assert!(
+        log.contains("`network` is set both by HCLOUD_NETWORK"),
+        "the message names the key and the variable: {log}"
+    );
+
+    // The CCM's own switch for routes, copied along with the rest.
+    let mut ctl = start_with_ccm_env(
+        &c,
+        &dir,
+        "routes-off",
+        None,
+        &[
+            ("HCLOUD_TOKEN", &token),
+            ("HCLOUD_NETWORK", "k8s"),
+            ("HCLOUD_ENDPOINT", &endpoint),
+            ("HCLOUD_NETWORK_ROUTES_ENABLED", "false"),
+        ],
+    );
+    let code = exit_code(&mut ctl);
+    let log = ctl.log_text();
+    assert!(code.is_some_and(|c| c != 0), "{code:?}: {log}");
+    assert!(
+        log.contains("routes are switched off in this environment"),
+        "{log}"
+    );
+    assert_eq!(fake.total(), 0, "nothing reached the API: {log}");
+}

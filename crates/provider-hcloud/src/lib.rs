@@ -30,6 +30,7 @@ mod client;
 pub mod config;
 #[cfg(feature = "testing")]
 pub mod fake;
+pub mod native;
 pub mod permissions;
 mod schema;
 
