@@ -563,3 +563,101 @@ async fn a_source_dest_check_turned_back_on_behind_the_controllers_back_is_repai
     let text = ctl.log_text();
     assert_eq!(ctl.stop(), Some(0), "{text}");
 }
+
+/// cloud-provider-aws's own INI, as an operator running the AWS
+/// cloud-controller-manager off AWS has it (`Zone`, `VPC`, `SubnetID`,
+/// `KubernetesClusterID`, a `RoleARN`, load-balancer keys, and
+/// `[ServiceOverride]` sections pointing EC2 and STS at private endpoints):
+/// the table is found by `KubernetesClusterID`'s tag although
+/// `--cluster-name` says something else, the role is assumed once through
+/// STS, and the Nodes are routed with the assumed credentials.
+#[tokio::test]
+async fn the_aws_ccms_ini_config_routes_nodes_with_the_assumed_role() {
+    let c = TestCluster::acquire().await.unwrap();
+    let endpoint = moto_endpoint().await.unwrap();
+    let ec2 = client(&endpoint).await;
+    let cluster = unique_cluster("ini");
+    let net = create_network(&ec2, "10.33.0.0/16", Some(&cluster))
+        .await
+        .unwrap();
+    let instances = run_instances(&ec2, &net, 2).await.unwrap();
+    for (i, inst) in instances.iter().enumerate() {
+        c.create_node(
+            &TestNode::new(format!("ini-{i}"))
+                .pod_cidrs([format!("10.244.{}.0/24", 150 + i)])
+                .internal_ip(format!("10.33.0.{}", 10 + i))
+                .provider_id(&inst.provider_id),
+        )
+        .await
+        .unwrap();
+    }
+    let proxy = Proxy::start(&endpoint).await.unwrap();
+    let dir = TempDir::new("aws-ini");
+    let ini = dir.path().join("cloud.conf");
+    std::fs::write(
+        &ini,
+        format!(
+            "[Global]\nZone = us-east-1a\nVPC = {vpc}\nSubnetID = {subnet}\n\
+             KubernetesClusterID = {cluster}\nRoleARN = arn:aws:iam::123456789012:role/route-controller\n\
+             DisableSecurityGroupIngress = true\nNodeIPFamilies = ipv4\n\n\
+             [ServiceOverride \"1\"]\nService = ec2\nRegion = us-east-1\nURL = {url}\nSigningRegion = us-east-1\n\n\
+             [ServiceOverride \"2\"]\nService = sts\nRegion = us-east-1\nURL = {url}\nSigningRegion = us-east-1\n",
+            vpc = net.vpc_id,
+            subnet = net.subnet_id,
+            url = proxy.url(),
+        ),
+    )
+    .unwrap();
+    let ctl = Controller::start_with_env(
+        c.kubeconfig_path(),
+        dir.path(),
+        "controller",
+        &[
+            "--cluster-cidr",
+            "10.244.0.0/16",
+            "--cluster-name",
+            "kubernetes",
+            "--cloud-provider",
+            "aws",
+            "--cloud-config",
+            ini.to_str().unwrap(),
+            "--leader-elect=false",
+            "--metrics-bind-address",
+            "0",
+        ],
+        &[
+            ("AWS_ACCESS_KEY_ID", "testing"),
+            ("AWS_SECRET_ACCESS_KEY", "testing"),
+        ],
+    );
+    wait_until(
+        Duration::from_secs(120),
+        "2 routes in the table tagged for KubernetesClusterID",
+        || async {
+            let r = pod_routes(table_routes(&ec2, &net.route_table_id).await.ok()?);
+            (r.len() == 2).then_some(())
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
+    let r = pod_routes(table_routes(&ec2, &net.route_table_id).await.unwrap());
+    assert_eq!(
+        (r[0].0.as_str(), r[0].1.as_str()),
+        ("10.244.150.0/24", instances[0].id.as_str())
+    );
+    let counts = proxy.counts();
+    let n = |a: &str| counts.get(a).map_or(0, |c| c.requests);
+    assert_eq!(
+        n("AssumeRole"),
+        1,
+        "one AssumeRole, its credentials reused: {counts:?}"
+    );
+    assert_eq!(n("CreateRoute"), 2, "{counts:?}");
+    let log = ctl.log_text();
+    assert_eq!(ctl.stop(), Some(0), "{log}");
+    assert!(log.contains("cloud-provider-aws INI"), "{log}");
+    assert!(
+        log.contains("SubnetID"),
+        "the key without effect is named: {log}"
+    );
+}
