@@ -47,6 +47,7 @@ pub mod native;
 pub mod testing;
 
 mod client;
+pub mod permissions;
 mod ports;
 
 use std::collections::{HashMap, HashSet};
