@@ -5,7 +5,9 @@
 //! `deploy/`, and values that cannot work are refused with a clear message.
 //! Each way an operator gives the controller its cloud credentials (web
 //! identity, workload identity, a Secret) has an example whose rendering
-//! carries exactly what that mechanism reads.
+//! carries exactly what that mechanism reads; the AWS web identity and the
+//! Azure workload identity examples also run `plan` on exactly that
+//! environment against moto and the Azure fake.
 //!
 //! `helm` is built from its Go module by `scripts/build-gotool.sh helm`
 //! (once per machine; `scripts/test.sh` does it in its tools step).
@@ -618,6 +620,259 @@ fn each_credential_example_renders_exactly_what_its_mechanism_reads() {
         }
         binary_accepts(name, &args, &config, dir.path());
     }
+}
+
+/// The web identity example's variables and token, as the pod would see
+/// them, give the binary credentials through STS and nothing else: `plan`
+/// reads a route table that exists only in the account of the role the
+/// token was exchanged for (moto keeps accounts apart), and without the two
+/// variables it has no credentials at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_web_identity_example_gets_the_binary_its_credentials_from_sts() {
+    use provider_aws::testing::{Proxy, client, moto_endpoint};
+
+    let c = TestCluster::acquire()
+        .await
+        .expect("the local control plane");
+    let endpoint = moto_endpoint().await.expect("moto");
+    let proxy = Proxy::start(&endpoint).await.expect("the proxy");
+    let dir = TempDir::new("helm-web-identity");
+
+    let docs = yaml_docs(&template(&helm(), Some(&example("aws-web-identity"))));
+    let env = extra_env(&docs);
+    let value = |name: &str| -> String {
+        env.iter()
+            .find(|(n, _)| n == name)
+            .and_then(|(_, e)| e["value"].as_str())
+            .unwrap_or_else(|| panic!("no literal {name}"))
+            .to_string()
+    };
+    let role = value("AWS_ROLE_ARN");
+    // The table, made in the role's account (moto's account header).
+    let account = role
+        .strip_prefix("arn:aws:iam::")
+        .and_then(|r| r.split(':').next())
+        .expect("an IAM role ARN")
+        .to_string();
+    let ec2 = client(&endpoint).await;
+    let vpc = ec2
+        .create_vpc()
+        .cidr_block("10.48.0.0/16")
+        .customize()
+        .mutate_request({
+            let account = account.clone();
+            move |req| {
+                req.headers_mut()
+                    .insert("x-moto-account-id", account.clone());
+            }
+        })
+        .send()
+        .await
+        .expect("CreateVpc");
+    let table = ec2
+        .create_route_table()
+        .vpc_id(vpc.vpc().and_then(|v| v.vpc_id()).expect("a VPC id"))
+        .customize()
+        .mutate_request({
+            let account = account.clone();
+            move |req| {
+                req.headers_mut()
+                    .insert("x-moto-account-id", account.clone());
+            }
+        })
+        .send()
+        .await
+        .expect("CreateRouteTable");
+    let table = table
+        .route_table()
+        .and_then(|t| t.route_table_id())
+        .expect("a table id")
+        .to_string();
+    // The projected volume, at its mount path under the test's directory.
+    let mount = named(&container(&docs)["volumeMounts"], "aws-iam-token")["mountPath"]
+        .as_str()
+        .expect("a mount path")
+        .to_string();
+    let token_file = dir.path().join(
+        value("AWS_WEB_IDENTITY_TOKEN_FILE")
+            .strip_prefix(&format!("{mount}/"))
+            .expect("the token file is in the projected volume"),
+    );
+    let token = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJzeXN0ZW06c2VydmljZWFjY291bnQ6a3ViZS1zeXN0ZW06Y2xvdWQtcm91dGUtY29udHJvbGxlciJ9.c2ln";
+    std::fs::write(&token_file, token).expect("write the token");
+
+    // The example's cloud config, pointed at moto's table.
+    let mut config: Value =
+        serde_yaml_ng::from_str(&cloud_yaml(&docs)).expect("the example's config");
+    config["region"] = "us-east-1".into();
+    config["route_table_id"] = table.clone().into();
+    config["endpoint"] = proxy.url().into();
+    let config_file = dir.path().join("aws.yaml");
+    std::fs::write(&config_file, config.to_string()).expect("write the config");
+
+    let plan = |with_identity: bool| {
+        let mut cmd = tokio::process::Command::new(common::binary());
+        cmd.arg("plan")
+            .arg("--kubeconfig")
+            .arg(c.kubeconfig_path())
+            .args(["--cluster-cidr", "10.244.0.0/16", "--cloud-provider", "aws"])
+            .arg("--cloud-config")
+            .arg(&config_file)
+            // Nothing but what the pod has: no keys, no profile, no
+            // instance metadata.
+            .env_clear()
+            .env("HOME", dir.path())
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .env("AWS_ENDPOINT_URL_STS", proxy.url())
+            .env("RUST_LOG", "info")
+            .stdin(std::process::Stdio::null());
+        if with_identity {
+            cmd.env("AWS_ROLE_ARN", &role)
+                .env("AWS_WEB_IDENTITY_TOKEN_FILE", &token_file);
+        }
+        async move {
+            tokio::time::timeout(std::time::Duration::from_secs(120), cmd.output())
+                .await
+                .expect("plan finished within 120 s")
+                .expect("run plan")
+        }
+    };
+
+    let out = plan(true).await;
+    assert!(
+        out.status.success(),
+        "plan with the web identity failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = proxy.log();
+    let assumed = log
+        .iter()
+        .position(|r| r.action == "AssumeRoleWithWebIdentity")
+        .unwrap_or_else(|| panic!("no AssumeRoleWithWebIdentity in {log:?}"));
+    let decode = |v: &str| v.replace("%3A", ":").replace("%2F", "/");
+    assert_eq!(decode(log[assumed].param("RoleArn")), role);
+    assert_eq!(log[assumed].param("WebIdentityToken"), token);
+    assert!(
+        log[assumed..]
+            .iter()
+            .any(|r| r.action == "DescribeRouteTables"),
+        "the table was not read after the exchange: {log:?}"
+    );
+
+    let before = proxy.log().len();
+    let out = plan(false).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "plan without credentials succeeded");
+    assert!(
+        stderr.to_lowercase().contains("credential"),
+        "plan failed for another reason than credentials: {stderr}"
+    );
+    assert!(
+        proxy.log()[before..]
+            .iter()
+            .all(|r| r.action != "DescribeRouteTables" && r.action != "AssumeRoleWithWebIdentity"),
+        "requests without credentials: {stderr}"
+    );
+}
+
+/// The Azure workload identity example with what the webhook injects
+/// (AZURE_CLIENT_ID from the ServiceAccount's annotation, AZURE_TENANT_ID,
+/// AZURE_FEDERATED_TOKEN_FILE, AZURE_AUTHORITY_HOST) and nothing else: `plan`
+/// exchanges the projected token for an ARM token and reads the table on the
+/// fake; without AZURE_CLIENT_ID it stops with a message naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_azure_workload_identity_example_runs_on_what_the_webhook_injects() {
+    use provider_azure::fake::{FakeAzure, FakeConfig};
+
+    let c = TestCluster::acquire()
+        .await
+        .expect("the local control plane");
+    let docs = yaml_docs(&template(
+        &helm(),
+        Some(&example("azure-workload-identity")),
+    ));
+    let client_id = sa_annotations(&docs)["azure.workload.identity/client-id"]
+        .as_str()
+        .expect("the client id annotation")
+        .to_string();
+    let mut config: Value =
+        serde_yaml_ng::from_str(&cloud_yaml(&docs)).expect("the example's config");
+    let example_config = config.clone();
+    let text = |key: &str| {
+        example_config[key]
+            .as_str()
+            .unwrap_or_else(|| panic!("no {key} in the example"))
+            .to_string()
+    };
+    // The fake is the example's tenant, subscription and application.
+    let fake = FakeAzure::start(FakeConfig {
+        tenant: text("tenantId"),
+        subscription: text("subscriptionId"),
+        resource_group: text("resourceGroup"),
+        client_id: client_id.clone(),
+        ..FakeConfig::default()
+    })
+    .await
+    .expect("the fake starts");
+    fake.add_table(&text("routeTableName"));
+    // Only ARM's address changes; the authority comes from the environment.
+    config["resourceManagerEndpoint"] = fake.base_url().into();
+    let dir = TempDir::new("helm-azure-wi");
+    let config_file = dir.path().join("azure.json");
+    std::fs::write(&config_file, config.to_string()).expect("write the config");
+    let token_file = dir.path().join("azure-identity-token");
+    std::fs::write(&token_file, fake.config().federated_token).expect("write the token");
+
+    let plan = |with_client_id: bool| {
+        let mut cmd = tokio::process::Command::new(common::binary());
+        cmd.arg("plan")
+            .arg("--kubeconfig")
+            .arg(c.kubeconfig_path())
+            .args([
+                "--cluster-cidr",
+                "10.244.0.0/16",
+                "--cloud-provider",
+                "azure",
+            ])
+            .arg("--cloud-config")
+            .arg(&config_file)
+            .env_clear()
+            .env("AZURE_TENANT_ID", text("tenantId"))
+            .env("AZURE_FEDERATED_TOKEN_FILE", &token_file)
+            // The webhook's value ends with a slash.
+            .env("AZURE_AUTHORITY_HOST", format!("{}/", fake.base_url()))
+            .env("RUST_LOG", "info")
+            .stdin(std::process::Stdio::null());
+        if with_client_id {
+            cmd.env("AZURE_CLIENT_ID", &client_id);
+        }
+        async move {
+            tokio::time::timeout(std::time::Duration::from_secs(120), cmd.output())
+                .await
+                .expect("plan finished within 120 s")
+                .expect("run plan")
+        }
+    };
+
+    let out = plan(true).await;
+    assert!(
+        out.status.success(),
+        "plan with workload identity failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(fake.count_status("token", 200), 1, "{:?}", fake.answers());
+    assert!(
+        fake.count_status("get_table", 200) >= 1,
+        "{:?}",
+        fake.answers()
+    );
+
+    let before = fake.total();
+    let out = plan(false).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "plan without a client id succeeded");
+    assert!(stderr.contains("AZURE_CLIENT_ID"), "{stderr}");
+    assert_eq!(fake.total(), before, "requests without a client id");
 }
 
 #[test]
