@@ -461,3 +461,114 @@ async fn a_node_whose_nic_has_ip_forwarding_off_keeps_its_route_and_reads_forwar
     assert_eq!(ctl.stop(), Some(0), "{log}");
     eprintln!("azure forwarding: took {:?}", t0.elapsed());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ccms_own_azure_json_with_its_load_balancer_keys_routes_nodes() {
+    let c = TestCluster::acquire().await.expect("API server");
+    let fake = FakeAzure::start(FakeConfig::default())
+        .await
+        .expect("the fake starts");
+    fake.add_table(TABLE);
+    let dir = TempDir::new("azure-ccm-json");
+    // The fake's endpoints and credential, in a file shaped like the
+    // example of cloud-provider-azure's config page: `tenantID` spelled
+    // as there, the network's and the load balancer's keys beside the
+    // route table's.
+    let fakes: serde_json::Value =
+        serde_json::from_str(&fake.cloud_config(TABLE)).expect("the fake's azure.json");
+    let mut doc = serde_json::json!({
+        "cloud": "AzurePublicCloud",
+        "tenantID": fakes["tenantId"],
+        "subscriptionId": fakes["subscriptionId"],
+        "aadClientId": fakes["aadClientId"],
+        "aadClientSecret": fakes["aadClientSecret"],
+        "resourceGroup": fakes["resourceGroup"],
+        "location": fakes["location"],
+        "vmType": "standard",
+        "subnetName": "nodes",
+        "securityGroupName": "k8s-nsg",
+        "securityGroupResourceGroup": fakes["resourceGroup"],
+        "vnetName": "k8s-vnet",
+        "vnetResourceGroup": "",
+        "routeTableName": TABLE,
+        "routeTableResourceGroup": fakes["resourceGroup"],
+        "primaryAvailabilitySetName": "agentpool-as",
+        "cloudProviderBackoff": true,
+        "cloudProviderBackoffRetries": 6,
+        "cloudProviderRateLimit": true,
+        "cloudProviderRateLimitQPS": 10,
+        "cloudProviderRateLimitBucket": 100,
+        "useManagedIdentityExtension": false,
+        "userAssignedIdentityID": "",
+        "useInstanceMetadata": true,
+        "loadBalancerSku": "Standard",
+        "excludeMasterFromStandardLB": false,
+        "maximumLoadBalancerRuleCount": 250,
+        "routeUpdateIntervalInSeconds": 30,
+        "routeTableCacheTTLInSeconds": 120,
+        "cloudConfigType": "file",
+    });
+    // Where the fake listens (our keys: the CCM learns them from
+    // resourceManagerEndpoint's metadata), and its quick operations.
+    for key in [
+        "resourceManagerEndpoint",
+        "activeDirectoryAuthorityHost",
+        "imdsEndpoint",
+        "operationPollIntervalMs",
+        "operationPollMaxMs",
+    ] {
+        doc[key] = fakes[key].clone();
+    }
+    let cfg = dir.path().join("azure.json");
+    std::fs::write(
+        &cfg,
+        serde_json::to_string_pretty(&doc).expect("the azure.json"),
+    )
+    .expect("write the cloud config");
+    let ctl = Controller::start(
+        c.kubeconfig_path(),
+        dir.path(),
+        "controller",
+        &[
+            "--cluster-cidr",
+            "10.244.0.0/16",
+            "--cloud-provider",
+            "azure",
+            "--cloud-config",
+            cfg.to_str().expect("utf-8 path"),
+            "--leader-elect=false",
+            "--metrics-bind-address",
+            "0",
+        ],
+    );
+    for i in 0..3u32 {
+        c.create_node(
+            &TestNode::new(format!("az-{i}"))
+                .pod_cidrs([format!("10.244.{i}.0/24")])
+                .internal_ip(ip(i)),
+        )
+        .await
+        .expect("create the test Node");
+    }
+    wait_until(
+        Duration::from_secs(30),
+        "the three Nodes routed in the azure.json's table",
+        || async { (ours(&fake) == expect(0..3)).then_some(()) },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
+    let log = ctl.log_text();
+    // Keys of the route code upstream that do nothing here, one line each;
+    // the load balancer's named once; no value of the file in the log.
+    for said in [
+        "useInstanceMetadata: ",
+        "routeUpdateIntervalInSeconds: ",
+        "location: ",
+        "loadBalancerSku",
+    ] {
+        assert_eq!(log.matches(said).count(), 1, "{said}: {log}");
+    }
+    let secret = fakes["aadClientSecret"].as_str().expect("a secret");
+    assert!(!log.contains(secret), "{log}");
+    assert_eq!(ctl.stop(), Some(0), "{log}");
+}

@@ -4,9 +4,18 @@
 //! The keys are the Azure cloud provider's own (`azure.json`, camelCase:
 //! `tenantId`, `subscriptionId`, `resourceGroup`, `routeTableName`,
 //! `aadClientId`, ...), so the file the cloud-controller-manager already
-//! reads works here too. Keys this provider does not use (`loadBalancerSku`,
-//! `vnetName`, ...) are accepted and ignored; their names, never their values,
-//! are logged once at debug level.
+//! reads works here too, read the way it reads it
+//! (kubernetes-sigs/cloud-provider-azure `pkg/provider/config/azure.go`,
+//! `pkg/azclient/auth.go`, `cloud.go`): keys match in any case, as Go's
+//! `encoding/json` matches them (`tenantID` is `tenantId`); the workload
+//! identity webhook's `AZURE_TENANT_ID`, `AZURE_CLIENT_ID` and
+//! `AZURE_FEDERATED_TOKEN_FILE` win over the file; `cloud` is trimmed and
+//! read in any case, with upstream's aliases. Keys the route code has no use
+//! for (the load balancer's, `vnetName`, ...) are accepted; their names,
+//! never their values, are logged once when the file is read, with why for
+//! those that touch routes upstream. A credential setting that cannot be
+//! honoured here (a client certificate, a network tenant of its own, a
+//! managed identity named by resource ID) is refused, never dropped.
 //!
 //! Secrets (`aadClientSecret`, `AZURE_CLIENT_SECRET`, the federated token)
 //! live in a [`Secret`], whose `Debug` prints a placeholder.
@@ -94,34 +103,54 @@ pub enum ConfigError {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct AzureConfig {
-    /// `AzurePublicCloud` (default), `AzureChinaCloud` or
-    /// `AzureUSGovernmentCloud`: picks the default endpoints.
+    /// `AzurePublicCloud` (default; also `AzureCloud`), `AzureChinaCloud`
+    /// or `AzureUSGovernmentCloud` (also `AzureUSGovernment`), in any case
+    /// and trimmed: picks the default endpoints. A name upstream does not
+    /// know means the public cloud there and here, with a warning.
     pub cloud: String,
-    /// The Microsoft Entra tenant (else `AZURE_TENANT_ID`).
+    /// The Microsoft Entra tenant (`AZURE_TENANT_ID` wins when set).
     pub tenant_id: String,
-    /// The subscription holding the route table. `subscription` is
-    /// accepted too.
+    /// The cluster's subscription. `subscription` is accepted too.
     #[serde(alias = "subscription")]
     pub subscription_id: String,
+    /// The subscription holding the network resources, the route table
+    /// among them, when it is not `subscriptionId`.
+    #[serde(rename = "networkResourceSubscriptionID")]
+    pub network_resource_subscription_id: String,
+    /// The tenant of the network resources. Only the cluster's own tenant
+    /// is supported: a different one is refused (upstream then signs with
+    /// a second, auxiliary token, which this provider does not send).
+    #[serde(rename = "networkResourceTenantID")]
+    pub network_resource_tenant_id: String,
     /// The cluster's resource group.
     pub resource_group: String,
     /// The route table's resource group, when it is not `resourceGroup`.
     pub route_table_resource_group: String,
     /// The route table whose routes this controller manages.
     pub route_table_name: String,
-    /// The application (client) id (else `AZURE_CLIENT_ID`).
+    /// The application (client) id (`AZURE_CLIENT_ID` wins when set).
     pub aad_client_id: String,
     /// The client secret (else `AZURE_CLIENT_SECRET`).
     pub aad_client_secret: Secret,
+    /// A client certificate (PKCS#12). Not supported: refused when it is
+    /// the credential upstream would use.
+    pub aad_client_cert_path: String,
+    /// The certificate's password; read only to tell whether upstream would
+    /// use the certificate.
+    pub aad_client_cert_password: Secret,
+    /// Where upstream reads its config from: `file`, `secret` or `merge`
+    /// (its default). Only the file is read here, so `secret` is refused.
+    pub cloud_config_type: String,
     /// Authenticate with the VM's managed identity (IMDS).
     pub use_managed_identity_extension: bool,
     /// The client id of a user-assigned managed identity.
-    #[serde(rename = "userAssignedIdentityID", alias = "userAssignedIdentityId")]
+    #[serde(rename = "userAssignedIdentityID")]
     pub user_assigned_identity_id: String,
     /// Authenticate with workload identity: the projected service-account
-    /// token is exchanged for an ARM token.
+    /// token is exchanged for an ARM token. `AZURE_FEDERATED_TOKEN_FILE`
+    /// set turns it on too, as upstream.
     pub use_federated_workload_identity_extension: bool,
-    /// The projected token file (else `AZURE_FEDERATED_TOKEN_FILE`).
+    /// The projected token file (`AZURE_FEDERATED_TOKEN_FILE` wins when set).
     pub aad_federated_token_file: Option<PathBuf>,
     /// ARM's base URL (default from `cloud`; tests point it at the fake).
     pub resource_manager_endpoint: String,
@@ -171,6 +200,9 @@ pub struct AzureConfig {
     /// Every other key of `azure.json`: accepted, not used.
     #[serde(flatten, skip_serializing)]
     pub ignored: BTreeMap<String, serde_json::Value>,
+    /// What reading the file noticed (a key spelled twice), for [`AzureConfig::notes`].
+    #[serde(skip)]
+    pub read_notes: Vec<String>,
 }
 
 impl Default for AzureConfig {
@@ -179,11 +211,16 @@ impl Default for AzureConfig {
             cloud: "AzurePublicCloud".into(),
             tenant_id: String::new(),
             subscription_id: String::new(),
+            network_resource_subscription_id: String::new(),
+            network_resource_tenant_id: String::new(),
             resource_group: String::new(),
             route_table_resource_group: String::new(),
             route_table_name: String::new(),
             aad_client_id: String::new(),
             aad_client_secret: Secret::default(),
+            aad_client_cert_path: String::new(),
+            aad_client_cert_password: Secret::default(),
+            cloud_config_type: String::new(),
             use_managed_identity_extension: false,
             user_assigned_identity_id: String::new(),
             use_federated_workload_identity_extension: false,
@@ -205,6 +242,7 @@ impl Default for AzureConfig {
             cloud_provider_rate_limit_qps_write: 10.0,
             cloud_provider_rate_limit_bucket_write: 200,
             ignored: BTreeMap::new(),
+            read_notes: Vec::new(),
         }
     }
 }
@@ -237,6 +275,150 @@ pub enum Credential {
     },
 }
 
+/// Every key of this schema as `azure.json` spells it, so a key written in
+/// another case (`tenantID`, `TenantId`) is matched as upstream's Go
+/// `encoding/json` matches it.
+pub const KEYS: &[&str] = &[
+    "cloud",
+    "tenantId",
+    "subscriptionId",
+    "subscription",
+    "networkResourceSubscriptionID",
+    "networkResourceTenantID",
+    "resourceGroup",
+    "routeTableResourceGroup",
+    "routeTableName",
+    "aadClientId",
+    "aadClientSecret",
+    "aadClientCertPath",
+    "aadClientCertPassword",
+    "cloudConfigType",
+    "useManagedIdentityExtension",
+    "userAssignedIdentityID",
+    "useFederatedWorkloadIdentityExtension",
+    "aadFederatedTokenFile",
+    "resourceManagerEndpoint",
+    "activeDirectoryAuthorityHost",
+    "imdsEndpoint",
+    "ipv6DualStackEnabled",
+    "nodeSubnets",
+    "maxRoutes",
+    "maxConflictRetries",
+    "requestTimeoutSeconds",
+    "operationPollIntervalMs",
+    "operationPollMaxMs",
+    "operationTimeoutSeconds",
+    "apiVersion",
+    "cloudProviderRateLimitQPS",
+    "cloudProviderRateLimitBucket",
+    "cloudProviderRateLimitQPSWrite",
+    "cloudProviderRateLimitBucketWrite",
+];
+
+/// Keys upstream's route code reads that have no effect here, with why
+/// (cloud-provider-azure `pkg/provider/azure_routes.go`,
+/// `pkg/provider/config/azure.go`).
+pub const ROUTE_KEYS_WITHOUT_EFFECT: &[(&str, &str)] = &[
+    (
+        "routeUpdateIntervalInSeconds",
+        "changes are written as one table PUT per reconcile pass, not on a timer of their own",
+    ),
+    (
+        "routeUpdateWaitingInSeconds",
+        "changes are written as one table PUT per reconcile pass, not on a timer of their own",
+    ),
+    (
+        "routeTableCacheTTLInSeconds",
+        "the table is read as the reconcile mode says, not from a cache with a TTL",
+    ),
+    (
+        "location",
+        "upstream creates a missing route table there; this controller never creates the table, it must exist",
+    ),
+    (
+        "tags",
+        "upstream tags the route table; this controller never changes the table's tags",
+    ),
+    (
+        "tagsMap",
+        "upstream tags the route table; this controller never changes the table's tags",
+    ),
+    (
+        "systemTags",
+        "upstream tags the route table; this controller never changes the table's tags",
+    ),
+    (
+        "useInstanceMetadata",
+        "the next hop is each Node's InternalIP from its status, not read from the VM",
+    ),
+    (
+        "vmType",
+        "the next hop is each Node's InternalIP from its status, not read from the VM or scale set",
+    ),
+    (
+        "vnetName",
+        "the route code does not use it (upstream neither)",
+    ),
+    (
+        "vnetResourceGroup",
+        "the route code does not use it (upstream neither)",
+    ),
+    (
+        "subnetName",
+        "the route code does not use it (upstream neither)",
+    ),
+    (
+        "cloudProviderRateLimit",
+        "the client-side budgets (cloudProviderRateLimitQPS and the rest) always apply here",
+    ),
+];
+
+/// Upstream reads the endpoints of another cloud from the file this
+/// variable names (`pkg/azclient/cloud.go`).
+pub const ENVIRONMENT_FILEPATH: &str = "AZURE_ENVIRONMENT_FILEPATH";
+
+/// The cloud `cloud` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AzureCloud {
+    /// `AzurePublicCloud`, `AzureCloud`, empty, or a name upstream does not
+    /// know (it falls back to the public cloud too).
+    Public,
+    /// `AzureChinaCloud`.
+    China,
+    /// `AzureUSGovernment` or `AzureUSGovernmentCloud`.
+    UsGovernment,
+}
+
+impl AzureCloud {
+    /// `cloud` as upstream reads it (trimmed, any case); `None` for a name
+    /// it does not know, which upstream takes for the public cloud.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name.trim().to_ascii_uppercase().as_str() {
+            "" | "AZUREPUBLICCLOUD" | "AZURECLOUD" => Some(Self::Public),
+            "AZURECHINACLOUD" => Some(Self::China),
+            "AZUREUSGOVERNMENT" | "AZUREUSGOVERNMENTCLOUD" => Some(Self::UsGovernment),
+            _ => None,
+        }
+    }
+}
+
+/// The environment, as a lookup (tests pass their own).
+pub type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+fn process_env(var: &str) -> Option<String> {
+    std::env::var(var).ok()
+}
+
+fn set(v: Option<String>) -> Option<String> {
+    v.map(|v| v.trim().to_string()).filter(|v| !v.is_empty())
+}
+
+/// Upstream's order for the workload identity webhook's variables: the
+/// variable, when set, wins over the file.
+fn env_first(value: &str, var: &str, vars: Env<'_>) -> String {
+    set(vars(var)).unwrap_or_else(|| value.trim().to_string())
+}
+
 fn or_env(value: &str, var: &str) -> String {
     if value.trim().is_empty() {
         std::env::var(var).unwrap_or_default()
@@ -245,21 +427,128 @@ fn or_env(value: &str, var: &str) -> String {
     }
 }
 
+/// Renames every top-level key that matches a key of [`KEYS`] in another
+/// case to that key's spelling. Two spellings of one key: the later wins,
+/// as in `encoding/json`, and a note says so.
+fn canonical_keys(
+    doc: serde_yaml_ng::Value,
+) -> Result<(serde_yaml_ng::Value, Vec<String>), ConfigError> {
+    use serde_yaml_ng::Value;
+    let map = match doc {
+        Value::Null => return Ok((Value::Mapping(Default::default()), Vec::new())),
+        Value::Mapping(m) => m,
+        _ => {
+            return Err(ConfigError::Parse(
+                "the Azure cloud config must be a mapping of keys (azure.json is one JSON object)"
+                    .into(),
+            ));
+        }
+    };
+    let mut out = serde_yaml_ng::Mapping::new();
+    let mut written: BTreeMap<String, String> = BTreeMap::new();
+    let mut notes = Vec::new();
+    for (k, v) in map {
+        let Value::String(key) = k else {
+            return Err(ConfigError::Parse(format!(
+                "a key of the Azure cloud config is not a string: {k:?}"
+            )));
+        };
+        let canonical = KEYS
+            .iter()
+            .find(|known| known.eq_ignore_ascii_case(&key))
+            .map_or_else(|| key.clone(), |k| (*k).to_string());
+        let folded = canonical.to_ascii_lowercase();
+        if let Some(first) = written.insert(folded.clone(), key.clone()) {
+            notes.push(format!(
+                "{first} and {key} are one key written twice; the later, {key}, is used (as upstream)"
+            ));
+            let stale: Vec<Value> = out
+                .keys()
+                .filter(|k| k.as_str().is_some_and(|s| s.eq_ignore_ascii_case(&folded)))
+                .cloned()
+                .collect();
+            for k in stale {
+                out.remove(&k);
+            }
+        }
+        out.insert(Value::String(canonical), v);
+    }
+    Ok((Value::Mapping(out), notes))
+}
+
 impl AzureConfig {
-    /// Reads a YAML or JSON file (`azure.json` is valid YAML).
+    /// Reads a YAML or JSON file (`azure.json` is valid YAML) and logs once
+    /// which of its keys have no effect here.
     pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.to_path_buf(),
             source,
         })?;
-        Self::from_yaml(&text)
+        let c = Self::from_yaml(&text)?;
+        let (route, other) = c.notes();
+        for note in route {
+            tracing::warn!(file = %path.display(), "{note}");
+        }
+        if !other.is_empty() {
+            // Names only: a value may be a secret.
+            tracing::info!(file = %path.display(), keys = ?other, "azure cloud config keys the route controller does not read (load balancer, node and other controllers' settings)");
+        }
+        Ok(c)
     }
 
-    /// Parses YAML or JSON text.
+    /// Parses YAML or JSON text, matching keys in any case.
     pub fn from_yaml(text: &str) -> Result<Self, ConfigError> {
-        let c: Self =
+        let doc: serde_yaml_ng::Value =
             serde_yaml_ng::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        let (doc, notes) = canonical_keys(doc)?;
+        let mut c: Self =
+            serde_yaml_ng::from_value(doc).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        c.read_notes = notes;
         Ok(c)
+    }
+
+    /// What the file says that has no effect here: notes on keys upstream's
+    /// route code reads (one line each, with why), and the names of the
+    /// other keys nothing here reads.
+    pub fn notes(&self) -> (Vec<String>, Vec<String>) {
+        let mut route = self.read_notes.clone();
+        if AzureCloud::from_name(&self.cloud).is_none() {
+            route.push(format!(
+                "cloud: {:?} is not a cloud upstream knows; the public cloud's endpoints are used, as upstream does",
+                self.cloud
+            ));
+        }
+        if self.cloud_config_type.trim().eq_ignore_ascii_case("merge") {
+            route.push(
+                "cloudConfigType: merge: only this file is read here, not upstream's Secret (--cloud-config-secret-name); give the merged result as the file"
+                    .into(),
+            );
+        }
+        let mut other = Vec::new();
+        for key in self.ignored.keys() {
+            match ROUTE_KEYS_WITHOUT_EFFECT
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(key))
+            {
+                Some((_, why)) => route.push(format!("{key}: {why}")),
+                None => other.push(key.clone()),
+            }
+        }
+        (route, other)
+    }
+
+    /// The cloud `cloud` names.
+    pub fn azure_cloud(&self) -> AzureCloud {
+        AzureCloud::from_name(&self.cloud).unwrap_or(AzureCloud::Public)
+    }
+
+    /// The subscription that holds the route table.
+    pub fn table_subscription(&self) -> &str {
+        if self.network_resource_subscription_id.trim().is_empty() {
+            self.subscription_id.trim()
+        } else {
+            self.network_resource_subscription_id.trim()
+        }
     }
 
     /// The route table's resource group.
@@ -274,10 +563,10 @@ impl AzureConfig {
     /// The ARM base URL without a trailing slash.
     pub fn arm_endpoint(&self) -> String {
         let e = if self.resource_manager_endpoint.trim().is_empty() {
-            match self.cloud.to_ascii_lowercase().as_str() {
-                "azurechinacloud" => "https://management.chinacloudapi.cn",
-                "azureusgovernmentcloud" => "https://management.usgovcloudapi.net",
-                _ => "https://management.azure.com",
+            match self.azure_cloud() {
+                AzureCloud::China => "https://management.chinacloudapi.cn",
+                AzureCloud::UsGovernment => "https://management.usgovcloudapi.net",
+                AzureCloud::Public => "https://management.azure.com",
             }
             .to_string()
         } else {
@@ -295,11 +584,12 @@ impl AzureConfig {
     pub fn authority_host(&self) -> String {
         let configured = or_env(&self.active_directory_authority_host, env::AUTHORITY_HOST);
         let h = if configured.is_empty() {
-            match self.cloud.to_ascii_lowercase().as_str() {
-                "azurechinacloud" => "https://login.chinacloudapi.cn".to_string(),
-                "azureusgovernmentcloud" => "https://login.microsoftonline.us".to_string(),
-                _ => "https://login.microsoftonline.com".to_string(),
+            match self.azure_cloud() {
+                AzureCloud::China => "https://login.chinacloudapi.cn",
+                AzureCloud::UsGovernment => "https://login.microsoftonline.us",
+                AzureCloud::Public => "https://login.microsoftonline.com",
             }
+            .to_string()
         } else {
             configured
         };
@@ -310,7 +600,7 @@ impl AzureConfig {
     pub fn table_path(&self) -> String {
         format!(
             "/subscriptions/{}/resourceGroups/{}/providers/Microsoft.Network/routeTables/{}",
-            self.subscription_id.trim(),
+            self.table_subscription(),
             self.table_resource_group().trim(),
             self.route_table_name.trim()
         )
@@ -323,13 +613,28 @@ impl AzureConfig {
 
     /// The credential the settings and the environment name.
     pub fn credential(&self) -> Result<Credential, ConfigError> {
-        let tenant = or_env(&self.tenant_id, env::TENANT_ID);
-        let client_id = or_env(&self.aad_client_id, env::CLIENT_ID);
-        if self.use_federated_workload_identity_extension {
-            let token_file = self
-                .aad_federated_token_file
-                .clone()
-                .or_else(|| std::env::var_os(env::FEDERATED_TOKEN_FILE).map(PathBuf::from))
+        self.credential_in(&process_env)
+    }
+
+    /// [`AzureConfig::credential`] with `env` as the environment. The order
+    /// is upstream's (`pkg/azclient/auth.go`): `AZURE_TENANT_ID` and
+    /// `AZURE_CLIENT_ID` win over the file, `AZURE_FEDERATED_TOKEN_FILE`
+    /// turns workload identity on; then workload identity, managed identity,
+    /// client secret, client certificate.
+    pub fn credential_in(&self, vars: Env<'_>) -> Result<Credential, ConfigError> {
+        let tenant = env_first(&self.tenant_id, env::TENANT_ID, vars);
+        let client_id = env_first(&self.aad_client_id, env::CLIENT_ID, vars);
+        let network_tenant = self.network_resource_tenant_id.trim();
+        if !network_tenant.is_empty() && !network_tenant.eq_ignore_ascii_case(&tenant) {
+            return Err(ConfigError::Invalid(format!(
+                "networkResourceTenantID {network_tenant:?} differs from tenantId {tenant:?}: a route table in another tenant (upstream's auxiliary token) is not supported here"
+            )));
+        }
+        let federated_file = set(vars(env::FEDERATED_TOKEN_FILE));
+        if self.use_federated_workload_identity_extension || federated_file.is_some() {
+            let token_file = federated_file
+                .map(PathBuf::from)
+                .or_else(|| self.aad_federated_token_file.clone())
                 .ok_or_else(|| {
                     ConfigError::Invalid(format!(
                         "workload identity needs aadFederatedTokenFile or {}",
@@ -346,15 +651,29 @@ impl AzureConfig {
         }
         if self.use_managed_identity_extension {
             let id = self.user_assigned_identity_id.trim();
+            if id.to_ascii_uppercase().contains("/SUBSCRIPTIONS/") {
+                return Err(ConfigError::Invalid(format!(
+                    "userAssignedIdentityID {id:?} is a resource ID; name the user-assigned identity by its client ID here"
+                )));
+            }
             return Ok(Credential::ManagedIdentity {
                 client_id: (!id.is_empty()).then(|| id.to_string()),
             });
         }
         let secret = if self.aad_client_secret.is_empty() {
-            Secret::new(std::env::var(env::CLIENT_SECRET).unwrap_or_default())
+            Secret::new(vars(env::CLIENT_SECRET).unwrap_or_default())
         } else {
             self.aad_client_secret.clone()
         };
+        if secret.is_empty()
+            && !self.aad_client_cert_path.trim().is_empty()
+            && !self.aad_client_cert_password.is_empty()
+        {
+            return Err(ConfigError::Invalid(
+                "aadClientCertPath: client-certificate credentials are not supported here; use aadClientSecret (or AZURE_CLIENT_SECRET), useManagedIdentityExtension or workload identity"
+                    .into(),
+            ));
+        }
         need(&tenant, "tenantId", env::TENANT_ID)?;
         need(&client_id, "aadClientId", env::CLIENT_ID)?;
         if secret.is_empty() {
@@ -410,7 +729,31 @@ impl AzureConfig {
                     .into(),
             ));
         }
-        self.credential().map(|_| ())
+        self.validate_in(&process_env)
+    }
+
+    /// The checks of [`AzureConfig::validate`] that read the environment.
+    pub fn validate_in(&self, vars: Env<'_>) -> Result<(), ConfigError> {
+        match self.cloud_config_type.trim().to_ascii_lowercase().as_str() {
+            "" | "file" | "merge" => {}
+            "secret" => {
+                return Err(ConfigError::Invalid(
+                    "cloudConfigType: secret: upstream reads its config from a Secret then; only the file is read here: give the Secret's cloud-config as the file and drop cloudConfigType"
+                        .into(),
+                ));
+            }
+            other => {
+                return Err(ConfigError::Invalid(format!(
+                    "cloudConfigType {other:?} is none of file, secret, merge"
+                )));
+            }
+        }
+        if set(vars(ENVIRONMENT_FILEPATH)).is_some() {
+            return Err(ConfigError::Invalid(format!(
+                "{ENVIRONMENT_FILEPATH} is set: the endpoints of a cloud described by a file (Azure Stack) are not read from it here; set resourceManagerEndpoint and activeDirectoryAuthorityHost in the config and unset the variable"
+            )));
+        }
+        self.credential_in(vars).map(|_| ())
     }
 }
 
@@ -490,5 +833,321 @@ mod tests {
             c.credential().unwrap(),
             Credential::WorkloadIdentity { .. }
         ));
+    }
+
+    /// An azure.json shaped like the example of cloud-provider-azure's
+    /// "Cloud Provider Config" page (`content/en/install/configs.md`):
+    /// credentials, the cluster's network, load-balancer settings.
+    const CCM_DOCS_SHAPE: &str = r#"{
+        "cloud": "AzurePublicCloud",
+        "tenantID": "00000000-0000-0000-0000-00000000000a",
+        "subscriptionId": "00000000-0000-0000-0000-00000000000b",
+        "aadClientId": "00000000-0000-0000-0000-00000000000c",
+        "aadClientSecret": "docs-secret-value",
+        "resourceGroup": "cluster-rg",
+        "location": "eastus",
+        "subnetName": "k8s-subnet",
+        "securityGroupName": "k8s-nsg",
+        "securityGroupResourceGroup": "cluster-rg",
+        "vnetName": "k8s-vnet",
+        "vnetResourceGroup": "",
+        "routeTableName": "k8s-routes",
+        "primaryAvailabilitySetName": "agentpool-as",
+        "cloudProviderBackoff": true,
+        "cloudProviderBackoffRetries": 6,
+        "cloudProviderBackoffDuration": 5,
+        "cloudProviderRateLimit": true,
+        "cloudProviderRateLimitQPS": 6,
+        "cloudProviderRateLimitBucket": 20,
+        "useManagedIdentityExtension": false,
+        "userAssignedIdentityID": "",
+        "useInstanceMetadata": true,
+        "loadBalancerSku": "Standard",
+        "excludeMasterFromStandardLB": false,
+        "maximumLoadBalancerRuleCount": 250,
+        "vmType": "vmss",
+        "routeUpdateIntervalInSeconds": 30,
+        "routeTableCacheTTLInSeconds": 120,
+        "tags": "owner=k8s",
+        "disableOutboundSNAT": false
+    }"#;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    fn read(text: &str) -> AzureConfig {
+        let c = AzureConfig::from_yaml(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+        c.validate_in(&no_env)
+            .unwrap_or_else(|e| panic!("{text}: {e}"));
+        c
+    }
+
+    #[test]
+    fn the_ccm_docs_azure_json_is_read_with_its_load_balancer_keys_named_and_never_their_values() {
+        let c = read(CCM_DOCS_SHAPE);
+        assert_eq!(c.tenant_id, "00000000-0000-0000-0000-00000000000a");
+        assert_eq!(
+            c.table_path(),
+            "/subscriptions/00000000-0000-0000-0000-00000000000b/resourceGroups/cluster-rg/providers/Microsoft.Network/routeTables/k8s-routes"
+        );
+        assert_eq!(c.cloud_provider_rate_limit_qps, 6.0);
+        assert_eq!(c.cloud_provider_rate_limit_bucket, 20);
+        assert!(matches!(
+            c.credential_in(&no_env).unwrap(),
+            Credential::ClientSecret { ref tenant, .. } if tenant == "00000000-0000-0000-0000-00000000000a"
+        ));
+        let (route, other) = c.notes();
+        for key in [
+            "location:",
+            "useInstanceMetadata:",
+            "vmType:",
+            "routeUpdateIntervalInSeconds:",
+            "routeTableCacheTTLInSeconds:",
+            "tags:",
+            "vnetName:",
+            "subnetName:",
+            "cloudProviderRateLimit:",
+        ] {
+            assert!(route.iter().any(|n| n.starts_with(key)), "{key}: {route:?}");
+        }
+        for key in [
+            "loadBalancerSku",
+            "securityGroupName",
+            "primaryAvailabilitySetName",
+            "cloudProviderBackoff",
+            "disableOutboundSNAT",
+        ] {
+            assert!(other.iter().any(|k| k == key), "{key}: {other:?}");
+        }
+        let all = format!("{route:?}{other:?}");
+        assert!(
+            !all.contains("docs-secret-value") && !all.contains("owner=k8s"),
+            "{all}"
+        );
+    }
+
+    #[test]
+    fn keys_match_in_any_case_as_go_encoding_json_matches_them() {
+        let c = read(
+            "TENANTID: t\nSubscriptionID: s\nresourcegroup: rg\nRouteTableName: rt\n\
+             AADClientID: c\naadclientsecret: x\nRouteTableResourceGroup: net\n",
+        );
+        assert_eq!((c.tenant_id.as_str(), c.aad_client_id.as_str()), ("t", "c"));
+        assert!(
+            c.table_path()
+                .ends_with("/s/resourceGroups/net/providers/Microsoft.Network/routeTables/rt"),
+            "{}",
+            c.table_path()
+        );
+        assert!(c.ignored.is_empty(), "{:?}", c.ignored);
+        let c = read(
+            "subscriptionId: s\nresourceGroup: rg\nrouteTableName: rt\nuseManagedIdentityExtension: true\nuserAssignedIdentityId: mi-1\n",
+        );
+        assert_eq!(c.user_assigned_identity_id, "mi-1");
+        // One key twice: the later wins, as in encoding/json, and a note says so.
+        let c = read(
+            "tenantId: first\ntenantID: second\nsubscriptionId: s\nresourceGroup: rg\nrouteTableName: rt\naadClientId: c\naadClientSecret: x\n",
+        );
+        assert_eq!(c.tenant_id, "second");
+        let (route, _) = c.notes();
+        assert!(
+            route.iter().any(|n| n.contains("tenantId and tenantID")),
+            "{route:?}"
+        );
+    }
+
+    #[test]
+    fn cloud_names_are_trimmed_read_in_any_case_with_upstreams_aliases() {
+        for (name, arm, login) in [
+            (
+                "AzurePublicCloud",
+                "https://management.azure.com",
+                "https://login.microsoftonline.com",
+            ),
+            (
+                "AzureCloud",
+                "https://management.azure.com",
+                "https://login.microsoftonline.com",
+            ),
+            (
+                "",
+                "https://management.azure.com",
+                "https://login.microsoftonline.com",
+            ),
+            (
+                " azurechinacloud ",
+                "https://management.chinacloudapi.cn",
+                "https://login.chinacloudapi.cn",
+            ),
+            (
+                "AzureUSGovernment",
+                "https://management.usgovcloudapi.net",
+                "https://login.microsoftonline.us",
+            ),
+            (
+                "AZUREUSGOVERNMENTCLOUD",
+                "https://management.usgovcloudapi.net",
+                "https://login.microsoftonline.us",
+            ),
+        ] {
+            let c = AzureConfig {
+                cloud: name.into(),
+                active_directory_authority_host: "".into(),
+                ..AzureConfig::default()
+            };
+            assert_eq!(c.arm_endpoint(), arm, "{name:?}");
+            assert_eq!(c.arm_scope(), format!("{arm}/.default"), "{name:?}");
+            if std::env::var(env::AUTHORITY_HOST).is_err() {
+                assert_eq!(c.authority_host(), login, "{name:?}");
+            }
+            assert!(c.notes().0.is_empty(), "{name:?}: {:?}", c.notes());
+        }
+        let c = AzureConfig {
+            cloud: "AzureGermanCloud".into(),
+            ..AzureConfig::default()
+        };
+        assert_eq!(c.arm_endpoint(), "https://management.azure.com");
+        assert!(
+            c.notes()
+                .0
+                .iter()
+                .any(|n| n.contains("AzureGermanCloud") && n.contains("public")),
+            "{:?}",
+            c.notes()
+        );
+    }
+
+    #[test]
+    fn a_route_table_in_the_network_subscription_is_addressed_there() {
+        let c = read(
+            "tenantId: t\nsubscriptionId: cluster-sub\nnetworkResourceSubscriptionID: net-sub\nnetworkResourceTenantID: T\nresourceGroup: rg\nrouteTableName: rt\naadClientId: c\naadClientSecret: x\n",
+        );
+        assert_eq!(c.table_subscription(), "net-sub");
+        assert!(
+            c.table_path()
+                .starts_with("/subscriptions/net-sub/resourceGroups/rg/"),
+            "{}",
+            c.table_path()
+        );
+        let e = AzureConfig::from_yaml(
+            "tenantId: t\nsubscriptionId: s\nnetworkResourceTenantID: other\nresourceGroup: rg\nrouteTableName: rt\naadClientId: c\naadClientSecret: x\n",
+        )
+        .unwrap()
+        .validate_in(&no_env)
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("networkResourceTenantID") && e.contains("not supported"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_workload_identity_webhooks_variables_win_over_the_file_as_upstream() {
+        let c = AzureConfig::from_yaml(
+            "tenantId: file-tenant\naadClientId: file-client\naadClientSecret: x\nsubscriptionId: s\nresourceGroup: rg\nrouteTableName: rt\n",
+        )
+        .unwrap();
+        let webhook = |k: &str| match k {
+            "AZURE_TENANT_ID" => Some("env-tenant".to_string()),
+            "AZURE_CLIENT_ID" => Some("env-client".to_string()),
+            "AZURE_FEDERATED_TOKEN_FILE" => {
+                Some("/var/run/secrets/azure/tokens/azure-identity-token".to_string())
+            }
+            _ => None,
+        };
+        assert_eq!(
+            c.credential_in(&webhook).unwrap(),
+            Credential::WorkloadIdentity {
+                tenant: "env-tenant".into(),
+                client_id: "env-client".into(),
+                token_file: "/var/run/secrets/azure/tokens/azure-identity-token".into(),
+            }
+        );
+        assert!(matches!(
+            c.credential_in(&no_env).unwrap(),
+            Credential::ClientSecret { ref tenant, ref client_id, .. } if tenant == "file-tenant" && client_id == "file-client"
+        ));
+    }
+
+    #[test]
+    fn credential_keys_that_cannot_be_honoured_are_refused_by_name() {
+        let base = "tenantId: t\naadClientId: c\nsubscriptionId: s\nresourceGroup: rg\nrouteTableName: rt\n";
+        let refused = |extra: &str, says: &str| {
+            let e = AzureConfig::from_yaml(&format!("{base}{extra}"))
+                .unwrap()
+                .validate_in(&no_env)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(says), "{extra}: {e}");
+            assert!(!e.contains("pfx-password"), "{e}");
+        };
+        refused(
+            "aadClientCertPath: /etc/kubernetes/sp.pfx\naadClientCertPassword: pfx-password\n",
+            "aadClientCertPath",
+        );
+        refused(
+            "useManagedIdentityExtension: true\nuserAssignedIdentityID: /subscriptions/s/resourceGroups/rg/providers/Microsoft.ManagedIdentity/userAssignedIdentities/mi\n",
+            "resource ID",
+        );
+        refused(
+            "aadClientSecret: x\ncloudConfigType: secret\n",
+            "cloudConfigType: secret",
+        );
+        refused(
+            "aadClientSecret: x\ncloudConfigType: both\n",
+            "none of file, secret, merge",
+        );
+        // The secret comes first in upstream's order: the certificate is
+        // then unused there too.
+        let c = read(&format!(
+            "{base}aadClientSecret: x\naadClientCertPath: /etc/kubernetes/sp.pfx\naadClientCertPassword: pfx-password\n"
+        ));
+        assert!(matches!(
+            c.credential_in(&no_env).unwrap(),
+            Credential::ClientSecret { .. }
+        ));
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("pfx-password"), "{shown}");
+        // Endpoints from AZURE_ENVIRONMENT_FILEPATH are not read: refused.
+        let c = AzureConfig::from_yaml(&format!("{base}aadClientSecret: x\n")).unwrap();
+        let stack = |k: &str| {
+            (k == ENVIRONMENT_FILEPATH).then(|| "/etc/kubernetes/azurestackcloud.json".to_string())
+        };
+        let e = c.validate_in(&stack).unwrap_err().to_string();
+        assert!(e.contains(ENVIRONMENT_FILEPATH), "{e}");
+        // `merge`, upstream's default, reads only the file here: said once.
+        let c = read(&format!(
+            "{base}aadClientSecret: x\ncloudConfigType: merge\n"
+        ));
+        assert!(
+            c.notes()
+                .0
+                .iter()
+                .any(|n| n.starts_with("cloudConfigType: merge")),
+            "{:?}",
+            c.notes()
+        );
+        let c = read(&format!(
+            "{base}aadClientSecret: x\ncloudConfigType: file\n"
+        ));
+        assert!(c.notes().0.is_empty(), "{:?}", c.notes());
+    }
+
+    #[test]
+    fn every_key_of_the_schema_is_in_the_case_insensitive_list() {
+        let shown = serde_json::to_value(AzureConfig::default()).unwrap();
+        let mut fields: Vec<&str> = shown
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        fields.push("subscription");
+        fields.sort_unstable();
+        let mut keys = KEYS.to_vec();
+        keys.sort_unstable();
+        assert_eq!(fields, keys);
     }
 }
