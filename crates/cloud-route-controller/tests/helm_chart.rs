@@ -5,9 +5,10 @@
 //! `deploy/`, and values that cannot work are refused with a clear message.
 //! Each way an operator gives the controller its cloud credentials (web
 //! identity, workload identity, a Secret) has an example whose rendering
-//! carries exactly what that mechanism reads; the AWS web identity and the
-//! Azure workload identity examples also run `plan` on exactly that
-//! environment against moto and the Azure fake.
+//! carries exactly what that mechanism reads; the AWS web identity, GKE
+//! and Azure workload identity examples also run `plan` on exactly that
+//! environment against moto, a metadata server and the Compute Engine fake,
+//! and the Azure fake.
 //!
 //! `helm` is built from its Go module by `scripts/build-gotool.sh helm`
 //! (once per machine; `scripts/test.sh` does it in its tools step).
@@ -873,6 +874,137 @@ async fn the_azure_workload_identity_example_runs_on_what_the_webhook_injects() 
     assert!(!out.status.success(), "plan without a client id succeeded");
     assert!(stderr.contains("AZURE_CLIENT_ID"), "{stderr}");
     assert_eq!(fake.total(), before, "requests without a client id");
+}
+
+/// A metadata server as GKE's serves a workload identity's token: the token
+/// of the Google service account at the default path, for requests that
+/// carry `Metadata-Flavor: Google`. Records each request's path and whether
+/// it carried the header.
+async fn metadata_server() -> (
+    String,
+    std::sync::Arc<std::sync::Mutex<Vec<(String, bool)>>>,
+) {
+    use axum::http::{HeaderMap, StatusCode, Uri};
+    use axum::response::IntoResponse;
+
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = std::sync::Arc::clone(&seen);
+    let app = axum::Router::new().fallback(move |uri: Uri, headers: HeaderMap| {
+        let record = std::sync::Arc::clone(&record);
+        async move {
+            let flavor = headers
+                .get("metadata-flavor")
+                .is_some_and(|v| v == "Google");
+            record
+                .lock()
+                .expect("the request log")
+                .push((uri.path().to_string(), flavor));
+            if !flavor {
+                return (StatusCode::FORBIDDEN, "missing Metadata-Flavor").into_response();
+            }
+            match uri.path() {
+                "/computeMetadata/v1/instance/service-accounts/default/token" => {
+                    axum::Json(serde_json::json!({
+                        "access_token": "ya29.workload-identity",
+                        "expires_in": 3599,
+                        "token_type": "Bearer",
+                    }))
+                    .into_response()
+                }
+                "/computeMetadata/v1/universe/universe-domain" => "googleapis.com".into_response(),
+                _ => StatusCode::NOT_FOUND.into_response(),
+            }
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the metadata server");
+    let host = listener.local_addr().expect("its address").to_string();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (host, seen)
+}
+
+/// The GKE workload identity example: no key, no variable, the metadata
+/// server alone gives `plan` its token (Application Default Credentials),
+/// and the Compute Engine fake is read with it; with no metadata server
+/// there is no token and no request reaches the API.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gke_workload_identity_example_takes_its_token_from_the_metadata_server() {
+    use provider_gce::fake::{FakeConfig, FakeGce};
+
+    let c = TestCluster::acquire()
+        .await
+        .expect("the local control plane");
+    let docs = yaml_docs(&template(&helm(), Some(&example("gce-workload-identity"))));
+    let mut config: Value =
+        serde_yaml_ng::from_str(&cloud_yaml(&docs)).expect("the example's config");
+    let project = config["project"].as_str().expect("a project").to_string();
+    let network = config["network"].as_str().expect("a network").to_string();
+    let fake = FakeGce::start(FakeConfig {
+        project,
+        ..FakeConfig::default()
+    })
+    .await
+    .expect("the fake starts");
+    fake.add_network(&network, false);
+    config["endpoint"] = fake.endpoint().into();
+    let dir = TempDir::new("helm-gke-wi");
+    let config_file = dir.path().join("gce.yaml");
+    std::fs::write(&config_file, config.to_string()).expect("write the config");
+    let (metadata, seen) = metadata_server().await;
+    // A port nothing listens on.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .to_string();
+
+    let plan = |metadata_host: String| {
+        let mut cmd = tokio::process::Command::new(common::binary());
+        cmd.arg("plan")
+            .arg("--kubeconfig")
+            .arg(c.kubeconfig_path())
+            .args(["--cluster-cidr", "10.64.0.0/14", "--cloud-provider", "gce"])
+            .arg("--cloud-config")
+            .arg(&config_file)
+            // No key file, no gcloud login: only the metadata server.
+            .env_clear()
+            .env("HOME", dir.path())
+            .env("GCE_METADATA_HOST", metadata_host)
+            .env("RUST_LOG", "info")
+            .stdin(std::process::Stdio::null());
+        async move {
+            tokio::time::timeout(std::time::Duration::from_secs(120), cmd.output())
+                .await
+                .expect("plan finished within 120 s")
+                .expect("run plan")
+        }
+    };
+
+    let out = plan(metadata).await;
+    assert!(
+        out.status.success(),
+        "plan with the metadata server failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let requests = seen.lock().expect("the request log").clone();
+    assert!(
+        requests.contains(&(
+            "/computeMetadata/v1/instance/service-accounts/default/token".to_string(),
+            true
+        )),
+        "{requests:?}"
+    );
+    assert!(fake.count("list") >= 1, "{:?}", fake.requests());
+
+    let before = fake.requests();
+    let out = plan(closed).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "plan without a metadata server succeeded"
+    );
+    assert!(stderr.contains("authentication"), "{stderr}");
+    assert_eq!(fake.requests(), before, "requests without a token");
 }
 
 #[test]
