@@ -5,10 +5,11 @@
 //! `deploy/`, and values that cannot work are refused with a clear message.
 //! Each way an operator gives the controller its cloud credentials (web
 //! identity, workload identity, a Secret) has an example whose rendering
-//! carries exactly what that mechanism reads; the AWS web identity, GKE
-//! and Azure workload identity examples also run `plan` on exactly that
-//! environment against moto, a metadata server and the Compute Engine fake,
-//! and the Azure fake.
+//! carries exactly what that mechanism reads; each but Hetzner's (whose
+//! Secret the end-to-end hcloud tests use) also runs `plan` on exactly that
+//! environment and those files: against moto's STS and EC2, a metadata
+//! server and the Compute Engine fake, the Azure fake, and a Keystone
+//! stand-in with neutron-server.
 //!
 //! `helm` is built from its Go module by `scripts/build-gotool.sh helm`
 //! (once per machine; `scripts/test.sh` does it in its tools step).
@@ -262,21 +263,26 @@ fn the_chart_version_is_the_workspace_version() {
     assert_eq!(meta["appVersion"], env!("CARGO_PKG_VERSION"));
 }
 
+/// Where the chart mounts the ConfigMap's `cloudConfig`.
+const CONFIG_MAP_FILE: &str = "/etc/cloud-route-controller/cloud.yaml";
+
 /// Every flag the chart renders is known to the binary and validates, with
-/// `config` as the file `--cloud-config` names.
-fn binary_accepts(name: &str, args: &[String], config: &str, dir: &Path) {
-    let path = flag(args, "--cloud-config");
-    assert!(
-        path.starts_with("/etc/cloud-route-controller/"),
-        "{name}: {path}"
-    );
-    let local_config = dir.join(format!("{name}.yaml"));
-    std::fs::write(&local_config, config).expect("write config");
+/// `files` (path in the pod, content) as the files `--cloud-config` names.
+fn binary_accepts(name: &str, args: &[String], files: &[(String, String)], dir: &Path) {
     let local_args: Vec<String> = args
         .iter()
-        .map(|a| {
-            a.replace(&path, local_config.to_str().expect("utf-8 path"))
-                .replace("$(POD_NAMESPACE)", NAMESPACE)
+        .enumerate()
+        .map(|(i, a)| match a.strip_prefix("--cloud-config=") {
+            Some(path) => {
+                let (_, content) = files
+                    .iter()
+                    .find(|(p, _)| p == path)
+                    .unwrap_or_else(|| panic!("{name}: no content given for {path}"));
+                let local = dir.join(format!("{name}-{i}"));
+                std::fs::write(&local, content).expect("write config");
+                format!("--cloud-config={}", local.to_str().expect("utf-8 path"))
+            }
+            None => a.replace("$(POD_NAMESPACE)", NAMESPACE),
         })
         .collect();
     let out = Command::new(common::binary())
@@ -317,7 +323,12 @@ fn every_provider_example_renders_flags_and_config_the_binary_and_provider_accep
             assert!(e.get("value").is_none(), "{p}: {name} has a literal value");
         }
 
-        binary_accepts(p, &args, &config, dir.path());
+        binary_accepts(
+            p,
+            &args,
+            &[(CONFIG_MAP_FILE.to_string(), config)],
+            dir.path(),
+        );
     }
 
     // Hetzner's dedicated servers are left out by a selector with a `!`,
@@ -412,6 +423,30 @@ fn openstack_secret_file() -> PathBuf {
     chart().join("examples/secrets/openstack-application-credential.yaml")
 }
 
+/// The example OpenStack Secret, its one key and that key's cloud.conf.
+fn openstack_secret() -> (Value, String, String) {
+    let text = std::fs::read_to_string(openstack_secret_file()).expect("the Secret");
+    let secret: Value = serde_yaml_ng::from_str(&text).expect("the Secret is YAML");
+    let data = secret["stringData"].as_object().expect("stringData");
+    assert_eq!(data.len(), 1, "{secret}");
+    let (key, value) = data.iter().next().expect("one key");
+    let cloud_conf = value.as_str().expect("a file").to_string();
+    (secret.clone(), key.clone(), cloud_conf)
+}
+
+/// The OpenStack configuration the binary makes of the CCM's cloud.conf and
+/// our YAML: the native file translated, then the two joined.
+fn openstack_joined(cloud_conf: &str, ours: &str) -> provider_openstack::OpenStackConfig {
+    assert!(provider_openstack::native::is_ccm_config(cloud_conf));
+    let native = provider_openstack::native::from_ccm_config(cloud_conf)
+        .unwrap_or_else(|e| panic!("{cloud_conf}: {e}"));
+    let ours: Value = serde_yaml_ng::from_str(ours).expect("our YAML");
+    let joined = ccm_config::join(Some(&native), Some(ours))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .expect("a configuration");
+    provider_openstack::OpenStackConfig::from_value(joined).unwrap_or_else(|e| panic!("{e}"))
+}
+
 /// The container's variables other than the two every pod has, by name.
 fn extra_env(docs: &[Value]) -> Vec<(String, Value)> {
     container(docs)["env"]
@@ -465,7 +500,7 @@ fn each_credential_example_renders_exactly_what_its_mechanism_reads() {
             docs.iter().all(|d| kind(d) != "Secret"),
             "{name} renders a Secret"
         );
-        let config = match *name {
+        let files = match *name {
             "aws-irsa" => {
                 // The webhook injects the variables and the token itself.
                 assert_eq!(
@@ -478,7 +513,7 @@ fn each_credential_example_renders_exactly_what_its_mechanism_reads() {
                 );
                 assert!(env.is_empty(), "{name}: {:?}", names(&env));
                 assert_eq!(volumes, ["cloud-config"], "{name}");
-                cloud_yaml(&docs)
+                vec![(CONFIG_MAP_FILE.to_string(), cloud_yaml(&docs))]
             }
             "aws-web-identity" => {
                 assert!(annotations.is_null(), "{name}: {annotations}");
@@ -506,7 +541,7 @@ fn each_credential_example_renders_exactly_what_its_mechanism_reads() {
                     token["path"].as_str().expect("a token path")
                 );
                 assert_eq!(file, path, "{name}");
-                cloud_yaml(&docs)
+                vec![(CONFIG_MAP_FILE.to_string(), cloud_yaml(&docs))]
             }
             "gce-workload-identity" => {
                 assert_eq!(
@@ -526,7 +561,7 @@ fn each_credential_example_renders_exactly_what_its_mechanism_reads() {
                     serde_yaml_ng::from_str(&config).expect("gce config");
                 // Application Default Credentials: no key file, not anonymous.
                 assert!(c.credentials_file.is_none() && !c.anonymous, "{c:?}");
-                config
+                vec![(CONFIG_MAP_FILE.to_string(), config)]
             }
             "azure-workload-identity" => {
                 let labels = &deployment["spec"]["template"]["metadata"]["labels"];
@@ -563,42 +598,70 @@ fn each_credential_example_renders_exactly_what_its_mechanism_reads() {
                         token_file: token_file.into(),
                     }
                 );
-                config
+                vec![(CONFIG_MAP_FILE.to_string(), config)]
             }
             "openstack-application-credential" => {
                 assert!(annotations.is_null(), "{name}: {annotations}");
                 assert!(env.is_empty(), "{name}: {:?}", names(&env));
-                assert!(
-                    docs.iter().all(|d| kind(d) != "ConfigMap"),
-                    "{name}: a ConfigMap beside the Secret"
-                );
-                let volume = &named(&pod["volumes"], "cloud-config")["secret"];
-                let text = std::fs::read_to_string(openstack_secret_file()).expect("the Secret");
-                let secret: Value = serde_yaml_ng::from_str(&text).expect("the Secret is YAML");
+                // The CCM's Secret, mounted read-only beside our ConfigMap.
+                assert_eq!(volumes, ["cloud-config", "cloud-config-secret"], "{name}");
+                assert_eq!(mounts, ["cloud-config", "cloud-config-secret"], "{name}");
+                let (secret, key, cloud_conf) = openstack_secret();
+                let volume = &named(&pod["volumes"], "cloud-config-secret")["secret"];
                 assert_eq!(volume["secretName"], secret["metadata"]["name"]);
-                let key = volume["items"][0]["key"].as_str().expect("a key");
-                assert_eq!(volume["items"][0]["path"], key);
-                assert_eq!(volume["items"].as_array().map(Vec::len), Some(1));
                 assert_eq!(
-                    flag(&args, "--cloud-config"),
-                    format!("/etc/cloud-route-controller/{key}")
+                    volume["items"],
+                    serde_json::json!([{ "key": key, "path": key }])
                 );
-                assert!(
-                    deployment["spec"]["template"]["metadata"]["annotations"].is_null(),
-                    "{name}: a checksum of a ConfigMap that is not there"
+                let mount = named(&container(&docs)["volumeMounts"], "cloud-config-secret");
+                assert_eq!(mount["readOnly"], true);
+                let secret_file = format!(
+                    "{}/{key}",
+                    mount["mountPath"].as_str().expect("a mount path")
                 );
-                let config = secret["stringData"][key]
-                    .as_str()
-                    .unwrap_or_else(|| panic!("no {key} in {secret}"))
-                    .to_string();
-                let c = provider_openstack::OpenStackConfig::from_yaml(&config)
-                    .unwrap_or_else(|e| panic!("{config}: {e}"));
+                // Both files, as the binary reads two --cloud-config flags.
+                let flags: Vec<&str> = args
+                    .iter()
+                    .filter_map(|a| a.strip_prefix("--cloud-config="))
+                    .collect();
+                assert_eq!(flags, [secret_file.as_str(), CONFIG_MAP_FILE], "{name}");
+                let ours = cloud_yaml(&docs);
+                let c = openstack_joined(&cloud_conf, &ours);
                 assert_eq!(
                     c.auth_type,
                     provider_openstack::AuthType::V3ApplicationCredential
                 );
-                assert!(!c.auth.application_credential_id.is_empty());
-                config
+                assert!(!c.auth.application_credential_id.is_empty(), "{c:?}");
+                assert!(!c.auth.application_credential_secret.is_empty(), "{c:?}");
+                assert!(!c.node_subnets.is_empty(), "{c:?}");
+
+                // The Secret alone (cloudConfig ""): no ConfigMap, one file.
+                let alone = yaml_docs(&run(&mut template_cmd(
+                    &helm,
+                    &[
+                        "-f",
+                        example(name).to_str().expect("utf-8 path"),
+                        "--set",
+                        "cloudConfig=",
+                    ],
+                )));
+                assert!(alone.iter().all(|d| kind(d) != "ConfigMap"));
+                let alone_spec = pod_spec(&alone);
+                assert_eq!(list_names(&alone_spec["volumes"]), ["cloud-config-secret"]);
+                let alone_flags: Vec<String> = args_of(&alone)
+                    .into_iter()
+                    .filter(|a| a.starts_with("--cloud-config="))
+                    .collect();
+                assert_eq!(alone_flags, [format!("--cloud-config={secret_file}")]);
+                assert!(
+                    find(&alone, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+                        .is_null(),
+                    "a checksum of a ConfigMap that is not there"
+                );
+                vec![
+                    (secret_file, cloud_conf),
+                    (CONFIG_MAP_FILE.to_string(), ours),
+                ]
             }
             "hcloud" => {
                 assert!(annotations.is_null(), "{name}: {annotations}");
@@ -612,14 +675,14 @@ fn each_credential_example_renders_exactly_what_its_mechanism_reads() {
                 let c: provider_hcloud::HcloudConfig =
                     serde_yaml_ng::from_str(&config).expect("hcloud config");
                 assert!(c.token_file.is_none(), "{c:?}");
-                config
+                vec![(CONFIG_MAP_FILE.to_string(), config)]
             }
             other => panic!("no check for {other}"),
         };
         if *provider != "azure" && *provider != "openstack" {
-            provider_accepts(provider, &config);
+            provider_accepts(provider, &files[0].1);
         }
-        binary_accepts(name, &args, &config, dir.path());
+        binary_accepts(name, &args, &files, dir.path());
     }
 }
 
@@ -1007,6 +1070,112 @@ async fn the_gke_workload_identity_example_takes_its_token_from_the_metadata_ser
     assert_eq!(fake.requests(), before, "requests without a token");
 }
 
+/// The OpenStack example with the CCM's Secret as the operator has it: the
+/// two files the pod mounts, and no OS_* variable, get `plan` a Keystone
+/// token for the application credential of cloud.conf (its id and secret,
+/// no scope: the credential carries it), and the router is read on
+/// neutron-server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openstack_example_authenticates_with_the_application_credential_of_the_ccms_secret() {
+    use provider_openstack::testing::{Admin, Keystone, neutron_server};
+
+    let c = TestCluster::acquire()
+        .await
+        .expect("the local control plane");
+    let neutron = neutron_server().await.expect("neutron-server");
+    let router = Admin::new(&neutron.url)
+        .create_router("helm-appcred", "10.23.0.0/24")
+        .await
+        .expect("a router");
+    let keystone = Keystone::start(&neutron.url)
+        .await
+        .expect("the Keystone stand-in");
+    let docs = yaml_docs(&template(
+        &helm(),
+        Some(&example("openstack-application-credential")),
+    ));
+    let (_, _, cloud_conf) = openstack_secret();
+    let value = |key: &str| {
+        cloud_conf
+            .lines()
+            .find_map(|l| l.strip_prefix(key)?.trim().strip_prefix('='))
+            .unwrap_or_else(|| panic!("no {key} in {cloud_conf}"))
+            .trim()
+            .to_string()
+    };
+    let (id, secret) = (
+        value("application-credential-id"),
+        value("application-credential-secret"),
+    );
+    // The Secret pointed at the stand-ins: only its addresses change.
+    let cloud_conf: String = cloud_conf
+        .lines()
+        .map(|l| {
+            if l.starts_with("auth-url") {
+                format!("auth-url = {}", keystone.auth_url)
+            } else if l.starts_with("router-id") {
+                format!("router-id = {}", router.router_id)
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut ours: Value = serde_yaml_ng::from_str(&cloud_yaml(&docs)).expect("our YAML");
+    ours["node_subnets"] = serde_json::json!([router.subnet_cidr]);
+    let dir = TempDir::new("helm-openstack-appcred");
+    let (conf_file, ours_file) = (dir.path().join("cloud.conf"), dir.path().join("cloud.yaml"));
+    std::fs::write(&conf_file, &cloud_conf).expect("write cloud.conf");
+    std::fs::write(&ours_file, ours.to_string()).expect("write cloud.yaml");
+    // The rendered order: the Secret's file, then the ConfigMap's.
+    let flags: Vec<String> = args_of(&docs)
+        .into_iter()
+        .filter(|a| a.starts_with("--cloud-config="))
+        .collect();
+    assert_eq!(flags.len(), 2, "{flags:?}");
+    assert!(flags[1].ends_with(CONFIG_MAP_FILE), "{flags:?}");
+
+    let out = tokio::process::Command::new(common::binary())
+        .arg("plan")
+        .arg("--kubeconfig")
+        .arg(c.kubeconfig_path())
+        .args([
+            "--cluster-cidr",
+            "10.244.0.0/16",
+            "--cloud-provider",
+            "openstack",
+        ])
+        .arg("--cloud-config")
+        .arg(&conf_file)
+        .arg("--cloud-config")
+        .arg(&ours_file)
+        .env_clear()
+        .env("HOME", dir.path())
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::null())
+        .output();
+    let out = tokio::time::timeout(std::time::Duration::from_secs(120), out)
+        .await
+        .expect("plan finished within 120 s")
+        .expect("run plan");
+    assert!(
+        out.status.success(),
+        "plan with the application credential failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let sent = keystone.requests();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    let auth = &sent[0]["auth"];
+    assert_eq!(
+        auth["identity"],
+        serde_json::json!({
+            "methods": ["application_credential"],
+            "application_credential": { "id": id, "secret": secret },
+        })
+    );
+    assert!(auth["scope"].is_null(), "{auth}");
+}
+
 #[test]
 fn the_chart_refuses_values_that_cannot_work_with_a_clear_message() {
     let helm = helm();
@@ -1041,13 +1210,7 @@ fn the_chart_refuses_values_that_cannot_work_with_a_clear_message() {
             "every credentials.env entry needs a name (the variable) and a key",
         ),
         (
-            &["--set", "cloudConfigSecret.existingSecret=cloud-config"],
-            "cloudConfig and cloudConfigSecret.existingSecret (cloud-config) are both set",
-        ),
-        (
             &[
-                "--set",
-                "cloudConfig=",
                 "--set",
                 "cloudConfigSecret.existingSecret=cloud-config",
                 "--set",
@@ -1154,8 +1317,12 @@ async fn every_provider_example_applies_to_the_api_server_with_a_dry_run() {
         }
         // The config file comes from the chart's ConfigMap or from a Secret
         // the operator made, never from neither.
-        let from_secret = pod_spec(&docs)["volumes"][0]["secret"].is_object();
-        assert_eq!(kinds.contains(&"ConfigMap"), !from_secret, "{p}: {kinds:?}");
+        let volumes = list_names(&pod_spec(&docs)["volumes"]);
+        assert_eq!(
+            kinds.contains(&"ConfigMap"),
+            volumes.contains(&"cloud-config"),
+            "{p}: {kinds:?}"
+        );
     }
     // The example Secret that holds OpenStack's cloud config applies too.
     run(Command::new(&kubectl)

@@ -33,12 +33,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 {{- end -}}
 
-{{/* The --cloud-config path: the ConfigMap's cloud.yaml, or the key of cloudConfigSecret. */}}
-{{- define "crc.cloudConfigPath" -}}
-{{- if .Values.cloudConfigSecret.existingSecret -}}
-{{- printf "/etc/cloud-route-controller/%s" .Values.cloudConfigSecret.key -}}
-{{- else -}}
-/etc/cloud-route-controller/cloud.yaml
+{{/* Whether the ConfigMap (cloudConfig) is rendered: always, unless a Secret alone holds the config. */}}
+{{- define "crc.configMap" -}}
+{{- if or (not .Values.cloudConfigSecret.existingSecret) .Values.cloudConfig -}}
+true
 {{- end -}}
 {{- end -}}
 
@@ -71,12 +69,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- if and .Values.credentials.env (not (include "crc.secretName" .)) -}}
 {{- fail "credentials.env names Secret keys but there is no Secret: set credentials.existingSecret, or create: true with data" -}}
 {{- end -}}
-{{- if and .Values.cloudConfigSecret.existingSecret .Values.cloudConfig -}}
-{{- fail (printf "cloudConfig and cloudConfigSecret.existingSecret (%s) are both set: the --cloud-config file comes from one of them; set cloudConfig: \"\"" .Values.cloudConfigSecret.existingSecret) -}}
-{{- end -}}
 {{- if .Values.cloudConfigSecret.existingSecret -}}
 {{- if not (regexMatch "^[-._a-zA-Z0-9]+$" (toString .Values.cloudConfigSecret.key)) -}}
-{{- fail (printf "cloudConfigSecret.key must be a Secret key (letters, digits, '-', '_', '.'), the file's name in /etc/cloud-route-controller; got %q" (toString .Values.cloudConfigSecret.key)) -}}
+{{- fail (printf "cloudConfigSecret.key must be a Secret key (letters, digits, '-', '_', '.'), the file's name in /etc/cloud-route-controller-secret; got %q" (toString .Values.cloudConfigSecret.key)) -}}
 {{- end -}}
 {{- end -}}
 {{- if hasKey .Values.podLabels "app" -}}
@@ -92,7 +87,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 {{- $names = append $names .name -}}
 {{- end -}}
-{{- $volumes := list "cloud-config" -}}
+{{- $volumes := list "cloud-config" "cloud-config-secret" -}}
 {{- range .Values.extraVolumes -}}
 {{- if has .name $volumes -}}
 {{- fail (printf "extraVolumes: the volume name %s is taken (the chart's own, or listed twice)" (toString .name)) -}}
@@ -104,7 +99,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- fail (printf "extraVolumeMounts mounts %s, which is no volume of the pod (add it to extraVolumes)" (toString .name)) -}}
 {{- end -}}
 {{- if hasPrefix "/etc/cloud-route-controller" (toString .mountPath) -}}
-{{- fail (printf "extraVolumeMounts: %s would hide or shadow the cloud config mounted at /etc/cloud-route-controller" (toString .mountPath)) -}}
+{{- fail (printf "extraVolumeMounts: %s would hide or shadow the cloud config mounted at /etc/cloud-route-controller(-secret)" (toString .mountPath)) -}}
 {{- end -}}
 {{- end -}}
 {{- if .Values.credentials.create -}}
