@@ -19,12 +19,11 @@
 //!
 //! The memory cloud is not here: the upstream tool's in-memory cloud lives
 //! inside its process, so its routes end with it and there is nothing left
-//! for a second controller to take over. Taking over what a controller of
-//! the same kind left behind is tested on the shared `cloud-sim` instead
-//! (`leader_election.rs`).
+//! for a second controller to take over.
 //!
 //! The upstream binary comes from `CRC_UPSTREAM_ROUTE_CONTROLLER`
-//! (`scripts/test.sh` builds it in the background) or is built by
+//! (`scripts/test.sh` builds it and runs this test beside the other Rust
+//! tests once it is built) or is built by
 //! `tools/upstream-route-controller/build.sh` (cached per machine).
 
 mod common;
