@@ -5,11 +5,10 @@
 //! `deploy/`, and values that cannot work are refused with a clear message.
 //! Each way an operator gives the controller its cloud credentials (web
 //! identity, workload identity, a Secret) has an example whose rendering
-//! carries exactly what that mechanism reads; each but Hetzner's (whose
-//! Secret the end-to-end hcloud tests use) also runs `plan` on exactly that
-//! environment and those files: against moto's STS and EC2, a metadata
-//! server and the Compute Engine fake, the Azure fake, and a Keystone
-//! stand-in with neutron-server.
+//! carries exactly what that mechanism reads; each also runs `plan` on
+//! exactly that environment and those files: against moto's STS and EC2, a
+//! metadata server and the Compute Engine fake, the Azure fake, a Keystone
+//! stand-in with neutron-server, and the Hetzner fake.
 //!
 //! `helm` is built from its Go module by `scripts/build-gotool.sh helm`
 //! (once per machine; `scripts/test.sh` does it in its tools step).
@@ -210,8 +209,9 @@ fn provider_accepts(provider: &str, text: &str) {
                 .unwrap_or_else(|e| panic!("{with_secret}: {e}"));
         }
         "hcloud" => {
-            let c: provider_hcloud::HcloudConfig =
-                serde_yaml_ng::from_str(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            // The network comes from HCLOUD_NETWORK (the Secret's `network`)
+            // at run time; here it is given the way the environment would.
+            let c = hcloud_joined(text, "network-from-the-secret");
             c.validate().unwrap_or_else(|e| panic!("{text}: {e}"));
         }
         "azure" => {
@@ -432,6 +432,21 @@ fn openstack_secret() -> (Value, String, String) {
     let (key, value) = data.iter().next().expect("one key");
     let cloud_conf = value.as_str().expect("a file").to_string();
     (secret.clone(), key.clone(), cloud_conf)
+}
+
+/// The hcloud configuration the binary makes of HCLOUD_NETWORK (as the hcloud
+/// CCM reads it) and our YAML.
+fn hcloud_joined(ours: &str, network: &str) -> provider_hcloud::HcloudConfig {
+    let env = provider_hcloud::native::from_ccm_env(&|k| {
+        (k == "HCLOUD_NETWORK").then(|| network.to_string())
+    })
+    .unwrap_or_else(|e| panic!("{e}"))
+    .expect("HCLOUD_NETWORK is read");
+    let ours: Value = serde_yaml_ng::from_str(ours).expect("our YAML");
+    let joined = ccm_config::join(Some(&env), Some(ours))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .expect("a configuration");
+    serde_json::from_value(joined).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The OpenStack configuration the binary makes of the CCM's cloud.conf and
@@ -665,15 +680,18 @@ fn each_credential_example_renders_exactly_what_its_mechanism_reads() {
             }
             "hcloud" => {
                 assert!(annotations.is_null(), "{name}: {annotations}");
-                assert_eq!(names(&env), ["HCLOUD_TOKEN"], "{name}");
-                // The hcloud CCM's own Secret and key.
-                assert_eq!(
-                    env[0].1["valueFrom"],
-                    serde_json::json!({"secretKeyRef": {"name": "hcloud", "key": "token"}})
-                );
+                assert_eq!(names(&env), ["HCLOUD_TOKEN", "HCLOUD_NETWORK"], "{name}");
+                // The hcloud CCM's own Secret and keys, in its variables.
+                for ((_, e), key) in env.iter().zip(["token", "network"]) {
+                    assert_eq!(
+                        e["valueFrom"],
+                        serde_json::json!({"secretKeyRef": {"name": "hcloud", "key": key}})
+                    );
+                }
+                assert_eq!(volumes, ["cloud-config"], "{name}");
                 let config = cloud_yaml(&docs);
-                let c: provider_hcloud::HcloudConfig =
-                    serde_yaml_ng::from_str(&config).expect("hcloud config");
+                let c = hcloud_joined(&config, "my-network");
+                assert_eq!(c.network, "my-network");
                 assert!(c.token_file.is_none(), "{c:?}");
                 vec![(CONFIG_MAP_FILE.to_string(), config)]
             }
@@ -1174,6 +1192,86 @@ async fn the_openstack_example_authenticates_with_the_application_credential_of_
         })
     );
     assert!(auth["scope"].is_null(), "{auth}");
+}
+
+/// The Hetzner example's variables, with the values of the hcloud CCM's
+/// Secret, and its cloud config: `plan` finds the network by the name
+/// HCLOUD_NETWORK gives and reads it with HCLOUD_TOKEN on the fake; a token
+/// the API refuses stops it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hcloud_example_plans_with_the_ccms_secret_in_the_ccms_variables() {
+    use provider_hcloud::fake::{FakeConfig, FakeHcloud};
+
+    let c = TestCluster::acquire()
+        .await
+        .expect("the local control plane");
+    let fake = FakeHcloud::start(FakeConfig::default())
+        .await
+        .expect("the fake starts");
+    fake.add_network(4711, "k8s-network", "10.0.0.0/8", &["10.0.0.0/16"]);
+    let docs = yaml_docs(&template(&helm(), Some(&example("hcloud"))));
+    let dir = TempDir::new("helm-hcloud");
+    let config_file = dir.path().join("cloud.yaml");
+    std::fs::write(&config_file, cloud_yaml(&docs)).expect("write the config");
+    // The Secret's keys, as the variables the chart sets name them.
+    let secret = |key: &str| match key {
+        "token" => fake.token(),
+        "network" => "k8s-network".to_string(),
+        other => panic!("the hcloud CCM's Secret has no key {other}"),
+    };
+    let env: Vec<(String, String)> = extra_env(&docs)
+        .into_iter()
+        .map(|(name, e)| {
+            let key = e["valueFrom"]["secretKeyRef"]["key"]
+                .as_str()
+                .expect("a Secret key");
+            (name, secret(key))
+        })
+        .collect();
+    let args: Vec<String> = args_of(&docs)
+        .into_iter()
+        .filter(|a| a.starts_with("--cluster-cidr=") || a.starts_with("--route-ip-families="))
+        .collect();
+
+    let plan = |token: Option<&str>| {
+        let mut cmd = tokio::process::Command::new(common::binary());
+        cmd.arg("plan")
+            .arg("--kubeconfig")
+            .arg(c.kubeconfig_path())
+            .args(&args)
+            .args(["--cloud-provider", "hcloud", "--cloud-config"])
+            .arg(&config_file)
+            .env_clear()
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            // The one value that is not the pod's: the API's address.
+            .env("HCLOUD_ENDPOINT", fake.base_url())
+            .env("RUST_LOG", "info")
+            .stdin(std::process::Stdio::null());
+        if let Some(t) = token {
+            cmd.env("HCLOUD_TOKEN", t);
+        }
+        async move {
+            tokio::time::timeout(std::time::Duration::from_secs(120), cmd.output())
+                .await
+                .expect("plan finished within 120 s")
+                .expect("run plan")
+        }
+    };
+
+    let out = plan(None).await;
+    assert!(
+        out.status.success(),
+        "plan with the CCM's variables failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let reads = fake.requests();
+    // The name HCLOUD_NETWORK gave is looked up; nothing was refused.
+    assert_eq!(fake.count("list_networks"), 1, "{reads:?}");
+    assert_eq!(fake.with_status(401), 0, "{reads:?}");
+
+    let out = plan(Some("a-token-the-api-refuses")).await;
+    assert!(!out.status.success(), "plan with a refused token succeeded");
+    assert!(fake.with_status(401) > 0, "{:?}", fake.requests());
 }
 
 #[test]
