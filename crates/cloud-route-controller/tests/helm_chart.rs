@@ -1274,6 +1274,107 @@ async fn the_hcloud_example_plans_with_the_ccms_secret_in_the_ccms_variables() {
     assert!(fake.with_status(401) > 0, "{:?}", fake.requests());
 }
 
+/// EKS Pod Identity needs no chart value: with the IRSA example's config and
+/// only the two variables EKS's webhook injects for a pod identity
+/// association (the agent's URL and its token file), `plan` gets its
+/// credentials from the agent (here a stand-in on the loopback address the
+/// SDK accepts as well as the agent's link-local one) and reads the table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eks_pod_identity_credentials_reach_the_binary_without_chart_values() {
+    use axum::http::{HeaderMap, StatusCode};
+    use axum::response::IntoResponse;
+    use provider_aws::testing::{client, create_network, moto_endpoint};
+
+    let c = TestCluster::acquire()
+        .await
+        .expect("the local control plane");
+    let endpoint = moto_endpoint().await.expect("moto");
+    let net = create_network(&client(&endpoint).await, "10.49.0.0/16", None)
+        .await
+        .expect("a VPC and its route table");
+    let dir = TempDir::new("helm-pod-identity");
+    let token = "eks-pod-identity-token";
+    let token_file = dir.path().join("eks-pod-identity-token");
+    std::fs::write(&token_file, token).expect("write the token");
+
+    // The agent: credentials for requests that carry the pod's token.
+    let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let record = std::sync::Arc::clone(&asked);
+    let agent = axum::Router::new().route(
+        "/v1/credentials",
+        axum::routing::get(move |headers: HeaderMap| {
+            let record = std::sync::Arc::clone(&record);
+            async move {
+                let auth = headers
+                    .get("authorization")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_string();
+                record.lock().expect("the agent's log").push(auth.clone());
+                if auth != token {
+                    return StatusCode::UNAUTHORIZED.into_response();
+                }
+                axum::Json(serde_json::json!({
+                    "AccessKeyId": "ASIAPODIDENTITY",
+                    "SecretAccessKey": "pod-identity-secret",
+                    "Token": "pod-identity-session",
+                    "Expiration": "2099-01-01T00:00:00Z",
+                }))
+                .into_response()
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the agent");
+    let agent_url = format!(
+        "http://{}/v1/credentials",
+        listener.local_addr().expect("its address")
+    );
+    tokio::spawn(async move { axum::serve(listener, agent).await });
+
+    let docs = yaml_docs(&template(&helm(), Some(&example("aws-irsa"))));
+    assert!(extra_env(&docs).is_empty());
+    let mut config: Value =
+        serde_yaml_ng::from_str(&cloud_yaml(&docs)).expect("the example's config");
+    config["region"] = "us-east-1".into();
+    config["route_table_id"] = net.route_table_id.clone().into();
+    config["endpoint"] = endpoint.clone().into();
+    let config_file = dir.path().join("aws.yaml");
+    std::fs::write(&config_file, config.to_string()).expect("write the config");
+
+    let out = tokio::process::Command::new(common::binary())
+        .arg("plan")
+        .arg("--kubeconfig")
+        .arg(c.kubeconfig_path())
+        .args(["--cluster-cidr", "10.244.0.0/16", "--cloud-provider", "aws"])
+        .arg("--cloud-config")
+        .arg(&config_file)
+        .env_clear()
+        .env("HOME", dir.path())
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env("AWS_CONTAINER_CREDENTIALS_FULL_URI", &agent_url)
+        .env("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", &token_file)
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::null())
+        .output();
+    let out = tokio::time::timeout(std::time::Duration::from_secs(120), out)
+        .await
+        .expect("plan finished within 120 s")
+        .expect("run plan");
+    assert!(
+        out.status.success(),
+        "plan with pod identity failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let asked = asked.lock().expect("the agent's log").clone();
+    assert_eq!(
+        asked,
+        [token],
+        "the agent was asked with the token file's content"
+    );
+}
+
 #[test]
 fn the_chart_refuses_values_that_cannot_work_with_a_clear_message() {
     let helm = helm();
