@@ -1085,6 +1085,11 @@ async fn the_gke_workload_identity_example_takes_its_token_from_the_metadata_ser
         "plan without a metadata server succeeded"
     );
     assert!(stderr.contains("authentication"), "{stderr}");
+    // The cause is named, not only that no token came.
+    assert!(
+        stderr.contains("computeMetadata") && stderr.contains("Connection refused"),
+        "{stderr}"
+    );
     assert_eq!(fake.requests(), before, "requests without a token");
 }
 

@@ -91,9 +91,26 @@ pub fn classify(operation: &str, e: &GaxError) -> CloudError {
                 r => format!(" ({})", r.join(", ")),
             }
         ),
-        None => format!("gce: {operation}: {e}"),
+        None => format!("gce: {operation}: {}", with_causes(e)),
     };
     CloudError::new(kind, message)
+}
+
+/// `e` and each of its causes, so that a credentials failure names why
+/// (the metadata server refusing the connection, say), not only that the
+/// token could not be fetched.
+fn with_causes(e: &GaxError) -> String {
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = c.source();
+    }
+    text
 }
 
 /// The class of an operation that finished with error `code` (the first of
