@@ -12,8 +12,9 @@ demo:
 	scripts/demo.sh
 
 # The container image, offline: the release binary, its shared libraries and
-# the CA bundle FROM scratch with podman (vfs). Extra arguments: make image
-# ARGS="--tag registry.example.com/cloud-route-controller:v0.1.0"
+# the CA bundle FROM scratch with podman (vfs), and its CycloneDX SBOM beside
+# it ($CARGO_TARGET_DIR/image/), inside it and in its labels. Extra arguments:
+# make image ARGS="--tag registry.example.com/cloud-route-controller:v0.1.0"
 image:
 	scripts/image.sh $(ARGS)
 

@@ -30,9 +30,10 @@ fi
 # install, and RUSTC_WORKSPACE_WRAPPER would run clippy, warnings denied, on
 # the tool's own code.
 unset CARGO_TARGET_DIR RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS RUSTC_WRAPPER
-# The tool's release profile asks for fat LTO and one codegen unit, which
-# doubles the compile on 2 cores for a program that runs for a second or two
-# per `make test`; cargo's config overrides the package's profile.
+# The tool's release profile asks for fat LTO and one codegen unit: measured
+# here, 4 min 30 s of CPU against 3 min 57 s without, and a long
+# single-threaded last step, for a program that runs for about 1.5 s per
+# `make test`. cargo's config (these variables) overrides the package's.
 export CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16
 
 tmp="$out.partial.$$"

@@ -44,6 +44,9 @@ fi
 if ! command -v podman >/dev/null; then
   echo "podman is not installed: apt-get update && apt-get install -y podman" >&2; exit 1
 fi
+if ! python3 -c 'import tomllib' 2>/dev/null; then
+  echo "scripts/sbom.py (the image's SBOM) needs Python 3.11 or newer as python3" >&2; exit 1
+fi
 ca_bundle=/etc/ssl/certs/ca-certificates.crt
 if [[ ! -s "$ca_bundle" ]]; then
   echo "no CA bundle at $ca_bundle: apt-get install -y ca-certificates" >&2; exit 1
