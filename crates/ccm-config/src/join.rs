@@ -67,7 +67,7 @@ impl NativeConfig {
 pub enum JoinError {
     /// Two files set the same key.
     #[error(
-        "`{path}` is set both by {origin} in the {format} file and in the YAML file; set it in one of them"
+        "`{path}` is set both by {origin} ({format}) and in the YAML file; set it in one of them"
     )]
     SetTwice {
         /// The key, dotted.
@@ -192,7 +192,7 @@ mod tests {
         let e = join(Some(&native()), Some(json!({"region": "us-east-1"}))).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "`region` is set both by [Global] Region in the cloud-provider-aws INI file and in the YAML file; set it in one of them"
+            "`region` is set both by [Global] Region (cloud-provider-aws INI) and in the YAML file; set it in one of them"
         );
         let e = join(
             Some(&native()),

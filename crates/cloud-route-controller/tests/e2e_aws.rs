@@ -600,8 +600,8 @@ async fn the_aws_ccms_ini_config_routes_nodes_with_the_assumed_role() {
             "[Global]\nZone = us-east-1a\nVPC = {vpc}\nSubnetID = {subnet}\n\
              KubernetesClusterID = {cluster}\nRoleARN = arn:aws:iam::123456789012:role/route-controller\n\
              DisableSecurityGroupIngress = true\nNodeIPFamilies = ipv4\n\n\
-             [ServiceOverride \"1\"]\nService = ec2\nRegion = us-east-1\nURL = {url}\nSigningRegion = us-east-1\n\n\
-             [ServiceOverride \"2\"]\nService = sts\nRegion = us-east-1\nURL = {url}\nSigningRegion = us-east-1\n",
+             [ServiceOverride \"1\"]\nService = EC2\nRegion = us-east-1\nURL = {url}\nSigningRegion = us-east-1\n\n\
+             [ServiceOverride \"2\"]\nService = STS\nRegion = us-east-1\nURL = {url}\nSigningRegion = us-east-1\n",
             vpc = net.vpc_id,
             subnet = net.subnet_id,
             url = proxy.url(),

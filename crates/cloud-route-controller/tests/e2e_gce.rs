@@ -567,7 +567,7 @@ async fn a_key_set_in_gce_conf_and_in_our_yaml_stops_the_start_naming_both() {
     assert!(!out.status.success(), "{stderr}");
     assert!(
         stderr.contains(
-            "`network` is set both by [global] network-name in the cloud-provider-gcp gce.conf file and in the YAML file"
+            "`network` is set both by [global] network-name (cloud-provider-gcp gce.conf) and in the YAML file"
         ) && stderr.contains(yaml.to_str().unwrap()),
         "{stderr}"
     );

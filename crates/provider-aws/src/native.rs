@@ -144,7 +144,7 @@ pub fn from_ccm_config(text: &str) -> Result<NativeConfig, ConfigError> {
         r.skip("serviceoverride", "SigningName");
         let _ = r.get_in("serviceoverride", Some(&sub), "SigningName");
         let _ = r.get_in("serviceoverride", Some(&sub), "SigningMethod");
-        let pair = (service.to_ascii_lowercase(), over_region.clone());
+        let pair = (service.clone(), over_region.clone());
         if seen.contains(&pair) {
             return Err(ConfigError::Invalid(format!(
                 "[ServiceOverride {sub:?}]: {service} in {over_region} is overridden twice"
@@ -157,8 +157,11 @@ pub fn from_ccm_config(text: &str) -> Result<NativeConfig, ConfigError> {
             .and_then(|v| v.as_str())
             .is_none_or(|ours| ours == over_region);
         let key = format!("[ServiceOverride {sub:?}] URL");
-        match service.to_ascii_lowercase().as_str() {
-            "ec2" if applies => {
+        // The SDK's service ids, matched exactly as cloud-provider-aws
+        // matches them: `ec2` there is silently no override, so it is none
+        // here either (both controllers then talk to the same endpoint).
+        match service.as_str() {
+            "EC2" if applies => {
                 if signing_region != over_region {
                     n.ignore(
                         format!("[ServiceOverride {sub:?}] SigningRegion = {signing_region}"),
@@ -167,7 +170,16 @@ pub fn from_ccm_config(text: &str) -> Result<NativeConfig, ConfigError> {
                 }
                 n.set("endpoint", url, key);
             }
-            "sts" if applies => n.set("sts_endpoint", url, key),
+            "STS" if applies => n.set("sts_endpoint", url, key),
+            other
+                if !["EC2", "STS"].contains(&other)
+                    && ["ec2", "sts"].contains(&other.to_ascii_lowercase().as_str()) =>
+            {
+                n.ignore(
+                format!("[ServiceOverride {sub:?}] Service = {service}"),
+                "the service id is spelled EC2 or STS; cloud-provider-aws matches it exactly and ignores this override, and so does this controller",
+                )
+            }
             _ => n.ignore(
                 format!("[ServiceOverride {sub:?}] {service} in {over_region}"),
                 "not a service or region the route code calls",
@@ -254,9 +266,9 @@ mod tests {
         let c = parse(
             "[Global]\nZone = us-east-1a\nRouteTableID = rtb-0123abcd\n\
              RoleARN = arn:aws:iam::123456789012:role/routes\n\
-             [ServiceOverride \"1\"]\nService = ec2\nRegion = us-east-1\n\
+             [ServiceOverride \"1\"]\nService = EC2\nRegion = us-east-1\n\
              URL = https://ec2.us-east-1.vpce.example\nSigningRegion = us-east-1\n\
-             [ServiceOverride \"2\"]\nService = sts\nRegion = us-east-1\n\
+             [ServiceOverride \"2\"]\nService = STS\nRegion = us-east-1\n\
              URL = https://sts.example\nSigningRegion = us-east-1\n\
              [ServiceOverride \"3\"]\nService = elasticloadbalancing\nRegion = us-east-1\n\
              URL = https://elb.example\nSigningRegion = us-east-1\n",
@@ -277,13 +289,33 @@ mod tests {
     #[test]
     fn an_override_for_another_region_does_not_apply() {
         let n = from_ccm_config(
-            "[Global]\nRegion = eu-west-1\n[ServiceOverride \"x\"]\nService = ec2\n\
+            "[Global]\nRegion = eu-west-1\n[ServiceOverride \"x\"]\nService = EC2\n\
              Region = us-east-1\nURL = https://ec2.example\nSigningRegion = us-east-1\n",
         )
         .unwrap();
         assert!(!n.values.contains_key("endpoint"));
         assert!(
-            n.ignored.iter().any(|i| i.contains("ec2 in us-east-1")),
+            n.ignored.iter().any(|i| i.contains("EC2 in us-east-1")),
+            "{:?}",
+            n.ignored
+        );
+    }
+
+    // cloud-provider-aws compares Service with the SDK's id `EC2` exactly:
+    // `ec2` is no override there, so it must be none here, or the two
+    // controllers would talk to different endpoints.
+    #[test]
+    fn a_lower_case_service_id_is_no_override_as_in_cloud_provider_aws() {
+        let n = from_ccm_config(
+            "[Global]\nRegion = us-east-1\n[ServiceOverride \"1\"]\nService = ec2\n\
+             Region = us-east-1\nURL = https://ec2.example\nSigningRegion = us-east-1\n",
+        )
+        .unwrap();
+        assert!(!n.values.contains_key("endpoint"));
+        assert!(
+            n.ignored
+                .iter()
+                .any(|i| i.contains("Service = ec2") && i.contains("EC2 or STS")),
             "{:?}",
             n.ignored
         );
@@ -303,7 +335,7 @@ mod tests {
                 "needs SigningRegion",
             ),
             (
-                "[ServiceOverride \"1\"]\nService = ec2\nRegion = r\nURL = u\nSigningRegion = r\n\
+                "[ServiceOverride \"1\"]\nService = EC2\nRegion = r\nURL = u\nSigningRegion = r\n\
                  [ServiceOverride \"2\"]\nService = EC2\nRegion = r\nURL = v\nSigningRegion = r\n",
                 "overridden twice",
             ),
