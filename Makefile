@@ -36,7 +36,7 @@ simulate:
 
 # Real coverage-guided fuzzing (needs a nightly toolchain); `make test` replays the targets on stable.
 fuzz:
-	cd fuzz && for t in memory_config hcloud_config openstack_config cidrs sim_answers; do \
+	cd fuzz && for t in memory_config hcloud_config openstack_config ccm_configs cidrs sim_answers; do \
 		cargo +nightly fuzz run -s none $$t corpus/$$t seeds/$$t -- -max_total_time=600 || exit 1; done
 
 build:

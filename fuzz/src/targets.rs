@@ -51,6 +51,31 @@ pub fn openstack_config(data: &[u8]) {
     }
 }
 
+/// A cloud-controller-manager's own config file (the gcfg INI of
+/// cloud-provider-aws, cloud-provider-openstack's `cloud.conf`,
+/// cloud-provider-gcp's `gce.conf`): parsing and translation never panic,
+/// and a translation names only keys the parser read.
+pub fn ccm_configs(data: &[u8]) {
+    let t = text(data);
+    if let Ok(ini) = ccm_config::Ini::parse(&t) {
+        let reader = ccm_config::Reader::new(&ini);
+        assert_eq!(reader.unused().len(), ini.entries.len(), "nothing read yet");
+    }
+    if let Ok(n) = provider_aws::native::from_ccm_config(&t) {
+        let _ =
+            serde_json::from_value::<provider_aws::AwsConfig>(serde_json::Value::Object(n.values));
+    }
+    if let Ok(n) = provider_openstack::native::from_ccm_config(&t) {
+        let _ = serde_json::from_value::<provider_openstack::OpenStackConfig>(
+            serde_json::Value::Object(n.values),
+        );
+    }
+    if let Ok(n) = provider_gce::native::from_ccm_config(&t) {
+        let _ =
+            serde_json::from_value::<provider_gce::GceConfig>(serde_json::Value::Object(n.values));
+    }
+}
+
 /// CIDR text from Nodes, flags and cloud answers: parsing is total, and a
 /// parsed CIDR prints to text that parses back to itself.
 pub fn cidrs(data: &[u8]) {

@@ -14,10 +14,11 @@ use rand::{Rng, SeedableRng};
 
 type Target = fn(&[u8]);
 
-const TARGETS: [(&str, Target); 5] = [
+const TARGETS: [(&str, Target); 6] = [
     ("memory_config", targets::memory_config),
     ("hcloud_config", targets::hcloud_config),
     ("openstack_config", targets::openstack_config),
+    ("ccm_configs", targets::ccm_configs),
     ("cidrs", targets::cidrs),
     ("sim_answers", targets::sim_answers),
 ];
