@@ -351,9 +351,46 @@ async fn aws_routes_upstream_made_are_taken_over_with_the_same_ini_and_no_mutati
     );
     assert_eq!(
         routes().await,
-        Some(made),
+        Some(made.clone()),
         "the table is as upstream left it"
     );
+
+    // Rolling back: ours stopped, upstream takes the routes back as they
+    // are, with nothing created or replaced in two of its passes.
+    proxy.reset_counts();
+    let upstream = Upstream::start(
+        dir.path(),
+        c.kubeconfig_path(),
+        &[
+            &format!("--cluster-name={cluster}"),
+            "--cloud=aws",
+            &format!("--cloud-config={ini}"),
+        ],
+        &env,
+    );
+    wait_until(
+        Duration::from_secs(60),
+        "upstream again: two passes over the table",
+        || async {
+            (counts(&proxy)
+                .get("DescribeRouteTables")
+                .copied()
+                .unwrap_or(0)
+                >= 2)
+                .then_some(())
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", upstream.log_text()));
+    let stats = upstream.stop();
+    let by_upstream_again = counts(&proxy);
+    eprintln!("rolled back: upstream sent {by_upstream_again:?} (exit stats {stats})");
+    assert_eq!(
+        mutating(&by_upstream_again),
+        0,
+        "upstream changed what this controller kept: {by_upstream_again:?}"
+    );
+    assert_eq!(routes().await, Some(made), "the table is as it was");
 }
 
 const NETWORK: u64 = 4711;
@@ -468,4 +505,8 @@ async fn hcloud_routes_upstream_made_are_taken_over_with_the_ccms_env_and_no_rou
         "configured by the CCM's environment: {log}"
     );
     assert_eq!(routes(), made, "the network is as upstream left it");
+    // No roll-back here: the baseline's hcloud route code, restarted on
+    // routes it made itself and with nothing of ours in between, deletes
+    // and re-adds them (60 delete_route and 58 add_route for 20 Nodes on
+    // the fake, measured), so a roll-back would only measure that.
 }
