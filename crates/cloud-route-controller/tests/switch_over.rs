@@ -508,5 +508,8 @@ async fn hcloud_routes_upstream_made_are_taken_over_with_the_ccms_env_and_no_rou
     // No roll-back here: the baseline's hcloud route code, restarted on
     // routes it made itself and with nothing of ours in between, deletes
     // and re-adds them (60 delete_route and 58 add_route for 20 Nodes on
-    // the fake, measured), so a roll-back would only measure that.
+    // the fake, measured), so a roll-back would only measure that: its
+    // server cache (hcloudroutes/servercache.go, the CCM's "all" mode)
+    // counts an empty cache as fresh, so the first list after a start maps
+    // no gateway to a server and every route looks like a blackhole.
 }
