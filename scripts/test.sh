@@ -191,6 +191,30 @@ for line in sys.stdin:
   skips+=(--skip "$slow_test")
   echo "started $slow_test in the background (pid $!)"
 done
+# Whole test files that take minutes and share nothing with the others but
+# the cluster run beside the rest on a control plane of their own (their
+# TestCluster starts one when CRC_TEST_KUBECONFIG is unset): faults.rs takes
+# about 4 minutes, all of it waiting on the shared cluster's lock otherwise.
+own_plane_targets=(faults)
+for target in "${own_plane_targets[@]}"; do
+  target_bin=$(cargo test --workspace --locked --test "$target" --no-run --message-format=json \
+    | TARGET="$target" python3 -c 'import json, os, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("executable") and m["target"]["name"] == os.environ["TARGET"]:
+        print(m["executable"])')
+  target_log=$(mktemp)
+  ( cd crates/cloud-route-controller \
+    && exec env -u CRC_TEST_KUBECONFIG -u CRC_TEST_ETCD_URL "$target_bin" ) >"$target_log" 2>&1 &
+  slow_pids+=("$!")
+  slow_logs+=("$target_log")
+  slow_tests+=("$target all of tests/$target.rs")
+  bg_pids+=("$!")
+  while IFS= read -r name; do
+    skips+=(--skip "$name")
+  done < <("$target_bin" --list --format terse | sed -n 's/: test$//p')
+  echo "started tests/$target.rs on a control plane of its own in the background (pid $!)"
+done
 # Run by the upstream job above, once its binary is built.
 skips+=(--skip aws_routes_upstream_made_are_taken_over --skip hcloud_routes_upstream_made_are_taken_over)
 rust_status=0
