@@ -25,6 +25,21 @@ if [[ -x "$out/bin/$name" ]]; then
   exit 0
 fi
 
+# One install per machine at a time: `make test` starts one in the
+# background, and a test run alone may ask for the tool meanwhile; the
+# second waits for the first and reuses what it installed.
+mkdir -p "$cache_root/tools"
+exec 9>"$out.lock"
+if ! flock -n 9; then
+  log "waiting for another install of $name $version to finish"
+  flock 9
+fi
+if [[ -x "$out/bin/$name" ]]; then
+  log "reusing $out/bin/$name"
+  echo "$out/bin/$name"
+  exit 0
+fi
+
 # The workspace's build settings must not leak into this one: a shared
 # CARGO_TARGET_DIR would hold the workspace build's lock for the whole
 # install, and RUSTC_WORKSPACE_WRAPPER would run clippy, warnings denied, on

@@ -73,12 +73,14 @@ set -m
 ( nice -n 10 scripts/iam-lint.sh venv >/dev/null ) &
 bg_pids+=("$!")
 set +m
-# cargo-deny checks deny.toml (licences, bans, sources) after the build;
-# installed from crates.io once per machine (a few minutes, niced, beside
-# the workspace build); its compile lines are prefixed [cargo-deny].
+# cargo-deny checks deny.toml (licences, bans, sources) after the tests;
+# installed from crates.io once per machine (4 minutes of CPU), at the
+# lowest priority, so the control-plane build, which the tests wait for,
+# keeps the cores, and the install finishes in the tests' idle time; its
+# compile lines are prefixed [cargo-deny].
 deny_out=$(mktemp)
 set -m
-( nice -n 10 scripts/build-cargo-tool.sh cargo-deny >"$deny_out" ) &
+( nice -n 19 scripts/build-cargo-tool.sh cargo-deny >"$deny_out" ) &
 deny_pid=$!
 set +m
 bg_pids+=("$deny_pid")
@@ -98,16 +100,6 @@ export RUSTC_WORKSPACE_WRAPPER=$clippy_driver
 export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
 cargo build --workspace --all-targets --locked
 
-step "licences, bans and sources of the dependencies (cargo-deny, deny.toml; advisories need GitHub and are not checked here)"
-if ! wait "$deny_pid"; then
-  echo "FAILED: installing cargo-deny (see the [cargo-deny] lines above)" >&2
-  exit 1
-fi
-CRC_CARGO_DENY=$(tail -n 1 "$deny_out")
-export CRC_CARGO_DENY
-rm -f "$deny_out"
-"$CRC_CARGO_DENY" --locked check licenses bans sources
-
 step "waiting for the control-plane binaries, helm, promtool and azure-wire-check"
 if ! wait "$cp_pid"; then
   echo "FAILED: building the control plane (see the [controlplane] lines above)" >&2
@@ -120,7 +112,7 @@ if ! wait "$tools_pid"; then
   echo "FAILED: building helm, promtool or azure-wire-check (see the [helm]/[promtool]/[azure-wire-check] lines above)" >&2
   exit 1
 fi
-bg_pids=()
+bg_pids=("$deny_pid")
 
 step "local control plane for the integration tests"
 # A private state directory, so a developer's own `make controlplane` is left alone.
@@ -230,6 +222,16 @@ for i in "${!slow_pids[@]}"; do
   rm -f "${slow_logs[$i]}"
 done
 
+step "licences, bans and sources of the dependencies (cargo-deny, deny.toml; advisories need GitHub and are not checked here)"
+deny_status=0
+if wait "$deny_pid"; then
+  "$(tail -n 1 "$deny_out")" --locked check licenses bans sources || deny_status=$?
+else
+  echo "FAILED: installing cargo-deny (see the [cargo-deny] lines above)" >&2
+  deny_status=1
+fi
+rm -f "$deny_out"
+
 step "waiting for the upstream route controller's Go tests and the switch-over test (started beside the Rust tests)"
 if wait "$go_pid"; then
   go_status=0
@@ -239,8 +241,8 @@ fi
 bg_pids=()
 cat "$go_log" "$switch_log"
 rm -f "$go_log" "$switch_log"
-if [[ $slow_status -ne 0 || $rust_status -ne 0 || $go_status -ne 0 ]]; then
-  echo "FAILED: tests (cargo test exit $rust_status, background tests $slow_status, upstream build, go test or switch-over exit $go_status)" >&2
+if [[ $slow_status -ne 0 || $rust_status -ne 0 || $go_status -ne 0 || $deny_status -ne 0 ]]; then
+  echo "FAILED: tests (cargo test exit $rust_status, background tests $slow_status, upstream build, go test or switch-over exit $go_status, cargo-deny exit $deny_status)" >&2
   exit 1
 fi
 
