@@ -24,7 +24,6 @@ const NOT_ROUTES: &[&str] = &[
     "ClusterServiceSharedLoadBalancerHealthProbePath",
     "SupportedTopologyInstanceTypePattern",
     "DisableStrictZoneCheck",
-    "KubernetesClusterTag",
 ];
 
 /// Whether `text` is cloud-provider-aws's INI rather than our YAML.
@@ -122,9 +121,7 @@ pub fn from_ccm_config(text: &str) -> Result<NativeConfig, ConfigError> {
         );
     }
     for key in NOT_ROUTES {
-        if *key != "KubernetesClusterTag" {
-            r.skip(g, key);
-        }
+        r.skip(g, key);
     }
 
     // cloud-provider-aws applies an override whose Service is the SDK's
@@ -141,7 +138,6 @@ pub fn from_ccm_config(text: &str) -> Result<NativeConfig, ConfigError> {
         let over_region = field("Region")?;
         let url = field("URL")?;
         let signing_region = field("SigningRegion")?;
-        r.skip("serviceoverride", "SigningName");
         let _ = r.get_in("serviceoverride", Some(&sub), "SigningName");
         let _ = r.get_in("serviceoverride", Some(&sub), "SigningMethod");
         let pair = (service.clone(), over_region.clone());
