@@ -300,7 +300,20 @@ async fn aws_routes_upstream_made_are_taken_over_with_the_same_ini_and_no_mutati
     let stats = upstream.stop();
     let by_upstream = counts(&proxy);
     assert_eq!(stats["create"], NODES, "{stats}");
-    assert_eq!(by_upstream.get("CreateRoute"), Some(&(NODES as u64)));
+    // The Go SDK resends a request moto answered with an error (moto, on a
+    // busy machine, now and then fails one of 20 concurrent creations with
+    // a 500), so the requests can exceed the routes; the creations moto
+    // answered with success are exactly one per Node.
+    let creates = proxy
+        .counts()
+        .get("CreateRoute")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        creates.requests - creates.errors - creates.throttled,
+        NODES as u64,
+        "{creates:?}"
+    );
     for (i, inst) in instances.iter().enumerate() {
         assert!(
             made.contains(&(format!("10.244.{i}.0/24"), inst.id.clone())),
