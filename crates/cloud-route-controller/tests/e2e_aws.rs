@@ -570,7 +570,9 @@ async fn a_source_dest_check_turned_back_on_behind_the_controllers_back_is_repai
 /// `[ServiceOverride]` sections pointing EC2 and STS at private endpoints):
 /// the table is found by `KubernetesClusterID`'s tag although
 /// `--cluster-name` says something else, the role is assumed once through
-/// STS, and the Nodes are routed with the assumed credentials.
+/// STS with cloud-provider-aws's `x-amz-source-account` and `SourceARN`'s
+/// `x-amz-source-arn` among its signed headers, and the Nodes are routed
+/// with the assumed credentials.
 #[tokio::test]
 async fn the_aws_ccms_ini_config_routes_nodes_with_the_assumed_role() {
     let c = TestCluster::acquire().await.unwrap();
@@ -599,6 +601,7 @@ async fn the_aws_ccms_ini_config_routes_nodes_with_the_assumed_role() {
         format!(
             "[Global]\nZone = us-east-1a\nVPC = {vpc}\nSubnetID = {subnet}\n\
              KubernetesClusterID = {cluster}\nRoleARN = arn:aws:iam::123456789012:role/route-controller\n\
+             SourceARN = arn:aws:eks:us-east-1:123456789012:cluster/prod\n\
              DisableSecurityGroupIngress = true\nNodeIPFamilies = ipv4\n\n\
              [ServiceOverride \"1\"]\nService = EC2\nRegion = us-east-1\nURL = {url}\nSigningRegion = us-east-1\n\n\
              [ServiceOverride \"2\"]\nService = STS\nRegion = us-east-1\nURL = {url}\nSigningRegion = us-east-1\n",
@@ -653,6 +656,42 @@ async fn the_aws_ccms_ini_config_routes_nodes_with_the_assumed_role() {
         "one AssumeRole, its credentials reused: {counts:?}"
     );
     assert_eq!(n("CreateRoute"), 2, "{counts:?}");
+    let sent = proxy.log();
+    let assume = sent
+        .iter()
+        .find(|r| r.action == "AssumeRole")
+        .expect("an AssumeRole");
+    let header = |r: &Logged, h: &str| {
+        r.headers
+            .get(h)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string()
+    };
+    assert_eq!(header(assume, "x-amz-source-account"), "123456789012");
+    assert_eq!(
+        header(assume, "x-amz-source-arn"),
+        "arn:aws:eks:us-east-1:123456789012:cluster/prod"
+    );
+    let auth = header(assume, "authorization");
+    assert!(
+        auth.contains("x-amz-source-account") && auth.contains("x-amz-source-arn"),
+        "both headers are signed: {auth}"
+    );
+    assert!(
+        auth.contains("Credential=testing/"),
+        "the role is assumed with the standard chain's keys: {auth}"
+    );
+    // moto hands out fresh keys for the role; every EC2 request is signed
+    // with them, none with the base keys.
+    for r in sent.iter().filter(|r| r.action != "AssumeRole") {
+        let auth = header(r, "authorization");
+        assert!(
+            auth.contains("Credential=") && !auth.contains("Credential=testing/"),
+            "{} signed with the base keys, not the role's: {auth}",
+            r.action
+        );
+    }
     let log = ctl.log_text();
     assert_eq!(ctl.stop(), Some(0), "{log}");
     assert!(log.contains("cloud-provider-aws INI"), "{log}");

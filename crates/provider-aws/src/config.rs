@@ -50,9 +50,19 @@ pub struct AwsConfig {
     /// cluster's route tables and instances, when it differs from
     /// `--cluster-name` (cloud-provider-aws's `KubernetesClusterID`).
     pub cluster_id: Option<String>,
+    /// Whether the legacy tag `KubernetesCluster=<id>` marks the cluster's
+    /// route tables and instances too, as cloud-provider-aws reads it (its
+    /// `KubernetesClusterTag`); discovery then sends a second filtered
+    /// `DescribeRouteTables` for it. Instances tagged `KubernetesCluster`
+    /// for another cluster are that cluster's either way.
+    pub legacy_cluster_tag: bool,
     /// A role to assume (STS `AssumeRole`) for every EC2 request, with the
     /// credentials of the standard chain (cloud-provider-aws's `RoleARN`).
     pub role_arn: Option<String>,
+    /// The resource the role is assumed for, sent with `AssumeRole` as
+    /// `x-amz-source-arn` (cloud-provider-aws's `SourceARN`), for a trust
+    /// policy that conditions on `aws:SourceArn`. Only with `role_arn`.
+    pub source_arn: Option<String>,
     /// The STS endpoint for `role_arn` (a `[ServiceOverride]` of `sts`).
     pub sts_endpoint: Option<String>,
 }
@@ -71,7 +81,9 @@ impl Default for AwsConfig {
             max_concurrent_operations: 10,
             max_routes: None,
             cluster_id: None,
+            legacy_cluster_tag: false,
             role_arn: None,
+            source_arn: None,
             sts_endpoint: None,
         }
     }
@@ -234,6 +246,18 @@ impl AwsConfig {
                 "role_arn {arn:?} is not an IAM role ARN (arn:aws:iam::<account>:role/<name>)"
             )));
         }
+        if let Some(arn) = &self.source_arn {
+            if self.role_arn.is_none() {
+                return Err(ConfigError::Invalid(
+                    "source_arn is sent only when a role is assumed: set role_arn too, or remove source_arn".into(),
+                ));
+            }
+            if !arn.starts_with("arn:") || arn.splitn(6, ':').count() < 6 {
+                return Err(ConfigError::Invalid(format!(
+                    "source_arn {arn:?} is not an ARN (arn:<partition>:<service>:<region>:<account>:<resource>)"
+                )));
+            }
+        }
         for (name, b) in [
             ("rate_limit.read", self.rate_limit.read),
             ("rate_limit.write", self.rate_limit.write),
@@ -345,6 +369,8 @@ mod tests {
             "request_timeout_seconds: 0",
             "max_concurrent_operations: 0",
             "region: [a, b]",
+            "source_arn: arn:aws:eks:us-east-1:1:cluster/p",
+            "role_arn: arn:aws:iam::1:role/r\nsource_arn: my-cluster",
         ] {
             assert!(AwsConfig::from_yaml(bad).is_err(), "{bad} was accepted");
         }

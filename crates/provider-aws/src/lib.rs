@@ -40,6 +40,7 @@
 //! retry layers would multiply requests under throttling and hide the real
 //! request count.
 
+pub mod assume_role;
 mod config;
 mod error;
 mod index;
@@ -85,6 +86,33 @@ macro_rules! with_destination {
 /// The tag key that marks a cluster's route table (any value).
 pub fn cluster_tag_key(cluster: &str) -> String {
     format!("kubernetes.io/cluster/{cluster}")
+}
+
+/// The legacy tag key whose value names the cluster (`KubernetesCluster=<id>`),
+/// which cloud-provider-aws still reads beside [`cluster_tag_key`].
+pub const LEGACY_CLUSTER_TAG: &str = "KubernetesCluster";
+
+/// The cluster an instance's tags say it belongs to: `Ok(())` when tagged for
+/// `cluster` (`kubernetes.io/cluster/<cluster>` or `KubernetesCluster=<cluster>`),
+/// `Err(Some(other))` when tagged only for another cluster, `Err(None)` when
+/// tagged for none.
+fn tagged_cluster<'a>(
+    tags: impl IntoIterator<Item = (&'a str, &'a str)> + Clone,
+    cluster: &str,
+) -> Result<(), Option<String>> {
+    let ours = cluster_tag_key(cluster);
+    if tags
+        .clone()
+        .into_iter()
+        .any(|(k, v)| k == ours || (k == LEGACY_CLUSTER_TAG && v == cluster))
+    {
+        return Ok(());
+    }
+    Err(tags.into_iter().find_map(|(k, v)| {
+        k.strip_prefix("kubernetes.io/cluster/")
+            .map(str::to_string)
+            .or_else(|| (k == LEGACY_CLUSTER_TAG && !v.is_empty()).then(|| v.to_string()))
+    }))
 }
 
 /// The EC2 actions this provider calls; each has its own budget, as in EC2.
@@ -339,18 +367,14 @@ impl Ec2Routes {
         if let Some(e) = &config.sts_endpoint {
             sts = sts.into_builder().endpoint_url(e).build();
         }
-        let assumed = aws_config::sts::AssumeRoleProvider::builder(role.clone())
-            .session_name("cloud-route-controller")
-            .configure(&sts)
-            .build()
-            .await;
+        let assumed = assume_role::AssumedRole::new(&sts, role, config.source_arn.as_deref());
         let sdk = sdk
             .into_builder()
             .credentials_provider(
                 aws_credential_types::provider::SharedCredentialsProvider::new(assumed),
             )
             .build();
-        info!(role = %role, "EC2 requests use the assumed role");
+        info!(role = %role, source_arn = ?config.source_arn, "EC2 requests use the assumed role");
         Self::from_sdk_config(config, &sdk)
     }
 
@@ -539,39 +563,34 @@ impl Ec2Routes {
         Ok(tables)
     }
 
-    /// Every table tagged for `cluster`, all pages, main tables left out.
+    /// Every table tagged for `cluster` (with `legacy_cluster_tag`, by either
+    /// tag), all pages, main tables left out.
     async fn discover_tables(&self, cluster: &str) -> Result<Vec<RouteTable>, CloudError> {
-        let mut found = Vec::new();
-        let mut token: Option<String> = None;
-        loop {
-            let mut req = self
-                .client
-                .describe_route_tables()
-                .max_results(100)
-                .filters(
+        let mut found = self
+            .tables_tagged(
+                Filter::builder()
+                    .name("tag-key")
+                    .values(cluster_tag_key(cluster)),
+            )
+            .await?;
+        if self.config.legacy_cluster_tag {
+            // EC2 ANDs filters, so the legacy tag takes a list of its own.
+            let legacy = self
+                .tables_tagged(
                     Filter::builder()
-                        .name("tag-key")
-                        .values(cluster_tag_key(cluster))
-                        .build(),
-                );
-            if let Some(vpc) = &self.config.vpc_id {
-                req = req.filters(Filter::builder().name("vpc-id").values(vpc).build());
-            }
-            for (k, v) in &self.config.route_table_tags {
-                req = req.filters(Filter::builder().name(format!("tag:{k}")).values(v).build());
-            }
-            if let Some(t) = token.take() {
-                req = req.next_token(t);
-            }
-            let out = self.call(Op::DescribeRouteTables, || req.send()).await?;
-            token = out
-                .next_token()
-                .filter(|t| !t.is_empty())
-                .map(str::to_string);
-            found.extend(out.route_tables.unwrap_or_default());
-            if token.is_none() {
-                break;
-            }
+                        .name(format!("tag:{LEGACY_CLUSTER_TAG}"))
+                        .values(cluster),
+                )
+                .await?;
+            let known: HashSet<String> = found
+                .iter()
+                .filter_map(|t| t.route_table_id().map(str::to_string))
+                .collect();
+            found.extend(
+                legacy
+                    .into_iter()
+                    .filter(|t| t.route_table_id().is_none_or(|id| !known.contains(id))),
+            );
         }
         // The VPC's main table is never a cluster's routing table, even when
         // tagged: it is the implicit table of every subnet without an
@@ -591,8 +610,13 @@ impl Ec2Routes {
             return Err(CloudError::new(
                 ErrorKind::Permanent,
                 format!(
-                    "no route table other than a VPC main table carries the tag {}{}{}; tag the cluster's route tables or set route_table_ids",
+                    "no route table other than a VPC main table carries the tag {}{}{}{}; tag the cluster's route tables or set route_table_ids",
                     cluster_tag_key(cluster),
+                    if self.config.legacy_cluster_tag {
+                        format!(" or {LEGACY_CLUSTER_TAG}={cluster}")
+                    } else {
+                        String::new()
+                    },
                     if self.config.route_table_tags.is_empty() {
                         String::new()
                     } else {
@@ -607,6 +631,42 @@ impl Ec2Routes {
             ));
         }
         Ok(tables)
+    }
+
+    /// Every table matching `tag` and the configured VPC and extra tags, all
+    /// pages.
+    async fn tables_tagged(
+        &self,
+        tag: aws_sdk_ec2::types::builders::FilterBuilder,
+    ) -> Result<Vec<RouteTable>, CloudError> {
+        let tag = tag.build();
+        let mut found = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let mut req = self
+                .client
+                .describe_route_tables()
+                .max_results(100)
+                .filters(tag.clone());
+            if let Some(vpc) = &self.config.vpc_id {
+                req = req.filters(Filter::builder().name("vpc-id").values(vpc).build());
+            }
+            for (k, v) in &self.config.route_table_tags {
+                req = req.filters(Filter::builder().name(format!("tag:{k}")).values(v).build());
+            }
+            if let Some(t) = token.take() {
+                req = req.next_token(t);
+            }
+            let out = self.call(Op::DescribeRouteTables, || req.send()).await?;
+            token = out
+                .next_token()
+                .filter(|t| !t.is_empty())
+                .map(str::to_string);
+            found.extend(out.route_tables.unwrap_or_default());
+            if token.is_none() {
+                return Ok(found);
+            }
+        }
     }
 
     /// The table a route goes to or comes from: its `target`, or, for a route
@@ -689,7 +749,6 @@ impl Ec2Routes {
                 .into_iter()
                 .collect()
         };
-        let ours = cluster_tag_key(cluster);
         for chunk in unknown.chunks(200) {
             // A filter, not InstanceIds: a terminated id must not fail the call.
             let req = self.client.describe_instances().filters(
@@ -703,15 +762,14 @@ impl Ec2Routes {
                 chunk.iter().map(|id| (id.clone(), None)).collect();
             for i in out.reservations().iter().flat_map(|r| r.instances()) {
                 let Some(id) = i.instance_id() else { continue };
-                let keys: Vec<&str> = i.tags().iter().filter_map(|t| t.key()).collect();
-                let other = if keys.contains(&ours.as_str()) {
-                    None
-                } else {
-                    keys.iter()
-                        .find_map(|k| k.strip_prefix("kubernetes.io/cluster/"))
-                        .map(str::to_string)
-                };
-                found.push((id.to_string(), other));
+                let tags = i
+                    .tags()
+                    .iter()
+                    .filter_map(|t| Some((t.key()?, t.value().unwrap_or(""))));
+                found.push((
+                    id.to_string(),
+                    tagged_cluster(tags, cluster).err().flatten(),
+                ));
             }
             self.state().owners.extend(found);
         }
@@ -719,12 +777,7 @@ impl Ec2Routes {
         for r in routes.iter_mut().filter(|r| candidate(r)) {
             if let Some(Some(other)) = st.owners.get(r.next_hop.as_str()) {
                 r.foreign = Some(
-                    format!(
-                        "cluster {other} (instance {} is tagged {})",
-                        r.next_hop,
-                        cluster_tag_key(other)
-                    )
-                    .into(),
+                    format!("cluster {other} (instance {} is tagged for it)", r.next_hop).into(),
                 );
             }
         }
@@ -1644,6 +1697,37 @@ impl CloudRoutes for Ec2Routes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_instance_is_the_clusters_by_either_tag_and_anothers_by_either() {
+        let c = "prod";
+        assert_eq!(
+            tagged_cluster([("kubernetes.io/cluster/prod", "owned")], c),
+            Ok(())
+        );
+        assert_eq!(tagged_cluster([("KubernetesCluster", "prod")], c), Ok(()));
+        assert_eq!(
+            tagged_cluster([("kubernetes.io/cluster/dev", "owned")], c),
+            Err(Some("dev".to_string()))
+        );
+        assert_eq!(
+            tagged_cluster([("Name", "x"), ("KubernetesCluster", "dev")], c),
+            Err(Some("dev".to_string()))
+        );
+        // Tagged for both: ours, never deleted as a stray of another.
+        assert_eq!(
+            tagged_cluster(
+                [
+                    ("KubernetesCluster", "dev"),
+                    ("kubernetes.io/cluster/prod", "")
+                ],
+                c
+            ),
+            Ok(())
+        );
+        assert_eq!(tagged_cluster([("KubernetesCluster", "")], c), Err(None));
+        assert_eq!(tagged_cluster([("Name", "prod")], c), Err(None));
+    }
     use aws_sdk_ec2::types::Route as Ec2Route;
 
     fn index_with(instance: &str, node: &str) -> NodeIndex {

@@ -80,14 +80,19 @@ pub fn from_ccm_config(text: &str) -> Result<NativeConfig, ConfigError> {
     if let Some(id) = r.get_set(g, "RouteTableID") {
         n.set("route_table_id", id, "[Global] RouteTableID");
     }
-    if let Some(arn) = r.get_set(g, "RoleARN") {
-        n.set("role_arn", arn, "[Global] RoleARN");
+    let role = r.get_set(g, "RoleARN");
+    if let Some(arn) = &role {
+        n.set("role_arn", arn.clone(), "[Global] RoleARN");
     }
     if let Some(arn) = r.get_set(g, "SourceARN") {
-        n.ignore(
-            format!("[Global] SourceARN = {arn}"),
-            "not sent with AssumeRole here (the SDK's assume-role provider has no source ARN); a trust policy that requires aws:SourceArn refuses the role",
-        );
+        if role.is_some() {
+            n.set("source_arn", arn, "[Global] SourceARN");
+        } else {
+            n.ignore(
+                format!("[Global] SourceARN = {arn}"),
+                "without RoleARN no role is assumed, so there is no AssumeRole to send it with (as in cloud-provider-aws)",
+            );
+        }
     }
     let id = r.get_set(g, "KubernetesClusterID");
     let legacy = r.get_set(g, "KubernetesClusterTag");
@@ -97,13 +102,15 @@ pub fn from_ccm_config(text: &str) -> Result<NativeConfig, ConfigError> {
                 "[Global] KubernetesClusterID {a:?} and KubernetesClusterTag {b:?} name different clusters"
             )));
         }
-        (Some(id), _) => n.set("cluster_id", id, "[Global] KubernetesClusterID"),
+        (Some(id), legacy) => {
+            n.set("cluster_id", id, "[Global] KubernetesClusterID");
+            if legacy.is_some() {
+                n.set("legacy_cluster_tag", true, "[Global] KubernetesClusterTag");
+            }
+        }
         (None, Some(id)) => {
-            n.set("cluster_id", id.clone(), "[Global] KubernetesClusterTag");
-            n.ignore(
-                format!("[Global] KubernetesClusterTag = {id}"),
-                "the legacy tag KubernetesCluster=<id> does not mark a route table here; the table must carry kubernetes.io/cluster/<id> (or set RouteTableID)",
-            );
+            n.set("cluster_id", id, "[Global] KubernetesClusterTag");
+            n.set("legacy_cluster_tag", true, "[Global] KubernetesClusterTag");
         }
         (None, None) => {}
     }
@@ -234,7 +241,8 @@ mod tests {
         let n = from_ccm_config(text).unwrap();
         assert_eq!(
             serde_json::Value::Object(n.values.clone()),
-            json!({"region": "us-west-2", "vpc_id": "vpc-0abc123", "cluster_id": "my-cluster"})
+            json!({"region": "us-west-2", "vpc_id": "vpc-0abc123", "cluster_id": "my-cluster",
+                   "legacy_cluster_tag": true})
         );
         assert_eq!(n.origins["region"], "[Global] Region");
         assert!(
@@ -280,6 +288,30 @@ mod tests {
             Some("https://ec2.us-east-1.vpce.example")
         );
         assert_eq!(c.sts_endpoint.as_deref(), Some("https://sts.example"));
+    }
+
+    #[test]
+    fn source_arn_goes_with_the_role_and_is_named_without_one() {
+        let c = parse(
+            "[Global]\nRegion = us-east-1\nRoleARN = arn:aws:iam::123456789012:role/routes\n\
+             SourceARN = arn:aws:eks:us-east-1:123456789012:cluster/prod\n",
+        );
+        assert_eq!(
+            c.source_arn.as_deref(),
+            Some("arn:aws:eks:us-east-1:123456789012:cluster/prod")
+        );
+        let n = from_ccm_config(
+            "[Global]\nRegion = us-east-1\nSourceARN = arn:aws:eks:us-east-1:1:cluster/p\n",
+        )
+        .unwrap();
+        assert!(!n.values.contains_key("source_arn"));
+        assert!(
+            n.ignored
+                .iter()
+                .any(|i| i.contains("SourceARN") && i.contains("without RoleARN")),
+            "{:?}",
+            n.ignored
+        );
     }
 
     #[test]

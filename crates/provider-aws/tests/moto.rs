@@ -1102,3 +1102,93 @@ async fn a_resyncs_forwarding_check_costs_one_describe_per_200_instances_and_one
         "forwarding check of {n} instances: {describes} DescribeInstances, 0 writes; 2 resets: 2 ModifyInstanceAttribute"
     );
 }
+
+// cloud-provider-aws reads the legacy tag `KubernetesCluster=<id>` beside
+// `kubernetes.io/cluster/<id>` (its `KubernetesClusterTag`): a cluster whose
+// table carries only the legacy tag is found when `legacy_cluster_tag` is
+// set and not otherwise, and an instance tagged legacy for another cluster
+// makes its route that cluster's, with or without the setting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_tagged_only_with_the_legacy_kubernetes_cluster_tag_is_found_when_asked() {
+    let ep = endpoint().await;
+    let proxy = Proxy::start(&ep).await.unwrap();
+    let ec2 = testing::client(&ep).await;
+    let old = testing::unique_cluster("legacy");
+    let other = testing::unique_cluster("legacy-other");
+    let net = testing::create_network(&ec2, "10.25.0.0/16", None)
+        .await
+        .unwrap();
+    testing::tag(
+        &ec2,
+        &net.route_table_id,
+        provider_aws::LEGACY_CLUSTER_TAG,
+        &old,
+    )
+    .await
+    .unwrap();
+    let inst = testing::run_instances(&ec2, &net, 2).await.unwrap();
+    testing::tag(&ec2, &inst[1].id, provider_aws::LEGACY_CLUSTER_TAG, &other)
+        .await
+        .unwrap();
+    ec2.create_route()
+        .route_table_id(&net.route_table_id)
+        .destination_cidr_block("10.244.9.0/24")
+        .instance_id(&inst[1].id)
+        .send()
+        .await
+        .unwrap();
+
+    let plain = testing::provider(&proxy.url(), AwsConfig::default())
+        .await
+        .unwrap();
+    let e = plain.list_routes(&old).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Permanent, "{e}");
+    assert!(!e.message.contains(provider_aws::LEGACY_CLUSTER_TAG), "{e}");
+
+    let p = testing::provider(
+        &proxy.url(),
+        AwsConfig {
+            legacy_cluster_tag: true,
+            ..AwsConfig::default()
+        },
+    )
+    .await
+    .unwrap();
+    let a = node("node-a", &inst[0], "10.244.0.0/24");
+    observe(&p, std::slice::from_ref(&a));
+    let listed = p.list_routes(&old).await.unwrap();
+    assert_eq!(
+        p.targets(),
+        vec![route_core::Text::from(net.route_table_id.as_str())]
+    );
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].next_hop, inst[1].id);
+    let owner = listed[0].foreign.as_deref().unwrap_or_default();
+    assert!(
+        owner.contains(&other),
+        "the legacy-tagged instance's route is the other cluster's: {listed:?}"
+    );
+    p.create_route(&old, "u", &wanted(&a)).await.unwrap();
+    assert_eq!(
+        instance_routes(
+            &testing::table_routes(&ec2, &net.route_table_id)
+                .await
+                .unwrap()
+        ),
+        vec![
+            ("10.244.0.0/24".into(), inst[0].id.clone()),
+            ("10.244.9.0/24".into(), inst[1].id.clone()),
+        ]
+    );
+    // Two lists, each with one request per tag.
+    let describes = proxy
+        .log()
+        .iter()
+        .filter(|r| r.action == "DescribeRouteTables")
+        .count();
+    assert_eq!(
+        describes,
+        1 + 2,
+        "one for the plain provider, two for the legacy one"
+    );
+}

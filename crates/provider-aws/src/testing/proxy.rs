@@ -52,6 +52,8 @@ pub struct Logged {
     pub action: String,
     /// The whole form-encoded request body.
     pub body: String,
+    /// The request's headers, as the client sent them.
+    pub headers: hyper::HeaderMap,
     /// When the request arrived.
     pub at: Instant,
     /// Whether the proxy answered it with `RequestLimitExceeded`.
@@ -410,6 +412,7 @@ async fn handle(
     lock(&st.log).push(Logged {
         action: action.clone(),
         body: text,
+        headers: parts.headers.clone(),
         at: Instant::now(),
         throttled,
         injected: injected.as_ref().map(|(_, c)| c.clone()),
