@@ -475,6 +475,35 @@ fn write_gce_conf(dir: &TempDir, fake: &FakeGce) -> std::path::PathBuf {
     config
 }
 
+/// The controller with `gce_conf` and our `yaml` beside it.
+fn start_with_gce_conf(
+    c: &TestCluster,
+    dir: &TempDir,
+    gce_conf: &std::path::Path,
+    yaml: &std::path::Path,
+    env: &[(&str, &str)],
+) -> Controller {
+    Controller::start_with_env(
+        c.kubeconfig_path(),
+        dir.path(),
+        "controller",
+        &[
+            "--cluster-cidr",
+            "10.244.0.0/16",
+            "--cloud-provider",
+            "gce",
+            "--cloud-config",
+            gce_conf.to_str().expect("a UTF-8 path"),
+            "--cloud-config",
+            yaml.to_str().expect("a UTF-8 path"),
+            "--leader-elect=false",
+            "--metrics-bind-address",
+            "0",
+        ],
+        env,
+    )
+}
+
 #[tokio::test]
 async fn a_gce_conf_of_cloud_provider_gcp_routes_nodes_with_our_yaml_beside_it() {
     let c = TestCluster::acquire().await.unwrap();
@@ -490,24 +519,7 @@ async fn a_gce_conf_of_cloud_provider_gcp_routes_nodes_with_our_yaml_beside_it()
     let yaml = dir.path().join("ours.yaml");
     std::fs::write(&yaml, "anonymous: true\noperation_poll_min_ms: 100\n")
         .expect("write the test fixture file");
-    let ctl = Controller::start(
-        c.kubeconfig_path(),
-        dir.path(),
-        "controller",
-        &[
-            "--cluster-cidr",
-            "10.244.0.0/16",
-            "--cloud-provider",
-            "gce",
-            "--cloud-config",
-            gce_conf.to_str().unwrap(),
-            "--cloud-config",
-            yaml.to_str().unwrap(),
-            "--leader-elect=false",
-            "--metrics-bind-address",
-            "0",
-        ],
-    );
+    let ctl = start_with_gce_conf(&c, &dir, &gce_conf, &yaml, &[]);
     for i in 0..3 {
         c.create_node(&node(&fake, i)).await.unwrap();
     }
@@ -537,6 +549,71 @@ async fn a_gce_conf_of_cloud_provider_gcp_routes_nodes_with_our_yaml_beside_it()
         assert_eq!(log.matches(key).count(), 1, "{key}: {log}");
     }
     assert_eq!(ctl.stop(), Some(0), "{log}");
+}
+
+/// A `gce.conf` with a `token-url` of its own, as cloud-provider-gcp's
+/// AltTokenSource reads it: the token for every Compute request comes from
+/// the endpoint (the fake's `generateAccessToken`), asked once with the
+/// metadata server's token and the file's `token-body`.
+#[tokio::test]
+async fn a_gce_conf_token_url_signs_every_request_with_its_token() {
+    let c = TestCluster::acquire().await.unwrap();
+    let fake = FakeGce::start(FakeConfig::default()).await.unwrap();
+    fake.add_network(NETWORK, false);
+    for i in 0..2 {
+        fake.add_instance(ZONE, &format!("gce-{i}"));
+    }
+    let dir = TempDir::new("gce-token-url");
+    let account = "routes@p.iam.gserviceaccount.com";
+    let body = r#"{"scope": ["https://www.googleapis.com/auth/compute"]}"#;
+    let gce_conf = dir.path().join("gce.conf");
+    std::fs::write(
+        &gce_conf,
+        format!(
+            "[global]\nproject-id = {}\nnetwork-name = {NETWORK}\n\
+             api-endpoint = {}/compute/v1/\ntoken-url = {}\n\
+             token-body = \"{}\"\n",
+            fake.project(),
+            fake.endpoint(),
+            fake.token_url(account),
+            body.replace('"', "\\\""),
+        ),
+    )
+    .expect("write the test fixture file");
+    let yaml = dir.path().join("ours.yaml");
+    std::fs::write(&yaml, "operation_poll_min_ms: 100\n").expect("write the test fixture file");
+    let home = dir.path().to_str().unwrap().to_string();
+    // No key file, no gcloud login: the metadata server is the base.
+    let ctl = start_with_gce_conf(
+        &c,
+        &dir,
+        &gce_conf,
+        &yaml,
+        &[
+            ("GCE_METADATA_HOST", fake.metadata_host().as_str()),
+            ("HOME", home.as_str()),
+        ],
+    );
+    for i in 0..2 {
+        c.create_node(&node(&fake, i)).await.unwrap();
+    }
+    wait_until(
+        Duration::from_secs(30),
+        "the two Nodes routed with the token-url's token",
+        || async { (destinations(&ours(&fake)) == expect(0..2)).then_some(()) },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
+    let log = ctl.log_text();
+    assert_eq!(ctl.stop(), Some(0), "{log}");
+    let seen = fake.authorizations();
+    assert_eq!(
+        seen.keys().collect::<Vec<_>>(),
+        vec![&format!("Bearer ya29.generated-1-for-{account}")],
+        "{seen:?}"
+    );
+    assert_eq!(fake.token_bodies(), vec![body.to_string()]);
+    assert!(!log.contains("ya29."), "a token in the log: {log}");
 }
 
 #[tokio::test]

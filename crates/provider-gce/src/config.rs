@@ -40,6 +40,16 @@ pub struct GceConfig {
     /// A service-account key file (JSON). When unset the Application
     /// Default Credentials chain is used.
     pub credentials_file: Option<PathBuf>,
+    /// A token endpoint of the operator's own (cloud-provider-gcp's
+    /// `token-url`): every request's token is `POST`ed for there, with
+    /// `token_body`, authorized by the credentials above (Application
+    /// Default Credentials or `credentials_file`); it answers
+    /// `{"accessToken", "expireTime"}`, as IAM Credentials'
+    /// `generateAccessToken` does.
+    pub token_url: Option<String>,
+    /// The body sent to `token_url` (cloud-provider-gcp's `token-body`),
+    /// e.g. `{"scope": ["https://www.googleapis.com/auth/compute"]}`.
+    pub token_body: Option<String>,
     /// Send requests without credentials. Only for test servers; refused
     /// unless `endpoint` is set to something other than Google's.
     pub anonymous: bool,
@@ -92,6 +102,8 @@ impl Default for GceConfig {
             network_project: None,
             endpoint: DEFAULT_ENDPOINT.to_string(),
             credentials_file: None,
+            token_url: None,
+            token_body: None,
             anonymous: false,
             ipv6: None,
             max_routes: 300,
@@ -189,6 +201,23 @@ impl GceConfig {
         if self.anonymous && self.endpoint.trim_end_matches('/') == DEFAULT_ENDPOINT {
             return Err(ConfigError::Invalid(
                 "`anonymous` is for test servers; Google's endpoint needs credentials".into(),
+            ));
+        }
+        if let Some(url) = &self.token_url {
+            if self.anonymous {
+                return Err(ConfigError::Invalid(
+                    "`anonymous` and `token_url` exclude each other: the token endpoint is asked with credentials".into(),
+                ));
+            }
+            if !(url.starts_with("https://") || url.starts_with("http://")) {
+                return Err(ConfigError::Invalid(format!(
+                    "token_url {url:?} is not an http(s) URL"
+                )));
+            }
+        } else if self.token_body.is_some() {
+            return Err(ConfigError::Invalid(
+                "token_body is sent only to a token_url: set token_url too, or remove token_body"
+                    .into(),
             ));
         }
         if self.anonymous && self.credentials_file.is_some() {
@@ -294,5 +323,33 @@ mod tests {
         .validate()
         .unwrap_err();
         assert!(e.to_string().contains("page_size"), "{e}");
+        for (bad, says) in [
+            (
+                GceConfig {
+                    token_url: Some("http://127.0.0.1:1/token".into()),
+                    anonymous: true,
+                    endpoint: "http://127.0.0.1:2".into(),
+                    ..GceConfig::for_network("p", "k8s")
+                },
+                "exclude each other",
+            ),
+            (
+                GceConfig {
+                    token_url: Some("iamcredentials.googleapis.com/v1".into()),
+                    ..GceConfig::for_network("p", "k8s")
+                },
+                "not an http(s) URL",
+            ),
+            (
+                GceConfig {
+                    token_body: Some("{}".into()),
+                    ..GceConfig::for_network("p", "k8s")
+                },
+                "set token_url too",
+            ),
+        ] {
+            let e = bad.validate().unwrap_err().to_string();
+            assert!(e.contains(says), "{e}");
+        }
     }
 }

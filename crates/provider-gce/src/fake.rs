@@ -69,7 +69,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{Method, StatusCode, Uri};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::Response;
 use route_core::{Cidr, IpFamily};
 use serde_json::{Value, json};
@@ -195,6 +195,13 @@ struct FakeState {
     window_index: u64,
     used: BTreeMap<&'static str, u32>,
     requests: BTreeMap<String, u64>,
+    /// The `Authorization` header of each Compute request ("" when none),
+    /// and how many carried it.
+    authorizations: BTreeMap<String, u64>,
+    /// The bodies `generateAccessToken` was sent, in order.
+    token_bodies: Vec<String>,
+    /// How long a token from `generateAccessToken` is valid.
+    token_lifetime: Duration,
     answers: Answers,
     injected: Injections,
     failing_operations: Vec<(String, String)>,
@@ -221,7 +228,11 @@ fn unix_now() -> Duration {
 
 /// Now as RFC 3339 with milliseconds in UTC, as the API writes timestamps.
 fn timestamp() -> String {
-    let now = unix_now();
+    rfc3339(unix_now())
+}
+
+/// An instant (since the Unix epoch) as RFC 3339 with milliseconds.
+fn rfc3339(now: Duration) -> String {
     let secs = now.as_secs();
     let (days, rem) = (secs / 86_400, secs % 86_400);
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
@@ -284,6 +295,9 @@ impl FakeGce {
             window_index: 0,
             used: BTreeMap::new(),
             requests: BTreeMap::new(),
+            authorizations: BTreeMap::new(),
+            token_bodies: Vec::new(),
+            token_lifetime: Duration::from_secs(3600),
             answers: Answers::default(),
             injected: Injections::default(),
             failing_operations: Vec::new(),
@@ -458,6 +472,42 @@ impl FakeGce {
     /// Requests by endpoint, answered or refused.
     pub fn requests(&self) -> BTreeMap<String, u64> {
         self.lock().requests.clone()
+    }
+
+    /// The `Authorization` header of each Compute request so far ("" for
+    /// none), with how many carried it.
+    pub fn authorizations(&self) -> BTreeMap<String, u64> {
+        self.lock().authorizations.clone()
+    }
+
+    /// The bodies `generateAccessToken` was sent so far, in order.
+    pub fn token_bodies(&self) -> Vec<String> {
+        self.lock().token_bodies.clone()
+    }
+
+    /// From now on, tokens from `generateAccessToken` expire `lifetime`
+    /// after they are issued (default one hour, as IAM's).
+    pub fn set_token_lifetime(&self, lifetime: Duration) {
+        self.lock().token_lifetime = lifetime;
+    }
+
+    /// The URL of `generateAccessToken` for `account`, as cloud-provider-gcp's
+    /// `token-url` names IAM Credentials' (`https://iamcredentials.googleapis.com/v1/
+    /// projects/-/serviceAccounts/<account>:generateAccessToken`).
+    pub fn token_url(&self, account: &str) -> String {
+        format!(
+            "{}/v1/projects/-/serviceAccounts/{account}:generateAccessToken",
+            self.endpoint()
+        )
+    }
+
+    /// The host and port to give as `GCE_METADATA_HOST`: the fake serves
+    /// the metadata server's token for the instance's default account too.
+    pub fn metadata_host(&self) -> String {
+        self.endpoint()
+            .trim_start_matches("http://")
+            .trim_end_matches('/')
+            .to_string()
     }
 
     /// Requests to one endpoint.
@@ -920,7 +970,89 @@ fn group_of(endpoint: &str) -> &'static str {
     }
 }
 
-async fn handle(State(state): State<Shared>, method: Method, uri: Uri, body: Bytes) -> Response {
+/// The metadata server's token of the instance's default account, and its
+/// universe domain, for requests with `Metadata-Flavor: Google`.
+const METADATA_TOKEN: &str = "/computeMetadata/v1/instance/service-accounts/default/token";
+const METADATA_UNIVERSE: &str = "/computeMetadata/v1/universe/universe-domain";
+/// The token the metadata server hands out.
+pub const METADATA_ACCESS_TOKEN: &str = "ya29.fake-metadata";
+
+/// The metadata server's and IAM Credentials' answers: `None` for a
+/// Compute request.
+fn token_answer(
+    state: &Shared,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Option<Response> {
+    let path = uri.path();
+    if path == METADATA_TOKEN || path == METADATA_UNIVERSE {
+        let mut s = lock(state);
+        *s.requests.entry("metadata".to_string()).or_default() += 1;
+        if headers.get("metadata-flavor").is_none_or(|v| v != "Google") {
+            return Some(test_server::json_response(
+                StatusCode::FORBIDDEN,
+                json!("Missing Metadata-Flavor"),
+                [],
+            ));
+        }
+        if path == METADATA_UNIVERSE {
+            return Some(axum::response::IntoResponse::into_response((
+                StatusCode::OK,
+                "googleapis.com",
+            )));
+        }
+        return Some(test_server::json_response(
+            StatusCode::OK,
+            json!({"access_token": METADATA_ACCESS_TOKEN, "expires_in": 3599, "token_type": "Bearer"}),
+            [],
+        ));
+    }
+    let account = path
+        .strip_prefix("/v1/projects/-/serviceAccounts/")
+        .and_then(|p| p.strip_suffix(":generateAccessToken"))?;
+    let mut s = lock(state);
+    *s.requests
+        .entry("generate_access_token".to_string())
+        .or_default() += 1;
+    if method != Method::POST {
+        let (status, value) = error(StatusCode::METHOD_NOT_ALLOWED, "badRequest", "POST only");
+        return Some(test_server::json_response(status, value, []));
+    }
+    let expected = format!("Bearer {METADATA_ACCESS_TOKEN}");
+    if headers
+        .get("authorization")
+        .is_none_or(|v| v != expected.as_str())
+    {
+        let (status, value) = error(
+            StatusCode::UNAUTHORIZED,
+            "authError",
+            "Request had invalid authentication credentials.",
+        );
+        return Some(test_server::json_response(status, value, []));
+    }
+    s.token_bodies
+        .push(String::from_utf8_lossy(body).to_string());
+    let n = s.token_bodies.len();
+    let expiry = rfc3339(unix_now() + s.token_lifetime);
+    Some(test_server::json_response(
+        StatusCode::OK,
+        json!({"accessToken": format!("ya29.generated-{n}-for-{account}"), "expireTime": expiry}),
+        [],
+    ))
+}
+
+async fn handle(
+    State(state): State<Shared>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Some(answer) = token_answer(&state, &method, &uri, &headers, &body) {
+        return answer;
+    }
     let latency = lock(&state).config.latency;
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;
@@ -929,6 +1061,12 @@ async fn handle(State(state): State<Shared>, method: Method, uri: Uri, body: Byt
     let (status, value) = {
         let mut s = lock(&state);
         *s.requests.entry(endpoint.to_string()).or_default() += 1;
+        let auth = headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string();
+        *s.authorizations.entry(auth).or_default() += 1;
         s.tick(Instant::now());
         first_answer(&mut s, endpoint, &project, &resource, &uri, &body)
     };

@@ -41,6 +41,7 @@
 //! exist. The [`fake`] module (feature `testing`) is a stateful stand-in for
 //! the REST API used by tests here and in the controller's end-to-end suite.
 
+pub mod alt_token;
 pub mod config;
 mod error;
 #[cfg(feature = "testing")]
@@ -603,8 +604,25 @@ impl GceRoutes {
 }
 
 /// Where credentials come from: none for a test server, a key file, or
-/// Application Default Credentials.
+/// Application Default Credentials; with `token_url`, those authorize the
+/// request for a token there.
 fn credentials(
+    config: &GceConfig,
+) -> Result<google_cloud_auth::credentials::Credentials, ConfigError> {
+    let base = base_credentials(config)?;
+    Ok(match &config.token_url {
+        Some(url) => alt_token::AltToken::new(
+            base,
+            url,
+            config.token_body.as_deref().unwrap_or(""),
+            Duration::from_secs(config.request_timeout_secs),
+        )
+        .into(),
+        None => base,
+    })
+}
+
+fn base_credentials(
     config: &GceConfig,
 ) -> Result<google_cloud_auth::credentials::Credentials, ConfigError> {
     use google_cloud_auth::credentials;

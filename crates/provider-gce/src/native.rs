@@ -154,34 +154,23 @@ pub fn from_ccm_config(text: &str) -> Result<NativeConfig, ConfigError> {
         );
     }
 
-    // Never a credential setting dropped: a token endpoint of its own is
-    // refused, `nil` is the Application Default Credentials used here anyway.
-    let token_url = r.get_set(g, "token-url");
-    let has_body = r.get_set(g, "token-body").is_some();
-    match token_url.as_deref() {
-        Some(ADC) => {
-            if has_body {
+    // `nil` is the Application Default Credentials, used here anyway; any
+    // other URL is the token endpoint cloud-provider-gcp's AltTokenSource
+    // asks, and so is it here.
+    let token_body = r.get_set(g, "token-body");
+    match r.get_set(g, "token-url").as_deref() {
+        Some(ADC) | None => {
+            if token_body.is_some() {
                 n.ignore(
                     "[global] token-body",
                     "read only with a token-url other than `nil`",
                 );
             }
         }
-        Some(_) => {
-            return Err(invalid(
-                "[global] token-url: a custom token endpoint is not supported here. \
-                 Remove token-url and token-body (or set `token-url = nil`) and give the \
-                 credentials as Application Default Credentials (GOOGLE_APPLICATION_CREDENTIALS, \
-                 workload identity, or the metadata server) or `credentials_file` in the YAML"
-                    .to_string(),
-            ));
-        }
-        None => {
-            if has_body {
-                n.ignore(
-                    "[global] token-body",
-                    "read only with a token-url other than `nil`",
-                );
+        Some(url) => {
+            n.set("token_url", url, "[global] token-url");
+            if let Some(body) = token_body {
+                n.set("token_body", body, "[global] token-body");
             }
         }
     }
@@ -347,19 +336,24 @@ mod tests {
     }
 
     #[test]
-    fn a_custom_token_endpoint_is_refused_naming_the_key_and_never_its_body() {
-        let e = from_ccm_config(
+    fn a_custom_token_endpoint_and_its_body_are_taken_as_they_are() {
+        let c = parse(
             "[global]\nproject-id = p\nnetwork-name = n\n\
-             token-url = https://example.test/token\ntoken-body = \"{\\\"secret\\\": 1}\"\n",
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(
-            e.contains("token-url") && e.contains("not supported"),
-            "{e}"
+             token-url = https://iamcredentials.googleapis.com/v1/projects/-/serviceAccounts/r@p.iam.gserviceaccount.com:generateAccessToken\n\
+             token-body = \"{\\\"scope\\\": [\\\"https://www.googleapis.com/auth/compute\\\"]}\"\n",
         );
-        assert!(!e.contains("secret"), "{e}");
+        assert_eq!(
+            c.token_url.as_deref(),
+            Some(
+                "https://iamcredentials.googleapis.com/v1/projects/-/serviceAccounts/r@p.iam.gserviceaccount.com:generateAccessToken"
+            )
+        );
+        assert_eq!(
+            c.token_body.as_deref(),
+            Some(r#"{"scope": ["https://www.googleapis.com/auth/compute"]}"#)
+        );
         let n = from_ccm_config("[global]\ntoken-url = nil\ntoken-body = x\n").unwrap();
+        assert!(!n.values.contains_key("token_url"));
         assert!(
             n.ignored
                 .iter()

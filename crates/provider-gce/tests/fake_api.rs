@@ -480,3 +480,84 @@ async fn a_key_files_contents_never_reach_an_error() {
     assert!(!format!("{e} {e:?}").contains("s3cr3t"), "{e:?}");
     std::fs::remove_file(&dir).unwrap();
 }
+
+/// cloud-provider-gcp's `token-url`: the token comes from the endpoint
+/// (here the fake's `generateAccessToken`), asked with the metadata
+/// server's token and the configured body, and is reused until a minute
+/// before its `expireTime`; a token about to expire is asked for again.
+#[tokio::test]
+async fn a_token_url_token_is_asked_with_the_base_credentials_and_reused_until_it_expires() {
+    use google_cloud_auth::credentials::{CacheableResource, Credentials, mds};
+    use provider_gce::alt_token::AltToken;
+
+    let fake = fake(FakeConfig::default(), false).await;
+    let base = || {
+        mds::Builder::default()
+            .with_endpoint(format!("http://{}", fake.metadata_host()))
+            .build()
+            .expect("metadata credentials")
+    };
+    let body = r#"{"scope": ["https://www.googleapis.com/auth/compute"]}"#;
+    let account = "routes@p.iam.gserviceaccount.com";
+    let creds: Credentials = AltToken::new(
+        base(),
+        &fake.token_url(account),
+        body,
+        Duration::from_secs(5),
+    )
+    .into();
+    let bearer = |h: CacheableResource<http::HeaderMap>| match h {
+        CacheableResource::New { data, .. } => {
+            data["authorization"].to_str().expect("ASCII").to_string()
+        }
+        CacheableResource::NotModified => "not modified".to_string(),
+    };
+    for _ in 0..3 {
+        let h = creds
+            .headers(http::Extensions::new())
+            .await
+            .expect("a token");
+        assert_eq!(bearer(h), format!("Bearer ya29.generated-1-for-{account}"));
+    }
+    assert_eq!(fake.token_bodies(), vec![body.to_string()]);
+
+    // Tokens that live less than the refresh margin are asked for each time.
+    fake.set_token_lifetime(Duration::from_secs(30));
+    let fresh: Credentials = AltToken::new(
+        base(),
+        &fake.token_url(account),
+        body,
+        Duration::from_secs(5),
+    )
+    .into();
+    for n in 2..4 {
+        let h = fresh
+            .headers(http::Extensions::new())
+            .await
+            .expect("a token");
+        assert_eq!(
+            bearer(h),
+            format!("Bearer ya29.generated-{n}-for-{account}")
+        );
+    }
+
+    // Without the base credentials the endpoint refuses; the error names
+    // the endpoint and its answer, never a token.
+    let refused: Credentials = AltToken::new(
+        google_cloud_auth::credentials::anonymous::Builder::new().build(),
+        &fake.token_url(account),
+        body,
+        Duration::from_secs(5),
+    )
+    .into();
+    let e = refused
+        .headers(http::Extensions::new())
+        .await
+        .expect_err("refused")
+        .to_string();
+    assert!(
+        e.contains("token-url") && e.contains("401") && e.contains("generateAccessToken"),
+        "{e}"
+    );
+    assert_eq!(fake.token_bodies().len(), 3);
+}

@@ -470,10 +470,12 @@ async fn rate_limit_headers_keep_a_500_create_burst_free_of_429() {
     let (fake, p) = burst_of_creates(500, true).await;
     assert_eq!(fake.routes(NET).len(), 500);
     assert_eq!(fake.throttled(), 0, "no 429 at all");
+    // That it waited shows the headers engaged; how long depends on how
+    // fast this machine sends (a busy one sends slower and needs to wait
+    // less), so no length is asserted.
     assert!(
-        p.stats().rate_limit_wait() > Duration::from_millis(500),
-        "the client slowed itself down: waited {:?}",
-        p.stats().rate_limit_wait()
+        p.stats().rate_limit_wait() > Duration::ZERO,
+        "the client never slowed itself down"
     );
     let requests = fake.total();
     assert_eq!(fake.count("add_route"), 500);
