@@ -542,7 +542,7 @@ async fn a_source_dest_check_turned_back_on_behind_the_controllers_back_is_repai
     // A resync reads every routed instance in one request and writes
     // nothing while nothing was reset.
     let settled = proxy.log().len();
-    wait_until(Duration::from_secs(30), "two more resyncs", || async {
+    wait_until(Duration::from_secs(60), "two more resyncs", || async {
         let n = proxy.log()[settled..]
             .iter()
             .filter(|r| r.action == "DescribeInstances")

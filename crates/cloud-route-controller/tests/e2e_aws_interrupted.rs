@@ -257,7 +257,8 @@ async fn a_sole_replica_stopped_past_its_renew_deadline_during_100_creations_red
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_sole_replica_paused_20s_during_80_deletions_deletes_them_all_within_10s_of_resuming() {
+async fn a_sole_replica_paused_20s_during_80_deletions_deletes_them_all_without_waiting_for_a_resync()
+ {
     const NODES: usize = 80;
     let c = TestCluster::acquire().await.expect("API server");
     let e = ec2("paused-deletions", "10.61.0.0/16").await;
@@ -300,7 +301,9 @@ async fn a_sole_replica_paused_20s_during_80_deletions_deletes_them_all_within_1
     e.proxy.set_latency(Duration::ZERO);
     signal(&ctl, "-CONT");
     let resumed = Instant::now();
-    wait_until(Duration::from_secs(10), "every route gone", || async {
+    // The replica resyncs every 12 h and backs off up to 300 s: 60 s tells
+    // "redone at once" from either on a loaded machine (about 3 s here).
+    wait_until(Duration::from_secs(60), "every route gone", || async {
         pod_routes(&e.ec2, &e.net.route_table_id)
             .await?
             .is_empty()
@@ -309,7 +312,7 @@ async fn a_sole_replica_paused_20s_during_80_deletions_deletes_them_all_within_1
     .await
     .unwrap_or_else(|err| {
         panic!(
-            "{err} within 10 s of resuming ({left_at_resume} left when it resumed)\n{}",
+            "{err} within 60 s of resuming ({left_at_resume} left when it resumed)\n{}",
             ctl.log_text()
         )
     });
@@ -364,7 +367,7 @@ async fn a_route_table_tagged_at_runtime_is_routed_within_the_discovery_period_i
     }
     // The discovery period plus one pass (10 s apart at most in periodic
     // and watch), with room for a loaded machine.
-    let bound = DISCOVERY + Duration::from_secs(25);
+    let bound = DISCOVERY + Duration::from_secs(115);
     for ((mode, _, _, ctl), table) in runs.iter().zip(&second) {
         wait_until(
             bound,

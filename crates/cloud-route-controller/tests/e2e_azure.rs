@@ -387,7 +387,7 @@ async fn a_node_whose_nic_has_ip_forwarding_off_keeps_its_route_and_reads_forwar
         .expect("create the test Node");
     }
     wait_until(
-        Duration::from_secs(20),
+        Duration::from_secs(120),
         "both Nodes routed, the one whose NIC cannot forward too",
         || async {
             let mut names: Vec<String> = fake.routes(TABLE).into_iter().map(|r| r.0).collect();

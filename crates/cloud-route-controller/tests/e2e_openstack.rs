@@ -82,6 +82,22 @@ async fn a_burst_of_50_nodes_is_one_router_update_and_deletions_follow() {
             .unwrap()
             .1
     };
+    let changing_passes = |m: &str| {
+        metric_sum(
+            m,
+            "route_controller_route_sync_total",
+            &["outcome=\"changed\""],
+        )
+    };
+    // The routes are on the router before neutron's answer is counted: read
+    // the count once the pass that sent it has ended.
+    wait_until(
+        Duration::from_secs(30),
+        "the adding pass to end",
+        || async { (changing_passes(&scrape()) >= 1.0).then_some(()) },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
     let m = scrape();
     let adds = metric_sum(
         &m,
@@ -103,18 +119,30 @@ async fn a_burst_of_50_nodes_is_one_router_update_and_deletions_follow() {
     .await
     .unwrap();
     // The routes leave the router before the pass ends: it still removes
-    // the pods' address pairs from the ports.
-    let changing_passes = |m: &str| {
-        metric_sum(
-            m,
-            "route_controller_route_sync_total",
-            &["outcome=\"changed\""],
+    // the pods' address pairs from the ports. A slow machine may split the
+    // ten deletions over two passes: wait until the counts stand still.
+    let counts = |m: &str| {
+        (
+            metric_sum(
+                m,
+                "route_controller_cloud_requests_total",
+                &["provider=\"openstack\"", "operation=\"remove_extraroutes\""],
+            ),
+            changing_passes(m),
         )
     };
+    let mut last = ((0.0, 0.0), std::time::Instant::now());
     wait_until(
-        Duration::from_secs(30),
-        "the deleting pass to end",
-        || async { (changing_passes(&scrape()) >= 2.0).then_some(()) },
+        Duration::from_secs(60),
+        "the deleting passes to end (counts unchanged for 3 s)",
+        || {
+            let now = counts(&scrape());
+            if now != last.0 {
+                last = (now, std::time::Instant::now());
+            }
+            let still = last.1.elapsed() >= Duration::from_secs(3);
+            async move { (now.1 >= 2.0 && still).then_some(()) }
+        },
     )
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));

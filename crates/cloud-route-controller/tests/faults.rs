@@ -819,7 +819,6 @@ async fn leader_losing_its_lease_mid_reconcile_stops_and_exits_non_zero() {
     for i in 0..nodes {
         c.create_node(&node(i)).await.unwrap();
     }
-    let retry = Duration::from_secs(1);
     let mut ctl = start_controller(
         c.kubeconfig_path(),
         dir.path(),
@@ -847,10 +846,12 @@ async fn leader_losing_its_lease_mid_reconcile_stops_and_exits_non_zero() {
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
     let leases: Api<Lease> = Api::namespaced(c.client(), "kube-system");
-    let taken = loop {
+    // When the overwrite landed, and crc-a's last renewal before it.
+    let (taken, renewed) = loop {
         let mut l = leases.get("cloud-route-controller").await.unwrap();
         let spec = l.spec.get_or_insert_with(Default::default);
         assert_eq!(spec.holder_identity.as_deref(), Some("crc-a"));
+        let renewed = spec.renew_time.clone().expect("crc-a renewed").0;
         spec.holder_identity = Some("intruder".into());
         spec.renew_time = Some(MicroTime(k8s_openapi::jiff::Timestamp::now()));
         spec.lease_duration_seconds = Some(3600);
@@ -858,11 +859,15 @@ async fn leader_losing_its_lease_mid_reconcile_stops_and_exits_non_zero() {
             .replace("cloud-route-controller", &Default::default(), &l)
             .await
         {
-            Ok(_) => break tokio::time::Instant::now(),
+            Ok(_) => break (tokio::time::Instant::now(), renewed),
             Err(kube::Error::Api(e)) if e.code == 409 => continue,
             Err(e) => panic!("overwrite the Lease: {e}"),
         }
     };
+    let renewal_age =
+        Duration::try_from(k8s_openapi::jiff::Timestamp::now().duration_since(renewed))
+            .unwrap_or_default()
+            .saturating_sub(taken.elapsed());
     let created_at_loss = count(&sim.cloud, Operation::Create, Ok(()));
     let code = wait_until(Duration::from_secs(20), "the leader exits", || {
         let r = ctl.child.try_wait().ok().flatten();
@@ -879,9 +884,13 @@ async fn leader_losing_its_lease_mid_reconcile_stops_and_exits_non_zero() {
     );
     assert!(log.contains("lost leadership"), "{log}");
     assert!(!log.contains("panicked"), "{log}");
-    // Detection takes up to one retry period; a creation already in flight may
-    // still land. Nothing may start after that.
-    let cutoff = taken + retry + 2 * latency + Duration::from_secs(1);
+    // The fence: no change starts once the last renewal is a renew deadline
+    // old, whether or not the loss was seen by then (a renewal slowed by a
+    // loaded API server sees it late); one already in flight may still land.
+    let renew_deadline = Duration::from_secs(5);
+    let fenced = taken.checked_sub(renewal_age).unwrap_or(taken) + renew_deadline;
+    let cutoff = fenced + 2 * latency + Duration::from_secs(1);
+    eprintln!("leader lost: its last renewal was {renewal_age:?} before the overwrite");
     let late: Vec<_> = sim
         .cloud
         .log()
@@ -1489,6 +1498,13 @@ async fn wrong_hcloud_token_is_permanent_clear_and_not_hammered() {
         &args,
         "debug",
     );
+    // From the first refusal, however long a loaded machine took to start
+    // the controller, a fixed window.
+    wait_until(Duration::from_secs(60), "the first 401", || async {
+        (fake.with_status(401) >= 1).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
     let watch_for = Duration::from_secs(25);
     tokio::time::sleep(watch_for).await;
     let log = ctl.log_text();
@@ -1678,6 +1694,15 @@ async fn malformed_and_truncated_provider_answers_are_clear_errors() {
                 .collect()
             };
             let mut ctl = start_controller(c.kubeconfig_path(), dir.path(), provider, &args);
+            // From the first failed list, however long a loaded machine
+            // took to start the controller, a fixed window.
+            wait_until(Duration::from_secs(60), "a failed list", || async {
+                ctl.log_text()
+                    .contains("could not list routes")
+                    .then_some(())
+            })
+            .await
+            .unwrap_or_else(|e| panic!("{provider}/{what}: {e}\n{}", ctl.log_text()));
             let watch_for = Duration::from_secs(12);
             tokio::time::sleep(watch_for).await;
             let log = ctl.log_text();

@@ -436,6 +436,17 @@ impl FakeHcloud {
         );
     }
 
+    /// Ends every action holding `network` now (those of
+    /// [`FakeHcloud::hold_network`] and any other running on it).
+    pub fn release_network(&self, network: u64) {
+        let now = Instant::now();
+        for a in self.lock().actions.values_mut() {
+            if a.network == network && a.finishes > now {
+                a.finishes = now;
+            }
+        }
+    }
+
     /// Answers by endpoint and HTTP status.
     pub fn answers(&self) -> BTreeMap<(String, u16), u64> {
         self.lock().answers.all().clone()

@@ -224,11 +224,12 @@ async fn busy_networks_answer_conflict_and_recover() {
         )
         .await;
         let p = provider(&fake, client_config(&fake));
-        fake.hold_network(NET, Duration::from_millis(300));
+        // Held until released, however slowly this machine sends.
+        fake.hold_network(NET, Duration::from_secs(600));
         let e = p.create_route("c", "u", &node_route(0)).await.unwrap_err();
         assert_eq!(e.kind, ErrorKind::Conflict, "{answer:?}: {e}");
         assert!(e.is_retryable());
-        tokio::time::sleep(Duration::from_millis(350)).await;
+        fake.release_network(NET);
         p.create_route("c", "u", &node_route(0)).await.unwrap();
         let expected = if answer == LockAnswer::Conflict {
             409
@@ -387,15 +388,25 @@ async fn the_101st_route_is_quota_exceeded() {
     assert_eq!(fake.routes(NET).len(), 100);
 }
 
+/// How the project's budget stands when a burst starts.
+struct Budget {
+    /// Requests the fake refills per second (of 200).
+    refill_per_second: f64,
+    /// Already spent by another tool when the burst starts.
+    spent: u32,
+    /// Spent by the other tool every 100 ms while the burst runs.
+    other_per_tick: u32,
+}
+
 /// Creates `n` routes one after another while other users of the project
 /// spend part of the budget; retries throttled answers as the controller would.
-async fn burst_of_creates(n: u32, use_headers: bool) -> (FakeHcloud, HcloudRoutes) {
-    // A scaled-down budget: 200 requests, refilled at 200/s ("an hour" in a second).
+async fn burst_of_creates(n: u32, use_headers: bool, budget: Budget) -> (FakeHcloud, HcloudRoutes) {
+    // A scaled-down budget: 200 requests, refilled in about a second ("an hour").
     let fake = fake_with(
         FakeConfig {
             enforce_budget: true,
             rate_limit: 200,
-            refill_per_second: 200.0,
+            refill_per_second: budget.refill_per_second,
             action_duration: Duration::from_millis(1),
             max_routes: 1000,
             ..FakeConfig::default()
@@ -415,16 +426,16 @@ async fn burst_of_creates(n: u32, use_headers: bool) -> (FakeHcloud, HcloudRoute
             ..client_config(&fake)
         },
     );
-    // Another tool has spent most of the budget, and keeps spending a quarter
-    // of the refill while the burst runs.
-    fake.consume_budget(150);
+    // Another tool has spent (part of) the budget, and keeps spending while
+    // the burst runs.
+    fake.consume_budget(budget.spent);
     let fake = Arc::new(fake);
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let other = {
         let (fake, stop) = (Arc::clone(&fake), Arc::clone(&stop));
         tokio::spawn(async move {
             while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-                fake.consume_budget(5);
+                fake.consume_budget(budget.other_per_tick);
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         })
@@ -467,12 +478,23 @@ async fn burst_of_creates(n: u32, use_headers: bool) -> (FakeHcloud, HcloudRoute
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rate_limit_headers_keep_a_500_create_burst_free_of_429() {
     let started = std::time::Instant::now();
-    let (fake, p) = burst_of_creates(500, true).await;
+    // Another tool left exactly the reserve and spends a quarter of the
+    // refill meanwhile: the first answer's headers already say to wait.
+    let (fake, p) = burst_of_creates(
+        500,
+        true,
+        Budget {
+            refill_per_second: 200.0,
+            spent: 180,
+            other_per_tick: 5,
+        },
+    )
+    .await;
     assert_eq!(fake.routes(NET).len(), 500);
     assert_eq!(fake.throttled(), 0, "no 429 at all");
-    // That it waited shows the headers engaged; how long depends on how
-    // fast this machine sends (a busy one sends slower and needs to wait
-    // less), so no length is asserted.
+    // The budget starts at the reserve, so the client waited at once,
+    // however fast this machine sends; how long depends on that speed and
+    // is not asserted.
     assert!(
         p.stats().rate_limit_wait() > Duration::ZERO,
         "the client never slowed itself down"
@@ -491,9 +513,20 @@ async fn rate_limit_headers_keep_a_500_create_burst_free_of_429() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_headers_the_same_burst_is_throttled() {
     // The control for the test above: the client's own budget alone does not
-    // know what other users spent.
-    let (fake, _p) = burst_of_creates(150, false).await;
-    assert_eq!(fake.routes(NET).len(), 150);
+    // know what other users spent. The budget is spent and refills at 30
+    // requests a second for this client, so any client sending faster than
+    // that (every machine: 120 requests in 4 s) meets a 429.
+    let (fake, _p) = burst_of_creates(
+        60,
+        false,
+        Budget {
+            refill_per_second: 40.0,
+            spent: 200,
+            other_per_tick: 1,
+        },
+    )
+    .await;
+    assert_eq!(fake.routes(NET).len(), 60);
     assert!(
         fake.throttled() > 0,
         "expected 429s without header handling"
