@@ -124,21 +124,54 @@ impl Http {
         Ok(token)
     }
 
+    /// Entra ID's token endpoint for `tenant`.
+    fn token_url(&self, tenant: &str) -> String {
+        format!("{}/{tenant}/oauth2/v2.0/token", self.authority)
+    }
+
+    /// Client credentials proven by a signed assertion (a certificate's, or
+    /// workload identity's projected token).
+    fn assertion_request(
+        &self,
+        url: String,
+        client_id: &str,
+        assertion: &str,
+    ) -> reqwest::RequestBuilder {
+        self.client.post(url).form(&[
+            ("grant_type", "client_credentials"),
+            ("client_id", client_id),
+            (
+                "client_assertion_type",
+                "urn:ietf:params:oauth:client-assertion-type:jwt-bearer",
+            ),
+            ("client_assertion", assertion),
+            ("scope", self.scope.as_str()),
+        ])
+    }
+
     async fn fetch_token(&self) -> Result<(Secret, Duration), CloudError> {
         let request = match &self.credential {
             Credential::ClientSecret {
                 tenant,
                 client_id,
                 secret,
-            } => self
-                .client
-                .post(format!("{}/{tenant}/oauth2/v2.0/token", self.authority))
-                .form(&[
-                    ("grant_type", "client_credentials"),
-                    ("client_id", client_id.as_str()),
-                    ("client_secret", secret.expose()),
-                    ("scope", self.scope.as_str()),
-                ]),
+            } => self.client.post(self.token_url(tenant)).form(&[
+                ("grant_type", "client_credentials"),
+                ("client_id", client_id.as_str()),
+                ("client_secret", secret.expose()),
+                ("scope", self.scope.as_str()),
+            ]),
+            Credential::ClientCertificate {
+                tenant,
+                client_id,
+                certificate,
+            } => {
+                let url = self.token_url(tenant);
+                let assertion = certificate
+                    .assertion(client_id, &url)
+                    .map_err(|e| CloudError::new(ErrorKind::Permanent, e))?;
+                self.assertion_request(url, client_id, &assertion)
+            }
             Credential::WorkloadIdentity {
                 tenant,
                 client_id,
@@ -154,24 +187,20 @@ impl Http {
                         ),
                     )
                 })?;
-                self.client
-                    .post(format!("{}/{tenant}/oauth2/v2.0/token", self.authority))
-                    .form(&[
-                        ("grant_type", "client_credentials"),
-                        ("client_id", client_id.as_str()),
-                        (
-                            "client_assertion_type",
-                            "urn:ietf:params:oauth:client-assertion-type:jwt-bearer",
-                        ),
-                        ("client_assertion", assertion.trim()),
-                        ("scope", self.scope.as_str()),
-                    ])
+                self.assertion_request(self.token_url(tenant), client_id, assertion.trim())
             }
-            Credential::ManagedIdentity { client_id } => {
+            Credential::ManagedIdentity {
+                client_id,
+                resource_id,
+            } => {
                 let resource = self.scope.trim_end_matches(".default").to_string();
                 let mut query = vec![("api-version", "2018-02-01"), ("resource", &resource)];
                 if let Some(id) = client_id {
                     query.push(("client_id", id));
+                }
+                // IMDS's name for a user-assigned identity's resource ID.
+                if let Some(id) = resource_id {
+                    query.push(("msi_res_id", id));
                 }
                 let mut url = Url::parse(&format!("{}/metadata/identity/oauth2/token", self.imds))
                     .map_err(|e| {

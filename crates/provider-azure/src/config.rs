@@ -259,6 +259,16 @@ pub enum Credential {
         /// The secret.
         secret: Secret,
     },
+    /// OAuth 2.0 client credentials with a certificate: each request
+    /// carries a client assertion signed with its key.
+    ClientCertificate {
+        /// Tenant.
+        tenant: String,
+        /// Application id.
+        client_id: String,
+        /// The certificate and key of `aadClientCertPath`.
+        certificate: crate::client_cert::ClientCertificate,
+    },
     /// Workload identity: the projected token file is the client assertion.
     WorkloadIdentity {
         /// Tenant.
@@ -272,6 +282,10 @@ pub enum Credential {
     ManagedIdentity {
         /// A user-assigned identity's client id, if any.
         client_id: Option<String>,
+        /// A user-assigned identity's resource ID
+        /// (`/subscriptions/…/providers/Microsoft.ManagedIdentity/userAssignedIdentities/<name>`),
+        /// if named that way instead.
+        resource_id: Option<String>,
     },
 }
 
@@ -651,13 +665,25 @@ impl AzureConfig {
         }
         if self.use_managed_identity_extension {
             let id = self.user_assigned_identity_id.trim();
+            // Upstream's rule (`pkg/azclient/auth.go`): an id that names a
+            // subscription is a resource ID, anything else a client ID.
             if id.to_ascii_uppercase().contains("/SUBSCRIPTIONS/") {
-                return Err(ConfigError::Invalid(format!(
-                    "userAssignedIdentityID {id:?} is a resource ID; name the user-assigned identity by its client ID here"
-                )));
+                if !id
+                    .to_ascii_lowercase()
+                    .contains("/providers/microsoft.managedidentity/userassignedidentities/")
+                {
+                    return Err(ConfigError::Invalid(format!(
+                        "userAssignedIdentityID {id:?} names a resource that is no user-assigned identity                          (/subscriptions/<id>/resourceGroups/<group>/providers/Microsoft.ManagedIdentity/userAssignedIdentities/<name>)"
+                    )));
+                }
+                return Ok(Credential::ManagedIdentity {
+                    client_id: None,
+                    resource_id: Some(id.to_string()),
+                });
             }
             return Ok(Credential::ManagedIdentity {
                 client_id: (!id.is_empty()).then(|| id.to_string()),
+                resource_id: None,
             });
         }
         let secret = if self.aad_client_secret.is_empty() {
@@ -665,14 +691,20 @@ impl AzureConfig {
         } else {
             self.aad_client_secret.clone()
         };
-        if secret.is_empty()
-            && !self.aad_client_cert_path.trim().is_empty()
-            && !self.aad_client_cert_password.is_empty()
-        {
-            return Err(ConfigError::Invalid(
-                "aadClientCertPath: client-certificate credentials are not supported here; use aadClientSecret (or AZURE_CLIENT_SECRET), useManagedIdentityExtension or workload identity"
-                    .into(),
-            ));
+        let cert_path = self.aad_client_cert_path.trim();
+        if secret.is_empty() && !cert_path.is_empty() {
+            need(&tenant, "tenantId", env::TENANT_ID)?;
+            need(&client_id, "aadClientId", env::CLIENT_ID)?;
+            let certificate = crate::client_cert::ClientCertificate::load(
+                Path::new(cert_path),
+                self.aad_client_cert_password.expose(),
+            )
+            .map_err(|e| ConfigError::Invalid(format!("aadClientCertPath: {e}")))?;
+            return Ok(Credential::ClientCertificate {
+                tenant,
+                client_id,
+                certificate,
+            });
         }
         need(&tenant, "tenantId", env::TENANT_ID)?;
         need(&client_id, "aadClientId", env::CLIENT_ID)?;
@@ -813,9 +845,36 @@ mod tests {
         assert_eq!(
             c.credential().unwrap(),
             Credential::ManagedIdentity {
-                client_id: Some("mi-1".into())
+                client_id: Some("mi-1".into()),
+                resource_id: None,
             }
         );
+    }
+
+    // Upstream takes an id naming a subscription as the identity's resource
+    // ID (azidentity.ResourceID), which IMDS takes as `msi_res_id`.
+    #[test]
+    fn a_user_assigned_identity_may_be_named_by_its_resource_id() {
+        let id = "/subscriptions/s/resourceGroups/rg/providers/Microsoft.ManagedIdentity/userAssignedIdentities/routes";
+        let c = AzureConfig::from_yaml(&format!(
+            "subscriptionId: s\nresourceGroup: rg\nrouteTableName: rt\nuseManagedIdentityExtension: true\nuserAssignedIdentityID: {id}\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            c.credential().unwrap(),
+            Credential::ManagedIdentity {
+                client_id: None,
+                resource_id: Some(id.into()),
+            }
+        );
+        let e = AzureConfig::from_yaml(
+            "subscriptionId: s\nresourceGroup: rg\nrouteTableName: rt\nuseManagedIdentityExtension: true\n\
+             userAssignedIdentityID: /subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/virtualMachines/vm\n",
+        )
+        .unwrap()
+        .credential()
+        .unwrap_err();
+        assert!(e.to_string().contains("no user-assigned identity"), "{e}");
     }
 
     #[test]
@@ -1086,10 +1145,6 @@ mod tests {
         refused(
             "aadClientCertPath: /etc/kubernetes/sp.pfx\naadClientCertPassword: pfx-password\n",
             "aadClientCertPath",
-        );
-        refused(
-            "useManagedIdentityExtension: true\nuserAssignedIdentityID: /subscriptions/s/resourceGroups/rg/providers/Microsoft.ManagedIdentity/userAssignedIdentities/mi\n",
-            "resource ID",
         );
         refused(
             "aadClientSecret: x\ncloudConfigType: secret\n",

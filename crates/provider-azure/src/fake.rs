@@ -39,7 +39,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::body::Bytes;
@@ -204,6 +204,14 @@ struct FakeState {
     failing_operations: Vec<String>,
     before_next_put: Vec<(String, Edit)>,
     hold_operations: bool,
+    /// The VM's user-assigned identities as (client id, resource ID); empty:
+    /// a VM with a system-assigned identity only.
+    identities: Vec<(String, String)>,
+    /// The identity each IMDS token request named: (client_id, msi_res_id).
+    imds_requests: Vec<(Option<String>, Option<String>)>,
+    /// Certificates (DER) registered for the application: a client
+    /// assertion signed by one of their keys authenticates it.
+    client_certificates: Vec<Vec<u8>>,
 }
 
 impl FakeState {
@@ -455,6 +463,9 @@ impl FakeAzure {
             failing_operations: Vec::new(),
             before_next_put: Vec::new(),
             hold_operations: false,
+            identities: Vec::new(),
+            imds_requests: Vec::new(),
+            client_certificates: Vec::new(),
         }));
         let app = Router::new()
             .fallback(handle)
@@ -671,6 +682,30 @@ impl FakeAzure {
         self.lock()
             .before_next_put
             .push((table.into(), Edit::Put(route)));
+    }
+
+    /// Registers a certificate (DER) for the application, as uploading it
+    /// to the app registration does: a client assertion whose `x5t` names
+    /// it and whose RS256 signature its key made is then accepted.
+    pub fn register_client_certificate(&self, der: &[u8]) {
+        self.lock().client_certificates.push(der.to_vec());
+    }
+
+    /// Gives the VM these user-assigned identities, each as (client id,
+    /// resource ID). IMDS then answers a token request only for one of them
+    /// named by `client_id` or `msi_res_id`, or, without either, when there
+    /// is exactly one, as IMDS does.
+    pub fn set_vm_identities(&self, identities: &[(&str, &str)]) {
+        self.lock().identities = identities
+            .iter()
+            .map(|(c, r)| ((*c).to_string(), (*r).to_string()))
+            .collect();
+    }
+
+    /// The identity each IMDS token request so far named, as
+    /// (`client_id`, `msi_res_id`).
+    pub fn imds_requests(&self) -> Vec<(Option<String>, Option<String>)> {
+        self.lock().imds_requests.clone()
     }
 
     /// Answers the next `n` requests to `endpoint` (`token`, `imds_token`,
@@ -947,6 +982,34 @@ fn answer(
                 )
                     .into();
             }
+            let client_id = query_param(uri, "client_id");
+            let res_id = query_param(uri, "msi_res_id");
+            s.imds_requests.push((client_id.clone(), res_id.clone()));
+            if !s.identities.is_empty() {
+                let known = match (&client_id, &res_id) {
+                    (Some(c), _) => s
+                        .identities
+                        .iter()
+                        .any(|(id, _)| id.eq_ignore_ascii_case(c)),
+                    (None, Some(r)) => s
+                        .identities
+                        .iter()
+                        .any(|(_, id)| id.eq_ignore_ascii_case(r)),
+                    (None, None) => s.identities.len() == 1,
+                };
+                if !known {
+                    let description = if client_id.is_none() && res_id.is_none() {
+                        "Multiple user assigned identities exist, please specify the clientId / resourceId of the identity in the token request"
+                    } else {
+                        "Identity not found"
+                    };
+                    return (
+                        StatusCode::BAD_REQUEST,
+                        json!({"error": "invalid_request", "error_description": description}),
+                    )
+                        .into();
+                }
+            }
             return issue(s, true);
         }
         "unknown" => return err(StatusCode::NOT_FOUND, "NotFound", "no such endpoint").into(),
@@ -1048,6 +1111,65 @@ fn not_found() -> Reply {
     .into()
 }
 
+/// Whether `assertion` is a JWT Entra ID would take as a certificate
+/// credential: `x5t` names a registered certificate, its RS256 signature
+/// verifies with that certificate's key, it is for `audience`, issued by and
+/// about `client_id`, and current.
+fn certificate_assertion_ok(
+    certificates: &[Vec<u8>],
+    assertion: &str,
+    client_id: &str,
+    audience: &str,
+) -> bool {
+    use base64::Engine;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let mut parts = assertion.split('.');
+    let (Some(h), Some(c), Some(sig), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    let json = |part: &str| -> Option<Value> {
+        serde_json::from_slice(&URL_SAFE_NO_PAD.decode(part).ok()?).ok()
+    };
+    let (Some(header), Some(claims), Ok(sig)) = (json(h), json(c), URL_SAFE_NO_PAD.decode(sig))
+    else {
+        return false;
+    };
+    if header["alg"] != "RS256" {
+        return false;
+    }
+    let Some(cert) = certificates.iter().find(|der| {
+        let sha1 = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA1_FOR_LEGACY_USE_ONLY, der);
+        header["x5t"].as_str() == Some(URL_SAFE_NO_PAD.encode(sha1).as_str())
+    }) else {
+        return false;
+    };
+    let der = rustls_pki_types::CertificateDer::from(cert.as_slice());
+    let Ok(end_entity) = webpki::EndEntityCert::try_from(&der) else {
+        return false;
+    };
+    if end_entity
+        .verify_signature(
+            webpki::aws_lc_rs::RSA_PKCS1_2048_8192_SHA256,
+            format!("{h}.{c}").as_bytes(),
+            &sig,
+        )
+        .is_err()
+    {
+        return false;
+    }
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default();
+    claims["aud"] == audience
+        && claims["iss"] == client_id
+        && claims["sub"] == client_id
+        && claims["exp"].as_u64().is_some_and(|exp| exp > now)
+        && claims["nbf"].as_u64().is_some_and(|nbf| nbf <= now + 300)
+}
+
 fn token(s: &mut FakeState, body: &[u8]) -> Reply {
     let f = form(body);
     let get = |k: &str| f.get(k).map(String::as_str).unwrap_or_default();
@@ -1059,9 +1181,17 @@ fn token(s: &mut FakeState, body: &[u8]) -> Reply {
             .into();
     }
     let secret_ok = get("client_secret") == s.config.client_secret;
-    let assertion_ok = get("client_assertion_type")
-        == "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
-        && get("client_assertion") == s.config.federated_token;
+    let jwt_bearer =
+        get("client_assertion_type") == "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
+    let audience = format!("{}/{}/oauth2/v2.0/token", s.base, s.config.tenant);
+    let assertion_ok = jwt_bearer
+        && (get("client_assertion") == s.config.federated_token
+            || certificate_assertion_ok(
+                &s.client_certificates,
+                get("client_assertion"),
+                &s.config.client_id,
+                &audience,
+            ));
     if get("client_id") != s.config.client_id || !(secret_ok || assertion_ok) {
         return (
             StatusCode::UNAUTHORIZED,

@@ -37,6 +37,7 @@
 //! with IP forwarding on; [`forwarding`] reads each Node's primary NIC once
 //! and reports the Nodes whose NIC has it off, without changing the NIC.
 
+pub mod client_cert;
 pub mod config;
 #[cfg(feature = "testing")]
 pub mod fake;

@@ -419,3 +419,149 @@ async fn dual_stack_names_are_upstreams_and_one_node_takes_both_families() {
     assert_eq!(e.kind, ErrorKind::InvalidRequest);
     assert!(e.message.contains("ipv6DualStackEnabled"), "{e}");
 }
+
+/// A VM with two user-assigned identities: IMDS answers only a request that
+/// names one, by client ID (`client_id`) or by resource ID (`msi_res_id`,
+/// upstream's `userAssignedIdentityID` that names a subscription); a
+/// request naming none is refused as IMDS refuses it.
+#[tokio::test]
+async fn a_user_assigned_identity_is_named_to_imds_by_client_id_or_resource_id() {
+    let f = fake(FakeConfig::default()).await;
+    let routes_id = "/subscriptions/s/resourceGroups/rg/providers/Microsoft.ManagedIdentity/userAssignedIdentities/routes";
+    f.set_vm_identities(&[
+        ("11111111-1111-1111-1111-111111111111", routes_id),
+        (
+            "22222222-2222-2222-2222-222222222222",
+            "/subscriptions/s/resourceGroups/rg/providers/Microsoft.ManagedIdentity/userAssignedIdentities/kubelet",
+        ),
+    ]);
+    let mi = |id: &str| {
+        let mut c = config(&f);
+        c.aad_client_secret = provider_azure::Secret::default();
+        c.use_managed_identity_extension = true;
+        c.user_assigned_identity_id = id.to_string();
+        AzureRoutes::new(c).unwrap()
+    };
+    mi(routes_id).list_routes("c").await.unwrap();
+    mi("22222222-2222-2222-2222-222222222222")
+        .list_routes("c")
+        .await
+        .unwrap();
+    let e = mi("").list_routes("c").await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Permanent, "{e}");
+    assert!(
+        e.message.contains("Multiple user assigned identities"),
+        "{e}"
+    );
+    assert_eq!(
+        f.imds_requests(),
+        vec![
+            (None, Some(routes_id.to_string())),
+            (
+                Some("22222222-2222-2222-2222-222222222222".to_string()),
+                None
+            ),
+            (None, None),
+        ]
+    );
+}
+
+/// A throwaway RSA certificate and its key, as one PEM file.
+fn certificate_pem(dir: &std::path::Path, name: &str) -> (std::path::PathBuf, Vec<u8>) {
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_RSA_SHA256).expect("an RSA key");
+    let cert = rcgen::CertificateParams::new(vec![name.to_string()])
+        .expect("certificate parameters")
+        .self_signed(&key)
+        .expect("a self-signed certificate");
+    let path = dir.join(format!("{name}.pem"));
+    std::fs::write(&path, format!("{}{}", cert.pem(), key.serialize_pem())).expect("write the PEM");
+    (path, cert.der().to_vec())
+}
+
+/// `aadClientCertPath` as the cloud-controller-manager reads it: a PEM
+/// certificate and key sign a client assertion the token endpoint checks
+/// against the certificate registered for the application; a certificate
+/// the application does not have is refused as a credential problem; a
+/// PKCS#12 file is refused at start with the command that converts it.
+#[tokio::test]
+async fn a_client_certificate_signs_the_assertion_the_token_endpoint_checks() {
+    let f = fake(FakeConfig::default()).await;
+    let dir = std::env::temp_dir().join(format!("azure-cert-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (registered, der) = certificate_pem(&dir, "routes");
+    let (other, _) = certificate_pem(&dir, "other");
+    f.register_client_certificate(&der);
+    let with_cert = |path: &std::path::Path| {
+        let mut c = config(&f);
+        c.aad_client_secret = provider_azure::Secret::default();
+        c.aad_client_cert_path = path.display().to_string();
+        c
+    };
+
+    AzureRoutes::new(with_cert(&registered))
+        .unwrap()
+        .list_routes("c")
+        .await
+        .unwrap();
+    assert_eq!(f.count("token"), 1);
+    let e = AzureRoutes::new(with_cert(&other))
+        .unwrap()
+        .list_routes("c")
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Permanent, "{e}");
+    assert!(e.message.contains("invalid_client"), "{e}");
+
+    // The fake checks the signature, not only the thumbprint: the same
+    // assertion with its claims changed is refused.
+    let cert = provider_azure::client_cert::ClientCertificate::load(&registered, "").unwrap();
+    let url = format!("{}/{}/oauth2/v2.0/token", f.base_url(), f.config().tenant);
+    let client_id = f.config().client_id;
+    let good = cert.assertion(&client_id, &url).unwrap();
+    let tampered = {
+        use base64::Engine;
+        use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let mut parts: Vec<String> = good.split('.').map(str::to_string).collect();
+        let mut claims: serde_json::Value =
+            serde_json::from_slice(&URL_SAFE_NO_PAD.decode(&parts[1]).unwrap()).unwrap();
+        claims["jti"] = "replayed".into();
+        parts[1] = URL_SAFE_NO_PAD.encode(claims.to_string());
+        parts.join(".")
+    };
+    let post = |assertion: String| {
+        let (url, client_id) = (url.clone(), client_id.clone());
+        async move {
+            reqwest::Client::new()
+                .post(url)
+                .form(&[
+                    ("grant_type", "client_credentials"),
+                    ("client_id", client_id.as_str()),
+                    (
+                        "client_assertion_type",
+                        "urn:ietf:params:oauth:client-assertion-type:jwt-bearer",
+                    ),
+                    ("client_assertion", assertion.as_str()),
+                    ("scope", "https://management.azure.com/.default"),
+                ])
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+    assert_eq!(post(good).await, 200);
+    assert_eq!(post(tampered).await, 401);
+
+    let pfx = dir.join("sp.pfx");
+    std::fs::write(&pfx, [0x30, 0x82, 0x0a, 0x00, 0x02, 0x01, 0x03]).unwrap();
+    let mut c = with_cert(&pfx);
+    c.aad_client_cert_password = provider_azure::Secret::new("pfx-password");
+    let e = c.credential().unwrap_err().to_string();
+    assert!(
+        e.contains("aadClientCertPath") && e.contains("PKCS#12") && e.contains("openssl pkcs12"),
+        "{e}"
+    );
+    assert!(!e.contains("pfx-password"), "{e}");
+    std::fs::remove_dir_all(&dir).ok();
+}
