@@ -220,7 +220,7 @@ async fn reason(c: &test_cluster::ClusterGuard, node: &str) -> Option<String> {
 // dedicated (Robot) servers joined over a vSwitch. The dedicated ones must get
 // no route, and the routes someone made for them by hand must stay.
 #[tokio::test]
-async fn dedicated_servers_outside_the_node_selector_are_left_alone_and_a_label_change_moves_a_node()
+async fn dedicated_servers_outside_the_node_selector_are_left_alone_and_label_changes_move_nodes_in_and_out()
  {
     let c = TestCluster::acquire().await.unwrap();
     let fake = FakeHcloud::start(FakeConfig::default()).await.unwrap();
@@ -334,17 +334,32 @@ async fn dedicated_servers_outside_the_node_selector_are_left_alone_and_a_label_
     );
     assert_eq!(fake.count("delete_route"), 1);
 
-    // And back in: routed at once.
+    // One label change moves one Node in and another out: hc-0 comes back
+    // (routed at once) as hc-1 leaves (unrouted after the grace).
     label(&c, "hc-0", None).await;
-    wait_until(Duration::from_secs(60), "hc-0 routed again", || routed(20))
-        .await
-        .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
+    label(&c, "hc-1", Some("true")).await;
+    wait_until(
+        Duration::from_secs(60),
+        "hc-0 routed again, hc-1 unrouted and NodeExcluded",
+        || async {
+            let routes = fake.routes(NETWORK);
+            let has = |dest: &str| routes.iter().any(|(d, _)| d == dest);
+            (has("10.244.0.0/24")
+                && !has("10.244.1.0/24")
+                && reason(&c, "hc-0").await.as_deref() == Some("RouteCreated")
+                && reason(&c, "hc-1").await.as_deref() == Some("NodeExcluded"))
+            .then_some(())
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
     assert_eq!(fake.count("add_route"), 21);
     assert_eq!(
         fake.count("delete_route"),
-        1,
-        "the dedicated servers' routes stayed"
+        2,
+        "hc-0's and hc-1's routes only: the dedicated servers' routes stayed"
     );
+    assert_eq!(fake.routes(NETWORK).len(), 24);
     for i in 0..5 {
         let dest = format!("10.244.{}.0/24", 100 + i);
         assert!(
