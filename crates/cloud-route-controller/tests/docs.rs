@@ -67,3 +67,43 @@ fn every_check_contributing_names_is_a_test_that_exists() {
         "the metrics and Warning rows name their tests"
     );
 }
+
+/// README's table of which routes each provider can ever delete names, per
+/// row, the tests that pin it; each is defined in the file named beside it.
+#[test]
+fn every_test_the_ownership_table_names_is_defined_where_it_says() {
+    let text = std::fs::read_to_string(root().join("README.md")).expect("read the doc");
+    let table = text
+        .split_once("| provider | deleted when inside `--cluster-cidr`")
+        .expect("README's ownership table")
+        .1;
+    let mut pinned = 0;
+    for row in table
+        .lines()
+        .skip(2)
+        .take_while(|l| l.trim_start().starts_with('|'))
+    {
+        let last = row
+            .trim()
+            .trim_end_matches('|')
+            .rsplit(" | ")
+            .next()
+            .unwrap_or_default();
+        let mut file: Option<String> = None;
+        for span in spans(last) {
+            if span.starts_with("crates/") && span.ends_with(".rs") {
+                file = Some(std::fs::read_to_string(root().join(span)).expect("the named file"));
+                continue;
+            }
+            let src = file
+                .as_deref()
+                .unwrap_or_else(|| panic!("{span}: no file before it in {row}"));
+            assert!(
+                src.contains(&format!("fn {span}(")),
+                "the ownership table names {span}, which its file does not define"
+            );
+            pinned += 1;
+        }
+    }
+    assert!(pinned >= 5, "every provider's row names a test: {pinned}");
+}
