@@ -394,6 +394,17 @@ async fn operation_errors_are_classified() {
         .await
         .unwrap_err();
     assert_eq!(e.kind, ErrorKind::QuotaExceeded, "{e}");
+    // The per-network quota a 5,000-Node test hit, in the same code.
+    fake.fail_next_operation(
+        "QUOTA_EXCEEDED",
+        "Quota 'STATIC_ROUTES_PER_NETWORK' exceeded.  Limit: 200.0 globally.",
+    );
+    let e = c
+        .create_route("k8s", &n.uid, &want(&n, "10.244.1.0/24"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::QuotaExceeded, "{e}");
+    assert!(e.message.contains("STATIC_ROUTES_PER_NETWORK"), "{e}");
     assert!(fake.routes().is_empty());
     // A next hop that does not exist fails the operation; may work later.
     let ghost = NodeView::new("ghost", "g", &[])
