@@ -13,7 +13,7 @@ mod common;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{Controller, TempDir, binary, cleanup_deletes, free_port, http_get};
+use common::{Controller, TempDir, binary, cleanup_deletes, free_port, http_get, metric_sum};
 use provider_azure::fake::{FakeAzure, FakeConfig};
 use test_cluster::{TestCluster, TestNode, wait_until};
 
@@ -137,8 +137,23 @@ async fn a_burst_of_100_nodes_is_a_handful_of_puts_and_a_concurrent_writer_keeps
     })
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
-    // Time for the watch to deliver the last Nodes; not asserted on.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Until the watch has delivered every Node (each creation triggers a
+    // pass), however slow the machine: then they all wait for one write.
+    wait_until(
+        Duration::from_secs(60),
+        "the watch to deliver every Node",
+        || async {
+            let (_, text) = http_get(&format!("http://{metrics}"), "/metrics")?;
+            (metric_sum(
+                &text,
+                "route_controller_node_events_total",
+                &["result=\"trigger\""],
+            ) >= NODES as f64)
+                .then_some(())
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
     fake.hold_operations(false);
     wait_until(
         Duration::from_secs(180),
