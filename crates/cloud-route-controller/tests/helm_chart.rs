@@ -793,31 +793,21 @@ async fn the_web_identity_example_gets_the_binary_its_credentials_from_sts() {
     std::fs::write(&config_file, config.to_string()).expect("write the config");
 
     let plan = |with_identity: bool| {
-        let mut cmd = tokio::process::Command::new(common::binary());
-        cmd.arg("plan")
-            .arg("--kubeconfig")
-            .arg(c.kubeconfig_path())
-            .args(["--cluster-cidr", "10.244.0.0/16", "--cloud-provider", "aws"])
-            .arg("--cloud-config")
-            .arg(&config_file)
-            // Nothing but what the pod has: no keys, no profile, no
-            // instance metadata.
-            .env_clear()
-            .env("HOME", dir.path())
+        let mut cmd = pod_plan(
+            c.kubeconfig_path(),
+            &["--cluster-cidr", "10.244.0.0/16", "--cloud-provider", "aws"],
+            &[&config_file],
+        );
+        // Nothing but what the pod has: no keys, no profile, no instance
+        // metadata.
+        cmd.env("HOME", dir.path())
             .env("AWS_EC2_METADATA_DISABLED", "true")
-            .env("AWS_ENDPOINT_URL_STS", proxy.url())
-            .env("RUST_LOG", "info")
-            .stdin(std::process::Stdio::null());
+            .env("AWS_ENDPOINT_URL_STS", proxy.url());
         if with_identity {
             cmd.env("AWS_ROLE_ARN", &role)
                 .env("AWS_WEB_IDENTITY_TOKEN_FILE", &token_file);
         }
-        async move {
-            tokio::time::timeout(std::time::Duration::from_secs(120), cmd.output())
-                .await
-                .expect("plan finished within 120 s")
-                .expect("run plan")
-        }
+        run_bounded(cmd)
     };
 
     let out = plan(true).await;
@@ -906,34 +896,24 @@ async fn the_azure_workload_identity_example_runs_on_what_the_webhook_injects() 
     std::fs::write(&token_file, fake.config().federated_token).expect("write the token");
 
     let plan = |with_client_id: bool| {
-        let mut cmd = tokio::process::Command::new(common::binary());
-        cmd.arg("plan")
-            .arg("--kubeconfig")
-            .arg(c.kubeconfig_path())
-            .args([
+        let mut cmd = pod_plan(
+            c.kubeconfig_path(),
+            &[
                 "--cluster-cidr",
                 "10.244.0.0/16",
                 "--cloud-provider",
                 "azure",
-            ])
-            .arg("--cloud-config")
-            .arg(&config_file)
-            .env_clear()
-            .env("AZURE_TENANT_ID", text("tenantId"))
+            ],
+            &[&config_file],
+        );
+        cmd.env("AZURE_TENANT_ID", text("tenantId"))
             .env("AZURE_FEDERATED_TOKEN_FILE", &token_file)
             // The webhook's value ends with a slash.
-            .env("AZURE_AUTHORITY_HOST", format!("{}/", fake.base_url()))
-            .env("RUST_LOG", "info")
-            .stdin(std::process::Stdio::null());
+            .env("AZURE_AUTHORITY_HOST", format!("{}/", fake.base_url()));
         if with_client_id {
             cmd.env("AZURE_CLIENT_ID", &client_id);
         }
-        async move {
-            tokio::time::timeout(std::time::Duration::from_secs(120), cmd.output())
-                .await
-                .expect("plan finished within 120 s")
-                .expect("run plan")
-        }
+        run_bounded(cmd)
     };
 
     let out = plan(true).await;
@@ -955,6 +935,32 @@ async fn the_azure_workload_identity_example_runs_on_what_the_webhook_injects() 
     assert!(!out.status.success(), "plan without a client id succeeded");
     assert!(stderr.contains("AZURE_CLIENT_ID"), "{stderr}");
     assert_eq!(fake.total(), before, "requests without a client id");
+}
+
+/// `plan` as the pod would run it: none of this process's environment (the
+/// caller adds what the pod's credential mechanism gives it), `args`, and a
+/// `--cloud-config` per file in `configs`.
+fn pod_plan(kubeconfig: &Path, args: &[&str], configs: &[&Path]) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(common::binary());
+    cmd.arg("plan")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args);
+    for config in configs {
+        cmd.arg("--cloud-config").arg(config);
+    }
+    cmd.env_clear()
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::null());
+    cmd
+}
+
+/// Runs `cmd` to its end, within 120 s.
+async fn run_bounded(mut cmd: tokio::process::Command) -> std::process::Output {
+    tokio::time::timeout(std::time::Duration::from_secs(120), cmd.output())
+        .await
+        .expect("plan finished within 120 s")
+        .expect("run plan")
 }
 
 /// A metadata server as GKE's serves a workload identity's token: the token
@@ -1040,25 +1046,15 @@ async fn the_gke_workload_identity_example_takes_its_token_from_the_metadata_ser
         .to_string();
 
     let plan = |metadata_host: String| {
-        let mut cmd = tokio::process::Command::new(common::binary());
-        cmd.arg("plan")
-            .arg("--kubeconfig")
-            .arg(c.kubeconfig_path())
-            .args(["--cluster-cidr", "10.64.0.0/14", "--cloud-provider", "gce"])
-            .arg("--cloud-config")
-            .arg(&config_file)
-            // No key file, no gcloud login: only the metadata server.
-            .env_clear()
-            .env("HOME", dir.path())
-            .env("GCE_METADATA_HOST", metadata_host)
-            .env("RUST_LOG", "info")
-            .stdin(std::process::Stdio::null());
-        async move {
-            tokio::time::timeout(std::time::Duration::from_secs(120), cmd.output())
-                .await
-                .expect("plan finished within 120 s")
-                .expect("run plan")
-        }
+        let mut cmd = pod_plan(
+            c.kubeconfig_path(),
+            &["--cluster-cidr", "10.64.0.0/14", "--cloud-provider", "gce"],
+            &[&config_file],
+        );
+        // No key file, no gcloud login: only the metadata server.
+        cmd.env("HOME", dir.path())
+            .env("GCE_METADATA_HOST", metadata_host);
+        run_bounded(cmd)
     };
 
     let out = plan(metadata).await;
@@ -1158,29 +1154,18 @@ async fn the_openstack_example_authenticates_with_the_application_credential_of_
     assert_eq!(flags.len(), 2, "{flags:?}");
     assert!(flags[1].ends_with(CONFIG_MAP_FILE), "{flags:?}");
 
-    let out = tokio::process::Command::new(common::binary())
-        .arg("plan")
-        .arg("--kubeconfig")
-        .arg(c.kubeconfig_path())
-        .args([
+    let mut cmd = pod_plan(
+        c.kubeconfig_path(),
+        &[
             "--cluster-cidr",
             "10.244.0.0/16",
             "--cloud-provider",
             "openstack",
-        ])
-        .arg("--cloud-config")
-        .arg(&conf_file)
-        .arg("--cloud-config")
-        .arg(&ours_file)
-        .env_clear()
-        .env("HOME", dir.path())
-        .env("RUST_LOG", "info")
-        .stdin(std::process::Stdio::null())
-        .output();
-    let out = tokio::time::timeout(std::time::Duration::from_secs(120), out)
-        .await
-        .expect("plan finished within 120 s")
-        .expect("run plan");
+        ],
+        &[&conf_file, &ours_file],
+    );
+    cmd.env("HOME", dir.path());
+    let out = run_bounded(cmd).await;
     assert!(
         out.status.success(),
         "plan with the application credential failed: {}",
@@ -1239,28 +1224,19 @@ async fn the_hcloud_example_plans_with_the_ccms_secret_in_the_ccms_variables() {
         .collect();
 
     let plan = |token: Option<&str>| {
-        let mut cmd = tokio::process::Command::new(common::binary());
-        cmd.arg("plan")
-            .arg("--kubeconfig")
-            .arg(c.kubeconfig_path())
-            .args(&args)
-            .args(["--cloud-provider", "hcloud", "--cloud-config"])
-            .arg(&config_file)
-            .env_clear()
-            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        let args: Vec<&str> = args
+            .iter()
+            .map(String::as_str)
+            .chain(["--cloud-provider", "hcloud"])
+            .collect();
+        let mut cmd = pod_plan(c.kubeconfig_path(), &args, &[&config_file]);
+        cmd.envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             // The one value that is not the pod's: the API's address.
-            .env("HCLOUD_ENDPOINT", fake.base_url())
-            .env("RUST_LOG", "info")
-            .stdin(std::process::Stdio::null());
+            .env("HCLOUD_ENDPOINT", fake.base_url());
         if let Some(t) = token {
             cmd.env("HCLOUD_TOKEN", t);
         }
-        async move {
-            tokio::time::timeout(std::time::Duration::from_secs(120), cmd.output())
-                .await
-                .expect("plan finished within 120 s")
-                .expect("run plan")
-        }
+        run_bounded(cmd)
     };
 
     let out = plan(None).await;
@@ -1348,25 +1324,16 @@ async fn eks_pod_identity_credentials_reach_the_binary_without_chart_values() {
     let config_file = dir.path().join("aws.yaml");
     std::fs::write(&config_file, config.to_string()).expect("write the config");
 
-    let out = tokio::process::Command::new(common::binary())
-        .arg("plan")
-        .arg("--kubeconfig")
-        .arg(c.kubeconfig_path())
-        .args(["--cluster-cidr", "10.244.0.0/16", "--cloud-provider", "aws"])
-        .arg("--cloud-config")
-        .arg(&config_file)
-        .env_clear()
-        .env("HOME", dir.path())
+    let mut cmd = pod_plan(
+        c.kubeconfig_path(),
+        &["--cluster-cidr", "10.244.0.0/16", "--cloud-provider", "aws"],
+        &[&config_file],
+    );
+    cmd.env("HOME", dir.path())
         .env("AWS_EC2_METADATA_DISABLED", "true")
         .env("AWS_CONTAINER_CREDENTIALS_FULL_URI", &agent_url)
-        .env("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", &token_file)
-        .env("RUST_LOG", "info")
-        .stdin(std::process::Stdio::null())
-        .output();
-    let out = tokio::time::timeout(std::time::Duration::from_secs(120), out)
-        .await
-        .expect("plan finished within 120 s")
-        .expect("run plan");
+        .env("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", &token_file);
+    let out = run_bounded(cmd).await;
     assert!(
         out.status.success(),
         "plan with pod identity failed: {}",
