@@ -43,6 +43,21 @@ if [[ -x "$out/$name" ]]; then
   exit 0
 fi
 
+# One build per machine at a time: `make test` starts one in the
+# background, and a test may ask for the tool meanwhile; the second waits
+# for the first and reuses what it built.
+mkdir -p "$cache_root/tools"
+exec 9>"$out.lock"
+if ! flock -n 9; then
+  log "waiting for another build of $name $version to finish"
+  flock 9
+fi
+if [[ -x "$out/$name" ]]; then
+  log "reusing $out/$name"
+  echo "$out/$name"
+  exit 0
+fi
+
 export CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-mod=readonly
 case "$name" in
   helm)
