@@ -11,7 +11,6 @@
 //! A failure is the request's failure, with the endpoint's status and the
 //! first bytes of its answer; the token itself is never logged.
 
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use google_cloud_auth::credentials::{
@@ -42,7 +41,7 @@ pub struct AltToken {
     url: String,
     body: String,
     timeout: Duration,
-    current: Arc<Mutex<Option<Token>>>,
+    current: Mutex<Option<Token>>,
 }
 
 impl AltToken {
@@ -54,7 +53,7 @@ impl AltToken {
             url: url.to_string(),
             body: body.to_string(),
             timeout,
-            current: Arc::new(Mutex::new(None)),
+            current: Mutex::new(None),
         }
     }
 
