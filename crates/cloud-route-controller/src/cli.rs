@@ -137,6 +137,10 @@ pub struct RunArgs {
     #[arg(long, default_value = "5m", value_parser = duration::parse)]
     pub route_target_discovery_period: Duration,
 
+    /// The drift check, in every mode: when no pass has listed the cloud for this long, a full pass lists it, repairs what someone else changed (a route deleted or pointed elsewhere, another cluster's route gone) and reads every routed Node's forwarding prerequisite afresh; a Node's RouteCreated is never older than this plus one pass. 0 turns it off (then only the resync looks) (Go duration).
+    #[arg(long, default_value = "5m", value_parser = duration::parse)]
+    pub route_drift_check_period: Duration,
+
     /// Concurrent NetworkUnavailable patches.
     #[arg(long, default_value_t = 10)]
     pub concurrent_status_updates: usize,
@@ -454,6 +458,7 @@ mod tests {
         assert_eq!(r.route_reconciliation_period, Duration::from_secs(10));
         assert_eq!(r.min_resync_period, Duration::from_secs(12 * 3600));
         assert_eq!(r.route_target_discovery_period, Duration::from_secs(300));
+        assert_eq!(r.route_drift_check_period, Duration::from_secs(300));
         assert!(r.configure_cloud_routes);
         assert_eq!(r.cluster.kube_api_qps, 20.0);
         assert_eq!(r.cluster.kube_api_burst, 30);

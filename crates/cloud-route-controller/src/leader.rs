@@ -74,14 +74,34 @@ pub async fn run(
         }
         let leading = *tx.borrow();
         let sent_at = fence.mark();
+        // A leader's renewal may take until its renew deadline, as
+        // client-go's does: cutting it off after one retry period (1 s with
+        // a short Lease) made a renewal that an API server busy with the
+        // leader's own condition burst answered in 1.2 s count as failed,
+        // while its write still landed and made the next renewal conflict
+        // with it.
+        // An acquisition may take as long: the fence counts from the send.
+        let budget = match (leading, last_renew) {
+            (true, Some(t)) => cfg.renew_deadline.saturating_sub(sent_at.saturating_sub(t)),
+            _ => cfg.renew_deadline,
+        }
+        .max(cfg.retry_period)
+        .max(Duration::from_secs(1));
         let attempt = tokio::time::timeout(
-            cfg.retry_period.max(Duration::from_secs(1)),
+            budget,
             try_acquire_or_renew(&api, &cfg, &mut observed, &mut observed_at),
         )
         .await;
-        let won = matches!(attempt, Ok(Ok(true)));
-        if let Ok(Err(e)) = &attempt {
-            warn!(error = %e, lease = %cfg.name, "leader election request failed");
+        let won = matches!(attempt, Ok(Ok(Round::Holds)));
+        match &attempt {
+            Ok(Err(e)) => warn!(error = %e, lease = %cfg.name, "leader election request failed"),
+            Err(_) if leading => {
+                warn!(lease = %cfg.name, waited_ms = budget.as_millis() as u64, "the Lease renewal got no answer in time; trying again until the renew deadline")
+            }
+            Ok(Ok(Round::Conflict)) if leading => {
+                warn!(lease = %cfg.name, "the Lease renewal conflicted with another write (a renewal of ours that landed after it was given up, or a rival); reading it again")
+            }
+            _ => {}
         }
         if won {
             // Before publishing leadership, so the first mutation already
@@ -102,7 +122,10 @@ pub async fn run(
             }
         } else if leading {
             let since = last_renew.map_or(Duration::MAX, |t| fence.mark().saturating_sub(t));
-            if since >= cfg.renew_deadline || matches!(attempt, Ok(Ok(false))) {
+            // Another holder seen in a fresh read ends leadership at once;
+            // anything else (an error, no answer, a conflict, which may be
+            // with our own late write) only once the renew deadline passed.
+            if since >= cfg.renew_deadline || matches!(attempt, Ok(Ok(Round::HeldByOther))) {
                 // Stop mutating first, then tell the caller to exit.
                 tx.send_replace(false);
                 return Err(LeaderError::Lost(format!("{}/{}", cfg.namespace, cfg.name)));
@@ -113,13 +136,26 @@ pub async fn run(
 
 type Observed = Option<(String, Option<MicroTime>, Option<i32>)>;
 
-/// One round: returns whether this process holds the Lease after it.
+/// How one round ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Round {
+    /// This process holds the Lease (acquired or renewed).
+    Holds,
+    /// The Lease is another's and has not expired.
+    HeldByOther,
+    /// The write lost a race (409): someone wrote the Lease between our
+    /// read and our write. Not proof of another holder: a renewal of ours
+    /// given up while in flight may have landed meanwhile.
+    Conflict,
+}
+
+/// One round: whether this process holds the Lease after it.
 async fn try_acquire_or_renew(
     api: &Api<Lease>,
     cfg: &LeaseConfig,
     observed: &mut Observed,
     observed_at: &mut Instant,
-) -> Result<bool, kube::Error> {
+) -> Result<Round, kube::Error> {
     let now = MicroTime(Timestamp::now());
     let secs = i32::try_from(cfg.lease_duration.as_secs()).unwrap_or(i32::MAX);
     let current = match api.get_opt(&cfg.name).await? {
@@ -141,8 +177,8 @@ async fn try_acquire_or_renew(
                 }),
             };
             return match api.create(&PostParams::default(), &lease).await {
-                Ok(_) => Ok(true),
-                Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+                Ok(_) => Ok(Round::Holds),
+                Err(kube::Error::Api(e)) if e.code == 409 => Ok(Round::Conflict),
                 Err(e) => Err(e),
             };
         }
@@ -161,7 +197,7 @@ async fn try_acquire_or_renew(
     let held_by_me = holder == cfg.identity;
     let expired = holder.is_empty() || observed_at.elapsed() >= cfg.lease_duration;
     if !held_by_me && !expired {
-        return Ok(false);
+        return Ok(Round::HeldByOther);
     }
     let mut next = current.clone();
     let mut s = spec;
@@ -183,9 +219,9 @@ async fn try_acquire_or_renew(
                 sp.lease_transitions,
             ));
             *observed_at = Instant::now();
-            Ok(true)
+            Ok(Round::Holds)
         }
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(Round::Conflict),
         Err(e) => Err(e),
     }
 }
@@ -315,6 +351,7 @@ mod tests {
                     min_interval: Duration::from_secs(10),
                     resync: Duration::from_secs(3600),
                     discovery: route_controller::schedule::DEFAULT_DISCOVERY_PERIOD,
+                    drift: std::time::Duration::ZERO,
                 },
                 backoff: BackoffConfig::default(),
                 status_concurrency: 4,
@@ -355,5 +392,100 @@ mod tests {
             .unwrap();
         assert!(matches!(r, Err(LeaderError::Lost(_))));
         shutdown.cancel();
+    }
+
+    /// A Lease endpoint that takes `latency` per request, as an API server
+    /// busy with the leader's own condition burst does, and applies a write
+    /// even when its client gave up waiting (the server does not know).
+    fn slow_lease_api(latency: Duration) -> kube::Client {
+        let state: Arc<std::sync::Mutex<Option<serde_json::Value>>> = Arc::default();
+        let svc = tower::service_fn(move |req: Request<Body>| {
+            let state = state.clone();
+            async move {
+                let method = req.method().clone();
+                let bytes = req.into_body().collect_bytes().await.unwrap_or_default();
+                let work = tokio::spawn(async move {
+                    tokio::time::sleep(latency).await;
+                    let mut current = state.lock().expect("not poisoned");
+                    let rv = |l: &serde_json::Value| {
+                        l["metadata"]["resourceVersion"]
+                            .as_str()
+                            .and_then(|v| v.parse::<u64>().ok())
+                    };
+                    let status = |code: u16, reason: &str| {
+                        serde_json::json!({
+                            "kind": "Status", "apiVersion": "v1", "status": "Failure",
+                            "reason": reason, "code": code, "message": reason
+                        })
+                    };
+                    if method == http::Method::GET {
+                        return match current.as_ref() {
+                            Some(l) => (StatusCode::OK, l.clone()),
+                            None => (StatusCode::NOT_FOUND, status(404, "NotFound")),
+                        };
+                    }
+                    let mut lease: serde_json::Value =
+                        serde_json::from_slice(&bytes).unwrap_or_default();
+                    let next = match (method == http::Method::POST, current.as_ref()) {
+                        (true, None) => 1,
+                        (false, Some(l)) if rv(&lease) == rv(l) => rv(l).unwrap_or(0) + 1,
+                        _ => return (StatusCode::CONFLICT, status(409, "Conflict")),
+                    };
+                    lease["metadata"]["resourceVersion"] = next.to_string().into();
+                    *current = Some(lease.clone());
+                    (StatusCode::OK, lease)
+                });
+                let (status, body) = work.await.expect("the handler does not panic");
+                let resp = Response::builder()
+                    .status(status)
+                    .header("content-type", "application/json")
+                    .body(Body::from(serde_json::to_vec(&body).unwrap_or_default()))
+                    .expect("a valid response");
+                Ok::<_, std::convert::Infallible>(resp)
+            }
+        });
+        kube::Client::new(svc, "kube-system")
+    }
+
+    /// Regression: with a short Lease (6 s / 4 s / 1 s) each renewal was cut
+    /// off after one retry period. An API server answering in 0.8 s a
+    /// request (a renewal is a read and a write) never renewed in time; the
+    /// write of a renewal given up still landed, so the next one conflicted
+    /// with it, and a conflict was taken for another holder: the leader
+    /// exited although nobody else wanted the Lease.
+    #[tokio::test(start_paused = true)]
+    async fn a_leader_whose_api_server_answers_slower_than_the_retry_period_keeps_its_lease() {
+        let cfg = LeaseConfig {
+            namespace: "kube-system".into(),
+            name: "cloud-route-controller".into(),
+            identity: "a".into(),
+            lease_duration: Duration::from_secs(6),
+            renew_deadline: Duration::from_secs(4),
+            retry_period: Duration::from_secs(1),
+        };
+        let fence = Fence::leased(Arc::new(TokioClock::new()));
+        let (tx, rx) = watch::channel(false);
+        let shutdown = CancellationToken::new();
+        let election = tokio::spawn(run(
+            slow_lease_api(Duration::from_millis(800)),
+            cfg,
+            tx,
+            fence.clone(),
+            shutdown.clone(),
+        ));
+        let mut leading = rx.clone();
+        tokio::time::timeout(Duration::from_secs(10), leading.wait_for(|l| *l))
+            .await
+            .expect("acquired")
+            .unwrap();
+        let mut lost = rx.clone();
+        let held = tokio::time::timeout(Duration::from_secs(120), lost.wait_for(|l| !*l)).await;
+        assert!(held.is_err(), "leadership lost within 2 minutes");
+        assert!(!election.is_finished(), "the election is still running");
+        // The binary's leadership task sets this; the deadline is the election's.
+        fence.set_leader(true);
+        assert!(fence.is_open(), "and renewed within its renew deadline");
+        shutdown.cancel();
+        assert!(matches!(election.await.unwrap(), Ok(())));
     }
 }

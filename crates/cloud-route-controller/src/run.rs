@@ -56,6 +56,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         cluster = %args.cluster.cluster_name,
         cluster_cidrs = %cluster_cidrs.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(","),
         resync = ?resync,
+        drift_check = ?args.route_drift_check_period,
         identity = %identity,
         "starting cloud-route-controller"
     );
@@ -93,8 +94,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             retry_period: args.leader.leader_elect_retry_period,
         };
         info!(lease = %format!("{}/{}", cfg.namespace, cfg.name), "waiting for leadership");
+        // A client of its own, as kube-controller-manager's
+        // `leader-election` client: its own rate limit and connections, so
+        // no amount of status, Event or watch traffic queues a renewal.
+        let lease_client = kube_client::client(&args.cluster).await?;
         Some(tokio::spawn(leader::run(
-            client.clone(),
+            lease_client,
             cfg,
             leader_tx.clone(),
             fence.clone(),
@@ -148,6 +153,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             min_interval: MIN_INTERVAL,
             resync,
             discovery: args.route_target_discovery_period,
+            drift: args.route_drift_check_period,
         },
         backoff: BackoffConfig::default(),
         status_concurrency: args.concurrent_status_updates,

@@ -111,6 +111,7 @@ impl Rig {
                 min_interval: Duration::from_secs(10),
                 resync: Duration::from_secs(12 * 3600),
                 discovery: route_controller::schedule::DEFAULT_DISCOVERY_PERIOD,
+                drift: std::time::Duration::ZERO,
             },
             backoff: BackoffConfig {
                 jitter: 0.0,

@@ -16,6 +16,11 @@
 //!  pass)
 //! ```
 //!
+//! A full pass compares its listing with the table as last seen
+//! ([`crate::drift`]): what someone else changed is counted, planned from
+//! the listing like any other difference, and the Node whose route was
+//! created again gets a `RouteRepaired` Warning.
+//!
 //! Each pass runs in a `pass{id, trigger, kind, mode}` span, and each cloud
 //! request in a `cloud{op, ...}` span inside it, so the log lines of one
 //! pass share its id (JSON logs carry it in `span` and `spans`).
@@ -132,7 +137,7 @@ impl Controller {
         let holds = Holds::new(cfg.deletion_grace, cfg.backoff.max);
         let metrics = MetricsHandle::from(metrics);
         let executor = Executor::new(cloud, cfg.cluster_name.clone(), fence, metrics.clone());
-        let prerequisites = Prerequisites::new(cfg.timing.resync);
+        let prerequisites = Prerequisites::new(cfg.timing.prerequisite_period());
         Self {
             routes: RouteCache::new(cfg.mode),
             cfg,
@@ -303,6 +308,8 @@ impl Controller {
         // 6. Absorb the outcome into the retry book, holds and route cache (pure).
         let absorbed = self.absorb(&plan, &outcome);
         self.emit(&absorbed.warnings).await;
+        let repaired = self.drift_repaired(&snap.drift, &plan, &outcome);
+        self.emit(&repaired).await;
         let headroom = self.headroom(&room, &plan, &outcome);
         self.emit(&headroom).await;
         // 7. Status: NetworkUnavailable conditions (nodes/status I/O) and latency.
@@ -324,12 +331,31 @@ impl Controller {
         // A repair for a Node without a route yet would be its preparation
         // (an instance's check is on until its first route): only Nodes
         // with a route are read afresh and warned about.
-        let routed: std::collections::HashSet<&str> =
-            snap.routes.iter().map(|r| r.node.as_str()).collect();
+        let routed: std::collections::HashSet<&str> = snap
+            .routes
+            .iter()
+            .filter(|r| r.foreign.is_none())
+            .map(|r| r.node.as_str())
+            .collect();
+        // Hands off what is not routed: a Node left out by --node-selector,
+        // or one whose pod CIDRs are all of a family not routed, gets no
+        // check, no repair and no Warning, whatever routes point at it.
+        let plan = &self.cfg.plan;
+        let routable: Vec<Arc<route_core::NodeView>> = snap
+            .nodes
+            .iter()
+            .filter(|n| {
+                !n.excluded
+                    && n.valid_pod_cidrs()
+                        .iter()
+                        .any(|c| plan.routes_family(c.family()))
+            })
+            .cloned()
+            .collect();
         let now = Instant::now();
         let due = self
             .prerequisites
-            .due(&snap.nodes, |n| routed.contains(n), now);
+            .due(&routable, |n| routed.contains(n), now);
         if due.is_empty() {
             return;
         }
@@ -377,7 +403,47 @@ impl Controller {
                 }
             }
         }
+        for w in &found.warnings {
+            if matches!(
+                w.reason,
+                crate::warnings::Reason::ForwardingRepaired
+                    | crate::warnings::Reason::ForwardingDisabled
+            ) {
+                self.metrics
+                    .drift(crate::drift::DriftKind::PrerequisiteLost);
+            }
+        }
         self.emit(&found.warnings).await;
+    }
+
+    /// Step 6c: counts the drift the listing found and warns the Nodes whose
+    /// route this pass created again.
+    fn drift_repaired(
+        &self,
+        drift: &[crate::drift::RouteDrift],
+        plan: &Plan,
+        outcome: &Outcome,
+    ) -> Vec<Warning> {
+        let mut warnings = Vec::new();
+        for d in drift {
+            self.metrics.drift(d.kind);
+            let repaired = plan.creations.iter().find(|c| {
+                c.route.node == d.was.node
+                    && c.route.destination == d.was.destination
+                    && c.route.table == d.was.table
+            });
+            let Some(c) = repaired.filter(|c| outcome.of(&c.key()).is_done()) else {
+                // Not created again in this pass: the Node is gone or left
+                // out, or the creation failed and warns for itself.
+                continue;
+            };
+            let node = NodeRef {
+                name: c.route.node.to_string(),
+                uid: c.node_uid.clone(),
+            };
+            warnings.push(Warning::route_repaired(node, &d.describe()));
+        }
+        warnings
     }
 
     /// Step 3: prunes the retry book to what this plan still wants and
@@ -643,7 +709,6 @@ impl Controller {
             .pass_finished(trigger, kind, result, outcome.changed(), took);
         let wake = [
             self.book.next_wake(started),
-            gated.until,
             self.status_retry.1,
             self.prerequisites.next_wake(),
         ]
@@ -651,6 +716,7 @@ impl Controller {
         .flatten()
         .min();
         self.scheduler.retry_at(wake);
+        self.scheduler.hold_ends(gated.until);
         if kind == PassKind::Full
             && let Some(f) = &self.first_sync
         {
@@ -733,6 +799,7 @@ mod tests {
                 min_interval: Duration::from_secs(10),
                 resync: Duration::from_secs(12 * 3600),
                 discovery: crate::schedule::DEFAULT_DISCOVERY_PERIOD,
+                drift: crate::schedule::DEFAULT_DRIFT_PERIOD,
             },
             backoff: BackoffConfig {
                 jitter: 0.0,

@@ -20,6 +20,7 @@
 
 pub mod absorb;
 pub mod controller;
+pub mod drift;
 pub mod execute;
 pub mod forwarding;
 pub mod gate;

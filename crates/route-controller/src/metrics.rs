@@ -80,6 +80,15 @@ pub struct Metrics {
     table_route_limit: Family<PoolLabels, Gauge>,
     /// Nodes per `NetworkUnavailable` reason of this controller's set.
     nodes_by_reason: Family<NodeReasonLabels, Gauge>,
+    /// Changes found in the cloud that this controller did not make.
+    drift: Family<DriftLabels, Counter>,
+}
+
+/// Labels of `route_controller_drift_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DriftLabels {
+    /// `route_missing`, `route_foreign`, `route_changed` or `prerequisite_lost`.
+    pub kind: &'static str,
 }
 
 /// Labels of the route-limit gauges.
@@ -144,7 +153,20 @@ impl Metrics {
             table_routes: Family::default(),
             table_route_limit: Family::default(),
             nodes_by_reason: Family::default(),
+            drift: Family::default(),
         });
+        for kind in crate::drift::DriftKind::ALL {
+            // Present at zero from the start, so an alert on its rate has
+            // a series to read before the first drift.
+            let _ = m.drift.get_or_create(&DriftLabels {
+                kind: kind.as_str(),
+            });
+        }
+        registry.register(
+            "route_controller_drift",
+            "Changes found in the cloud that this controller did not make (a route deleted, pointed elsewhere or changed; a forwarding prerequisite turned off), by kind; each is repaired or reported",
+            m.drift.clone(),
+        );
         registry.register(
             "route_controller_route_sync",
             "Reconcile passes by trigger (node_change, periodic) and outcome (changed, noop, error)",
@@ -345,6 +367,17 @@ impl MetricsHandle {
             && n > 0
         {
             m.fenced_operations.inc_by(n as u64);
+        }
+    }
+
+    /// A change behind the controller's back was found.
+    pub fn drift(&self, kind: crate::drift::DriftKind) {
+        if let Some(m) = &self.0 {
+            m.drift
+                .get_or_create(&DriftLabels {
+                    kind: kind.as_str(),
+                })
+                .inc();
         }
     }
 

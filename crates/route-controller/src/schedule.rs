@@ -17,6 +17,18 @@
 //!
 //! In `watch` and `incremental` a full pass also runs every `resync`, a
 //! random interval in `[min_resync, 2 × min_resync)` chosen once at start.
+//!
+//! In every mode a full pass also runs when no pass has listed the cloud
+//! for `drift` (the drift check, `--route-drift-check-period`): it is what
+//! finds what changed in the cloud behind the controller's back (a route
+//! deleted or retargeted by someone else, another cluster's route gone, a
+//! forwarding prerequisite undone) within one period rather than at the
+//! resync, 12–24 h later. The periodic mode lists every `period` anyway, so
+//! there the drift check only sets how often the prerequisites are read.
+//!
+//! The end of a hold (the deletion grace, a held repair) wakes the loop in
+//! every mode, unspaced, as a retry's backoff does in `incremental`: a
+//! held deletion runs when its hold ends, not a whole period later.
 
 use std::time::Duration;
 
@@ -128,6 +140,8 @@ pub enum SyncTrigger {
     NodeChange,
     /// The period (periodic mode) or the resync timer.
     Periodic,
+    /// The drift check: no pass listed the cloud for the drift period.
+    DriftCheck,
 }
 
 impl SyncTrigger {
@@ -136,6 +150,7 @@ impl SyncTrigger {
         match self {
             SyncTrigger::NodeChange => "node_change",
             SyncTrigger::Periodic => "periodic",
+            SyncTrigger::DriftCheck => "drift_check",
         }
     }
 }
@@ -163,7 +178,29 @@ pub struct Timing {
     /// (tables, routers) are looked up again without listing routes, when
     /// no full pass has listed (and so rediscovered) them meanwhile.
     pub discovery: Duration,
+    /// `--route-drift-check-period`: the longest time without a listing of
+    /// the cloud, and how often the forwarding prerequisites are read
+    /// afresh; zero turns the drift check off (the resync still runs).
+    pub drift: Duration,
 }
+
+impl Timing {
+    /// How often every Node's forwarding prerequisite is read afresh: every
+    /// drift check, or, with the drift check off, every resync.
+    pub fn prerequisite_period(&self) -> Duration {
+        if self.drift.is_zero() {
+            self.resync
+        } else {
+            self.drift
+        }
+    }
+}
+
+/// The default of `--route-drift-check-period`. On AWS it costs one
+/// `DescribeRouteTables` (which replaces the discovery's, so no request
+/// more than without it) and one `DescribeInstances` per 200 routed Nodes
+/// every 5 minutes; the other providers' costs are in BENCHMARKS.md.
+pub const DEFAULT_DRIFT_PERIOD: Duration = Duration::from_secs(300);
 
 /// The default of `--route-target-discovery-period`: on AWS one filtered
 /// `DescribeRouteTables` every 5 minutes of an idle cluster, 12 an hour.
@@ -188,6 +225,11 @@ pub struct Scheduler {
     redo: bool,
     /// When the route targets are looked up again unless a listing does it first.
     next_discovery: Instant,
+    /// When the drift check lists the cloud unless a full pass does it first.
+    next_drift: Option<Instant>,
+    drift_due: bool,
+    /// When the earliest hold ends: a pass runs then in every mode.
+    hold_at: Option<Instant>,
 }
 
 impl Scheduler {
@@ -206,6 +248,9 @@ impl Scheduler {
             resync_due: false,
             redo: false,
             next_discovery: now + timing.discovery,
+            next_drift: (!timing.drift.is_zero()).then(|| now + timing.drift),
+            drift_due: false,
+            hold_at: None,
         }
     }
 
@@ -242,7 +287,10 @@ impl Scheduler {
 
     /// The route targets should be looked up again at `now`.
     pub fn discovery_due(&self, now: Instant) -> bool {
-        now >= self.next_discovery
+        // The drift check's listing looks the targets up too (AWS: the very
+        // same DescribeRouteTables), so a discovery due no earlier than it
+        // would only repeat its request.
+        now >= self.next_discovery && self.next_drift.is_none_or(|d| d > self.next_discovery)
     }
 
     /// The route targets were looked up at `now` (by a discovery or a listing).
@@ -255,12 +303,21 @@ impl Scheduler {
         self.retry_at = at;
     }
 
+    /// The earliest hold (deletion grace, held repair) ends at `at`.
+    pub fn hold_ends(&mut self, at: Option<Instant>) {
+        self.hold_at = at;
+    }
+
     /// What to do at `now`.
     pub fn decide(&mut self, now: Instant) -> Decision {
         if now >= self.next_resync && self.mode.resyncs() {
             self.resync_due = true;
         }
+        if self.next_drift.is_some_and(|t| now >= t) {
+            self.drift_due = true;
+        }
         let retry_due = self.retry_at.is_some_and(|t| now >= t);
+        let hold_due = self.hold_at.is_some_and(|t| now >= t);
         if self.redo {
             // Rare (a late renewal, a pause) and never a storm: the work the
             // fence cut off is redone at once rather than at the next period.
@@ -272,6 +329,11 @@ impl Scheduler {
             };
             return Decision::Run(kind, SyncTrigger::NodeChange);
         }
+        if hold_due && self.last_start.is_some() && !self.mode.caches_route_table() {
+            // The modes that list every pass list for it; a hold ends once,
+            // so this is never a storm.
+            return Decision::Run(PassKind::Full, SyncTrigger::NodeChange);
+        }
         let decision = match self.mode {
             Mode::Periodic => match self.last_start {
                 None => Decision::Run(PassKind::Full, SyncTrigger::Periodic),
@@ -281,7 +343,7 @@ impl Scheduler {
                 Some(t) => Decision::Sleep(Some(t + self.timing.period)),
             },
             Mode::Watch => {
-                let wanted = self.pending || self.resync_due || retry_due;
+                let wanted = self.pending || self.resync_due || self.drift_due || retry_due;
                 let earliest = self.last_start.map(|t| t + self.spacing());
                 if wanted {
                     match earliest {
@@ -293,15 +355,17 @@ impl Scheduler {
                 }
             }
             Mode::Incremental => {
-                if self.full_needed || self.resync_due {
+                if self.full_needed || self.resync_due || self.drift_due {
                     let earliest = self.last_full_start.map(|t| t + self.spacing());
-                    // A resync or first pass runs at once; only uncertainty
-                    // storms are spaced, so that faults cannot cause list storms.
+                    // A resync, drift check or first pass runs at once; only
+                    // uncertainty storms are spaced, so that faults cannot
+                    // cause list storms.
+                    let scheduled = self.resync_due || self.drift_due;
                     match earliest {
-                        Some(e) if now < e && !self.resync_due => Decision::Sleep(Some(e)),
+                        Some(e) if now < e && !scheduled => Decision::Sleep(Some(e)),
                         _ => Decision::Run(PassKind::Full, self.label()),
                     }
-                } else if self.pending || retry_due {
+                } else if self.pending || retry_due || hold_due {
                     Decision::Run(PassKind::Cached, SyncTrigger::NodeChange)
                 } else {
                     Decision::Sleep(Some(self.wake_after(None)))
@@ -309,14 +373,28 @@ impl Scheduler {
             }
         };
         match decision {
-            Decision::Sleep(Some(t)) => Decision::Sleep(Some(t.min(self.next_discovery))),
+            Decision::Sleep(Some(t)) => {
+                // A wake that is due already was answered above (or waits
+                // for the spacing); sleeping until it would spin.
+                let wakes = [Some(self.next_discovery), self.next_drift, self.hold_at];
+                let t = wakes
+                    .into_iter()
+                    .flatten()
+                    .filter(|w| *w > now)
+                    .fold(t, Instant::min);
+                Decision::Sleep(Some(t))
+            }
             d => d,
         }
     }
 
     fn label(&self) -> SyncTrigger {
-        if self.resync_due && !self.pending {
+        if self.pending {
+            SyncTrigger::NodeChange
+        } else if self.resync_due {
             SyncTrigger::Periodic
+        } else if self.drift_due {
+            SyncTrigger::DriftCheck
         } else {
             SyncTrigger::NodeChange
         }
@@ -341,9 +419,16 @@ impl Scheduler {
         if self.retry_at.is_some_and(|t| now >= t) {
             self.retry_at = None;
         }
+        if self.hold_at.is_some_and(|t| now >= t) {
+            self.hold_at = None;
+        }
         if kind == PassKind::Full {
             self.last_full_start = Some(now);
             self.full_needed = false;
+            self.drift_due = false;
+            if !self.timing.drift.is_zero() {
+                self.next_drift = Some(now + self.timing.drift);
+            }
             if self.resync_due {
                 self.resync_due = false;
                 self.next_resync = now + self.timing.resync;
@@ -415,6 +500,7 @@ mod tests {
             resync: Duration::from_secs(12 * 3600),
             // Longer than any test here looks ahead, so it never wakes them.
             discovery: Duration::from_secs(48 * 3600),
+            drift: Duration::ZERO,
         }
     }
 

@@ -1,45 +1,44 @@
 //! The snapshot step: the Nodes and the route table one pass plans from.
 //!
-//! [`RouteCache`] is the single owner of the cached route table of the
-//! modes that keep one ([`Mode::caches_route_table`]): the snapshot step
-//! takes it out for planning, the loop puts the table back after executing,
-//! and the absorb step folds the outcome into it or forgets it when an
-//! answer made it uncertain. [`take`] is the only code that lists the cloud.
+//! [`RouteCache`] is the single owner of the route table as last seen: the
+//! snapshot step takes it out for planning in the modes that plan against
+//! it ([`Mode::caches_route_table`]), the loop puts the table back after
+//! executing, and the absorb step folds the outcome into it or forgets it
+//! when an answer made it uncertain. Every mode keeps it, because a listing
+//! is compared with it to find what changed behind the controller's back
+//! ([`crate::drift`]). [`take`] is the only code that lists the cloud.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use route_cloud::CloudError;
 use route_core::{NodeView, Route};
 use tracing::info;
 
+use crate::drift::{self, RouteDrift};
 use crate::execute::Executor;
 use crate::nodes::NodeStore;
 use crate::schedule::Mode;
 
-/// The route table kept between passes, in the modes that keep one.
+/// The route table kept between passes: planned against in the modes that
+/// cache it, compared with the next listing in all of them.
 #[derive(Debug)]
 pub struct RouteCache {
-    keeps: bool,
+    plans: bool,
     table: Option<Vec<Route>>,
 }
 
 impl RouteCache {
-    /// An empty cache for `mode`; in modes that list every pass it never
-    /// holds anything.
+    /// An empty cache for `mode`.
     pub fn new(mode: Mode) -> Self {
         Self {
-            keeps: mode.caches_route_table(),
+            plans: mode.caches_route_table(),
             table: None,
         }
     }
 
-    /// The table a pass planned from and executed against; kept if the mode
-    /// keeps one.
+    /// The table a pass planned from and executed against.
     pub fn keep(&mut self, routes: Vec<Route>) {
-        if self.keeps {
-            self.table = Some(routes);
-        }
+        self.table = Some(routes);
     }
 
     /// Forgets the table (leadership gained, an uncertain answer): the next
@@ -48,9 +47,9 @@ impl RouteCache {
         self.table = None;
     }
 
-    /// A table is cached.
+    /// A table is cached for planning.
     pub fn is_warm(&self) -> bool {
-        self.table.is_some()
+        self.plans && self.table.is_some()
     }
 
     /// A route the cloud now has.
@@ -79,12 +78,15 @@ pub struct Snapshot {
     pub routes: Vec<Route>,
     /// `routes` was listed in this pass.
     pub listed: bool,
+    /// What the listing shows changed since the table was last seen
+    /// (empty on a cached pass, and when no table was kept).
+    pub drift: Vec<RouteDrift>,
 }
 
 /// Takes the Nodes and the route table for one pass: the cached table when
 /// `use_cache` and one is cached (moved out, so a cached pass copies
 /// nothing), else a fresh list from the cloud (**cloud I/O**), compared with
-/// the cached one to log drift.
+/// the table as last seen to find drift.
 pub async fn take(
     nodes: &NodeStore,
     cache: &mut RouteCache,
@@ -94,7 +96,10 @@ pub async fn take(
     let nodes = nodes.snapshot_for_pass();
     let cloud = executor.cloud();
     cloud.observe_nodes(&nodes);
-    if use_cache && let Some(mut routes) = cache.table.take() {
+    if use_cache
+        && cache.plans
+        && let Some(mut routes) = cache.table.take()
+    {
         // A provider that learns Node addresses from Nodes may know more
         // about a cached route than when it was listed.
         if cloud.capabilities().reports_node_addresses {
@@ -108,38 +113,29 @@ pub async fn take(
             nodes,
             routes,
             listed: false,
+            drift: Vec::new(),
         });
     }
     let routes = executor.list().await?;
-    if let Some(old) = &cache.table {
-        let drift = drift(old, &routes);
-        if drift > 0 {
-            info!(
-                drift,
-                "full sync found routes that differ from the cached table"
-            );
-        }
+    let drift = cache
+        .table
+        .as_deref()
+        .map(|last| drift::compare(last, &routes))
+        .unwrap_or_default();
+    for d in &drift {
+        info!(
+            kind = d.kind.as_str(),
+            node = %d.was.node,
+            "{}; the listing is planned from, so it is repaired in this pass",
+            d.describe()
+        );
     }
     Ok(Snapshot {
         nodes,
         routes,
         listed: true,
+        drift,
     })
-}
-
-/// Routes present in one table and not the other (by node, destination, blackhole).
-fn drift(cached: &[Route], listed: &[Route]) -> usize {
-    fn key(r: &Route) -> (&str, &route_core::Destination, bool) {
-        (r.node.as_str(), &r.destination, r.blackhole)
-    }
-    let mut counts: HashMap<_, i64> = HashMap::with_capacity(cached.len());
-    for r in cached {
-        *counts.entry(key(r)).or_default() += 1;
-    }
-    for r in listed {
-        *counts.entry(key(r)).or_default() -= 1;
-    }
-    counts.values().map(|v| v.unsigned_abs() as usize).sum()
 }
 
 #[cfg(test)]
@@ -152,22 +148,11 @@ mod tests {
     }
 
     #[test]
-    fn drift_counts_routes_in_one_table_only() {
-        let a = route("a", "10.0.0.0/24");
-        let b = route("b", "10.0.1.0/24");
-        let c = route("c", "10.0.2.0/24");
-        assert_eq!(drift(&[a.clone(), b.clone()], &[b.clone(), a.clone()]), 0);
-        assert_eq!(drift(&[a.clone(), b.clone()], &[b.clone(), c]), 2);
-        let mut hole = b.clone();
-        hole.blackhole = true;
-        assert_eq!(drift(&[b], &[hole]), 2, "a route that became a blackhole");
-    }
-
-    #[test]
-    fn only_caching_modes_keep_the_table() {
+    fn every_mode_keeps_the_table_for_drift_but_only_caching_modes_plan_from_it() {
         for mode in Mode::ALL {
             let mut c = RouteCache::new(mode);
             c.keep(vec![route("a", "10.0.0.0/24")]);
+            assert!(c.table.is_some(), "{mode}");
             assert_eq!(c.is_warm(), mode.caches_route_table(), "{mode}");
         }
     }

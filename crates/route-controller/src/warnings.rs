@@ -50,11 +50,14 @@ pub enum Reason {
     /// The Node's pod CIDR overlaps a route that is provably another
     /// cluster's (or a left-out Node's).
     PodCidrOverlap,
+    /// The Node's route was found deleted, retargeted or changed by
+    /// someone else, and the controller created it again.
+    RouteRepaired,
 }
 
 impl Reason {
     /// Every reason, in the order of the README's table.
-    pub const ALL: [Reason; 11] = [
+    pub const ALL: [Reason; 12] = [
         Reason::FailedToCreateRoute,
         Reason::FailedToDeleteRoute,
         Reason::PodCidrConflict,
@@ -66,6 +69,7 @@ impl Reason {
         Reason::RouteQuotaExceeded,
         Reason::RouteTableNearlyFull,
         Reason::PodCidrOverlap,
+        Reason::RouteRepaired,
     ];
 
     /// The Event's `reason`.
@@ -82,6 +86,7 @@ impl Reason {
             Reason::RouteQuotaExceeded => "RouteQuotaExceeded",
             Reason::RouteTableNearlyFull => "RouteTableNearlyFull",
             Reason::PodCidrOverlap => "PodCIDROverlap",
+            Reason::RouteRepaired => "RouteRepaired",
         }
     }
 
@@ -120,6 +125,9 @@ impl Reason {
             }
             Reason::PodCidrOverlap => {
                 "the Node's pod CIDR overlaps a route that is provably another cluster's or a left-out Node's; it gets no route, the other route is never deleted (once per Node and cause)"
+            }
+            Reason::RouteRepaired => {
+                "the drift check found the Node's route deleted, pointed elsewhere or changed by someone else, and the controller created it again; the message says what was found (every repair)"
             }
         }
     }
@@ -306,6 +314,22 @@ impl Warning {
         Self {
             node,
             reason: Reason::ForwardingRepaired,
+            message,
+        }
+    }
+}
+
+impl Warning {
+    /// The Node's route was found changed behind the controller's back
+    /// (`what`, from [`crate::drift::RouteDrift::describe`]) and created again.
+    pub fn route_repaired(node: NodeRef, what: &str) -> Self {
+        let message = format!(
+            "{what}; pod traffic to node {} was not delivered meanwhile, and the controller created the route again",
+            node.name
+        );
+        Self {
+            node,
+            reason: Reason::RouteRepaired,
             message,
         }
     }

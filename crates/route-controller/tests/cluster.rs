@@ -71,6 +71,7 @@ fn start(c: &ClusterGuard, mode: Mode, cloud: &MemoryCloud, resync: Duration) ->
             min_interval: Duration::from_secs(2),
             resync,
             discovery: route_controller::schedule::DEFAULT_DISCOVERY_PERIOD,
+            drift: std::time::Duration::ZERO,
         },
         backoff: BackoffConfig::default(),
         status_concurrency: 10,

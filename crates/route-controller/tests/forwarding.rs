@@ -192,6 +192,7 @@ impl Run {
                 min_interval: Duration::from_secs(10),
                 resync,
                 discovery: Duration::from_secs(300),
+                drift: std::time::Duration::ZERO,
             },
             backoff: BackoffConfig {
                 jitter: 0.0,

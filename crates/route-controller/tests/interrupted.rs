@@ -114,6 +114,7 @@ impl Run {
                 min_interval: Duration::from_secs(10),
                 resync,
                 discovery: DISCOVERY,
+                drift: std::time::Duration::ZERO,
             },
             backoff: BackoffConfig {
                 jitter: 0.0,

@@ -47,12 +47,33 @@ fn start(mode: Mode, cloud: MemoryCloud, initial: &[NodeView]) -> Harness {
     start_on(mode, cloud, provider, initial)
 }
 
+/// `start` with the drift check every `drift`.
+fn start_with_drift(
+    mode: Mode,
+    cloud: MemoryCloud,
+    initial: &[NodeView],
+    drift: Duration,
+) -> Harness {
+    let provider = Arc::new(cloud.clone()) as Arc<dyn CloudRoutes>;
+    start_full(mode, cloud, provider, initial, drift)
+}
+
 /// `start` with the controller talking to `provider`, which fronts `cloud`.
 fn start_on(
     mode: Mode,
     cloud: MemoryCloud,
     provider: Arc<dyn CloudRoutes>,
     initial: &[NodeView],
+) -> Harness {
+    start_full(mode, cloud, provider, initial, Duration::ZERO)
+}
+
+fn start_full(
+    mode: Mode,
+    cloud: MemoryCloud,
+    provider: Arc<dyn CloudRoutes>,
+    initial: &[NodeView],
+    drift: Duration,
 ) -> Harness {
     let nodes = NodeStore::new(None);
     nodes.apply(NodeEvent::Init);
@@ -73,6 +94,7 @@ fn start_on(
             min_interval: Duration::from_secs(10),
             resync: Duration::from_secs(12 * 3600),
             discovery: route_controller::schedule::DEFAULT_DISCOVERY_PERIOD,
+            drift,
         },
         backoff: BackoffConfig {
             jitter: 0.0,
@@ -782,4 +804,109 @@ async fn retry_due_while_another_retry_is_in_flight_is_not_forgotten() {
         "both failed creations retried: {:?}",
         h.cloud.log()
     );
+}
+
+/// Polls every 100 ms (virtual) for up to `limit` until `done`; how long it took.
+async fn time_until(limit: Duration, mut done: impl FnMut() -> bool) -> Option<Duration> {
+    let start = Instant::now();
+    while start.elapsed() <= limit {
+        if done() {
+            return Some(start.elapsed());
+        }
+        sleep(Duration::from_millis(100)).await;
+    }
+    None
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_route_deleted_behind_the_controllers_back_is_back_within_the_drift_period_plus_one_pass_in_every_mode()
+ {
+    let drift = Duration::from_secs(60);
+    for mode in Mode::ALL {
+        let h = start_with_drift(mode, MemoryCloud::default(), &[node(0), node(1)], drift);
+        sleep(Duration::from_secs(1)).await;
+        assert_eq!(h.cloud.routes(CLUSTER).len(), 2, "{mode}");
+        let gone = h.cloud.routes(CLUSTER)[0].clone();
+        h.cloud.remove_route(CLUSTER, &gone.destination);
+        let back = time_until(drift + Duration::from_secs(11), || {
+            h.cloud.routes(CLUSTER).len() == 2
+        })
+        .await;
+        assert!(
+            back.is_some(),
+            "{mode}: not back within {drift:?} plus one pass"
+        );
+        let repaired: Vec<_> = h
+            .status
+            .recorded()
+            .events
+            .into_iter()
+            .filter(|(_, reason, _)| reason == "RouteRepaired")
+            .collect();
+        assert_eq!(
+            repaired.len(),
+            1,
+            "{mode}: one Warning per repair: {repaired:?}"
+        );
+        assert_eq!(repaired[0].0.name, gone.node.as_str(), "{mode}");
+        assert!(
+            repaired[0].2.contains("deleted by someone else"),
+            "{mode}: {}",
+            repaired[0].2
+        );
+        // An idle hour costs one listing per drift period in the modes that
+        // do not list every pass anyway.
+        let lists = h.lists();
+        sleep(Duration::from_secs(3600)).await;
+        let per_hour = h.lists() - lists;
+        match mode {
+            Mode::Periodic => assert!(per_hour >= 359, "{mode}: {per_hour}"),
+            _ => assert!(
+                (59..=61).contains(&per_hour),
+                "{mode}: {per_hour} lists in an idle hour"
+            ),
+        }
+        assert_eq!(h.cloud.routes(CLUSTER).len(), 2, "{mode}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_the_drift_check_off_incremental_and_watch_do_not_list_before_the_resync() {
+    for mode in [Mode::Incremental, Mode::Watch] {
+        let h = start(mode, MemoryCloud::default(), &[node(0)]);
+        sleep(Duration::from_secs(3600)).await;
+        assert_eq!(h.lists(), 1, "{mode}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_node_recreated_with_a_new_pod_cidr_loses_its_old_route_when_the_grace_ends_not_a_period_later()
+ {
+    // Regression: in periodic and watch the held deletion waited for the next
+    // pass, so the old route stayed 20 s where upstream removes it in 10 s.
+    for mode in Mode::ALL {
+        let first = node(0).with_provider_id("aws:///eu-west-1a/i-0aaa");
+        let h = start(mode, MemoryCloud::default(), std::slice::from_ref(&first));
+        sleep(Duration::from_secs(1)).await;
+        let old = h.cloud.routes(CLUSTER)[0].destination.clone();
+        h.nodes.apply(NodeEvent::Delete(first.clone()));
+        let mut again = NodeView::new("node-0", "uid-0-again", &["10.244.200.0/26"])
+            .with_provider_id("aws:///eu-west-1a/i-0aaa");
+        again.addresses = first.addresses.clone();
+        h.nodes.apply(NodeEvent::Apply(again));
+        let gone = time_until(Duration::from_secs(30), || {
+            !h.cloud.routes(CLUSTER).iter().any(|r| r.destination == old)
+        })
+        .await
+        .unwrap_or_else(|| panic!("{mode}: the old route stayed 30 s"));
+        // Periodic and watch see the change in their next pass (here 9 s
+        // away, when upstream deletes) and delete when the grace (2 s) ends,
+        // not a whole period later; incremental sees it at once.
+        let bound = match mode {
+            Mode::Incremental => Duration::from_millis(2_500),
+            _ => Duration::from_millis(11_500),
+        };
+        assert!(gone <= bound, "{mode}: the old route went after {gone:?}");
+        assert_eq!(h.cloud.routes(CLUSTER).len(), 1, "{mode}");
+    }
 }

@@ -75,6 +75,7 @@ fn main() {
                 min_interval: std::time::Duration::from_secs(10),
                 resync: std::time::Duration::from_secs(12 * 3600),
                 discovery: route_controller::schedule::DEFAULT_DISCOVERY_PERIOD,
+                drift: std::time::Duration::ZERO,
             },
             backoff: Default::default(),
             status_concurrency: 10,

@@ -216,6 +216,7 @@ async fn simulate_mode(
             min_interval: MIN_INTERVAL,
             resync: timeline.resync,
             discovery: route_controller::schedule::DEFAULT_DISCOVERY_PERIOD,
+            drift: route_controller::schedule::DEFAULT_DRIFT_PERIOD,
         },
         backoff: BackoffConfig {
             jitter: scenario.controller.retry_jitter,

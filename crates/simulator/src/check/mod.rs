@@ -1400,6 +1400,7 @@ async fn drive(case: &Case, options: &Options) -> Outcome {
             min_interval: crate::run::MIN_INTERVAL,
             resync,
             discovery: DISCOVERY,
+            drift: std::time::Duration::ZERO,
         },
         // No jitter: the controller draws it from a thread-local RNG, and a
         // failing seed must replay exactly.
