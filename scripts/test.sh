@@ -186,8 +186,9 @@ done
 # Whole test files that take minutes and share nothing with the others but
 # the cluster run beside the rest on a control plane of their own (their
 # TestCluster starts one when CRC_TEST_KUBECONFIG is unset): faults.rs takes
-# about 4 minutes, all of it waiting on the shared cluster's lock otherwise.
-own_plane_targets=(faults)
+# about 4 minutes, all of it waiting on the shared cluster's lock otherwise;
+# e2e_aws_drift.rs about 3 (it waits out drift periods).
+own_plane_targets=(faults e2e_aws_drift)
 for target in "${own_plane_targets[@]}"; do
   target_bin=$(cargo test --workspace --locked --test "$target" --no-run --message-format=json \
     | TARGET="$target" python3 -c 'import json, os, sys

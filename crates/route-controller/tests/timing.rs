@@ -910,3 +910,36 @@ async fn a_node_recreated_with_a_new_pod_cidr_loses_its_old_route_when_the_grace
         assert_eq!(h.cloud.routes(CLUSTER).len(), 1, "{mode}");
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_node_waiting_on_a_cidr_another_cluster_freed_is_routed_within_one_drift_period() {
+    let drift = Duration::from_secs(60);
+    for mode in [Mode::Incremental, Mode::Watch] {
+        let cloud = MemoryCloud::default();
+        // node(20) has 10.244.5.0/26, inside another cluster's route.
+        let mut theirs = route_core::Route::new(
+            "",
+            route_core::Cidr::parse("10.244.5.0/24").expect("a valid CIDR"),
+        );
+        theirs.next_hop = "10.99.0.1".into();
+        theirs.foreign = Some("cluster other".into());
+        cloud.insert_route(CLUSTER, theirs.clone());
+        let h = start_with_drift(mode, cloud, &[node(0), node(20)], drift);
+        sleep(Duration::from_secs(1)).await;
+        assert_eq!(
+            h.status.condition_of("node-20"),
+            Some(NetworkCondition::PodCidrConflict),
+            "{mode}"
+        );
+        h.cloud.remove_route(CLUSTER, &theirs.destination);
+        let routed = time_until(drift + Duration::from_secs(1), || {
+            h.status.condition_of("node-20") == Some(NetworkCondition::RouteCreated)
+        })
+        .await;
+        assert!(
+            routed.is_some(),
+            "{mode}: still waiting after one drift period"
+        );
+        assert_eq!(h.cloud.routes(CLUSTER).len(), 2, "{mode}");
+    }
+}
