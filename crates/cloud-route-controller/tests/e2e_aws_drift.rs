@@ -191,12 +191,12 @@ async fn a_route_deleted_with_the_ec2_api_is_back_within_the_drift_period_plus_o
                 "{mode}: {n}"
             );
         }
-        let text = http_get_async(&format!("{metrics}/metrics")).await.unwrap();
+        let (_, text) = http_get_async(&metrics, "/metrics").await.unwrap();
         assert_eq!(
             metric_sum(
                 &text,
                 "route_controller_drift_total",
-                &[("kind", "route_missing")]
+                &["kind=\"route_missing\""]
             ),
             1.0,
             "{mode}"

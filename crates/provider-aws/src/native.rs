@@ -127,8 +127,15 @@ pub fn from_ccm_config(text: &str) -> Result<NativeConfig, ConfigError> {
             "node addresses only; the families routed are --route-ip-families",
         );
     }
+    // Named in the start-up line like every key without effect here, so an
+    // operator does not wonder whether they were read.
     for key in NOT_ROUTES {
-        r.skip(g, key);
+        if let Some(v) = r.get_set(g, key) {
+            n.ignore(
+                format!("[Global] {key} = {v}"),
+                "read by cloud-provider-aws's load-balancer and node code only",
+            );
+        }
     }
 
     // cloud-provider-aws applies an override whose Service is the SDK's
@@ -248,6 +255,13 @@ mod tests {
         assert!(
             n.ignored.iter().any(|i| i.contains("SubnetID")),
             "{:?}",
+            n.ignored
+        );
+        assert!(
+            n.ignored
+                .iter()
+                .any(|i| i.contains("DisableSecurityGroupIngress = true")),
+            "a load-balancer key is named as without effect: {:?}",
             n.ignored
         );
         let c = parse(text);

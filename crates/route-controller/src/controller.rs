@@ -495,11 +495,18 @@ impl Controller {
                 *n = n.saturating_sub(1);
             }
         }
+        // The Node to warn is the one whose route took the table across
+        // 80 %, not the last one of a burst (which would read 100 %).
+        let mut crossed: HashMap<Pool, (&route_core::Creation, usize)> = HashMap::new();
         for c in &plan.creations {
             if outcome.of(&c.key()).is_done() {
                 let pool = room.pool(&c.route);
+                let n = used.entry(pool.clone()).or_default();
                 if c.replaces.is_none() {
-                    *used.entry(pool.clone()).or_default() += 1;
+                    *n += 1;
+                }
+                if *n * 5 >= max * 4 && !crossed.contains_key(&pool) {
+                    crossed.insert(pool.clone(), (c, *n));
                 }
                 newest.insert(pool, c);
             }
@@ -521,12 +528,13 @@ impl Controller {
             }
             let (table, family) = pool;
             warn!(table = %table, family = ?family, routes = n, limit = max, "a route table passed 80 % of the cloud's route limit");
-            if let Some(c) = newest.get(pool) {
+            let at_crossing = crossed.get(pool).copied();
+            if let Some((c, n)) = at_crossing.or_else(|| newest.get(pool).map(|c| (*c, *n))) {
                 let node = NodeRef {
                     name: c.route.node.to_string(),
                     uid: c.node_uid.clone(),
                 };
-                warnings.push(Warning::route_table_nearly_full(node, table, *n, max));
+                warnings.push(Warning::route_table_nearly_full(node, table, n, max));
             }
         }
         warnings
@@ -930,6 +938,33 @@ mod tests {
             ]
         );
         assert!(f.cloud.routes("c").is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_that_fills_a_table_warns_the_node_whose_route_crossed_80_percent_not_the_last()
+    {
+        // Regression: the Warning named the burst's last Node, at 100 %.
+        let nodes: Vec<NodeView> = (0..10)
+            .map(|i| node(&format!("n{i}"), &format!("10.0.{}.0/24", i + 1)))
+            .collect();
+        let cloud = MemoryConfig {
+            max_routes: Some(10),
+            ..MemoryConfig::default()
+        };
+        let mut f = fixture_with(Mode::Incremental, &nodes, cloud);
+        let r = f.ctl.pass(PassKind::Full, SyncTrigger::NodeChange).await;
+        assert_eq!(f.cloud.routes("c").len(), 10);
+        let eighth = r.plan.creations[7].route.node.to_string();
+        let full: Vec<_> = f
+            .status
+            .recorded()
+            .events
+            .into_iter()
+            .filter(|(_, reason, _)| reason == Reason::RouteTableNearlyFull.as_str())
+            .collect();
+        assert_eq!(full.len(), 1, "{full:?}");
+        assert_eq!(full[0].0.name, eighth, "{full:?}");
+        assert!(full[0].2.contains("holds 8 of the 10"), "{}", full[0].2);
     }
 
     #[tokio::test(start_paused = true)]

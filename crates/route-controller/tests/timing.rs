@@ -943,3 +943,32 @@ async fn a_node_waiting_on_a_cidr_another_cluster_freed_is_routed_within_one_dri
         assert_eq!(h.cloud.routes(CLUSTER).len(), 2, "{mode}");
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_node_labelled_out_of_the_selection_loses_its_route_in_that_pass_without_the_grace() {
+    // README promised the deletion grace here; the label change is
+    // deliberate, so the route goes at once and the text says so now.
+    let h = start(
+        Mode::Incremental,
+        MemoryCloud::default(),
+        &[node(0), node(1)],
+    );
+    sleep(Duration::from_secs(1)).await;
+    assert_eq!(h.cloud.routes(CLUSTER).len(), 2);
+    let mut out = node(1).with_condition("False", "RouteCreated");
+    out.excluded = true;
+    h.nodes.apply(NodeEvent::Apply(out));
+    let gone = time_until(Duration::from_secs(5), || {
+        h.cloud.routes(CLUSTER).len() == 1
+    })
+    .await
+    .expect("the left-out Node's route goes");
+    assert!(
+        gone < route_controller::controller::DEFAULT_DELETION_GRACE,
+        "went after {gone:?}"
+    );
+    assert_eq!(
+        h.status.condition_of("node-1"),
+        Some(NetworkCondition::NodeExcluded)
+    );
+}
