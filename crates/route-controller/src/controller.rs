@@ -114,6 +114,9 @@ pub struct Controller {
     nearly_full: std::collections::HashSet<Pool>,
     /// Passes run so far; the id of the next pass's span.
     passes: u64,
+    /// When the last listing that succeeded started: what a Node's
+    /// `RouteCreated` rests on.
+    last_listed: Option<Instant>,
 }
 
 impl Controller {
@@ -155,6 +158,7 @@ impl Controller {
             status_retry: (0, None),
             nearly_full: std::collections::HashSet::new(),
             passes: 0,
+            last_listed: None,
         }
     }
 
@@ -282,13 +286,14 @@ impl Controller {
         let mut snap =
             match snapshot::take(&self.nodes, &mut self.routes, &self.executor, use_cache).await {
                 Ok(snap) => snap,
-                Err(e) => return self.list_failed(report, e, started),
+                Err(e) => return self.list_failed(report, e, started).await,
             };
         // 1b. Prerequisites: what the cloud needs on a Node's instance before
         //     it delivers the pod traffic the Node forwards, when a check is
         //     due (cloud I/O).
         self.check_prerequisites(&mut snap).await;
         if snap.listed {
+            self.last_listed = Some(started);
             self.scheduler.full_pass_listed(started);
             // A provider that discovers its route tables does so when listing.
             self.cfg.plan.tables = self.executor.cloud().targets();
@@ -735,8 +740,11 @@ impl Controller {
     }
 
     /// The list of a full pass failed: nothing else runs, and the scheduler
-    /// spaces the next attempt.
-    fn list_failed(
+    /// spaces the next attempt. Once no listing has succeeded for the drift
+    /// period plus one pass, the Nodes that read `RouteCreated` say
+    /// `Unknown`/`RouteUnverified` instead: nothing has looked at their
+    /// routes for longer than the controller promises (status I/O).
+    async fn list_failed(
         &mut self,
         mut report: PassReport,
         e: CloudError,
@@ -744,6 +752,28 @@ impl Controller {
     ) -> PassReport {
         error!(error = %e, "could not list routes; will retry");
         self.scheduler.full_pass_failed();
+        let drift = self.cfg.timing.drift;
+        let bound = drift + self.cfg.timing.min_interval;
+        if !drift.is_zero()
+            && let Some(seen) = self.last_listed
+            && started.saturating_duration_since(seen) >= bound
+        {
+            let written = status::mark_unverified(
+                &self.nodes,
+                &self.status,
+                self.executor.fence(),
+                self.cfg.status_concurrency,
+            )
+            .await;
+            if !written.conditions.is_empty() {
+                warn!(
+                    nodes = written.conditions.len(),
+                    last_listed_s_ago = started.saturating_duration_since(seen).as_secs(),
+                    "no listing of the cloud's routes succeeded for longer than the drift check period: Nodes that read RouteCreated now read Unknown/RouteUnverified until a listing succeeds"
+                );
+            }
+            report.conditions = written.conditions;
+        }
         let took = started.elapsed();
         self.metrics
             .pass_finished(report.trigger, report.kind, PassOutcome::Error, 0, took);

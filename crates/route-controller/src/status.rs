@@ -114,6 +114,68 @@ pub async fn write_conditions(
     }
 }
 
+/// Marks every selected Node that reads `RouteCreated` as
+/// `Unknown`/`RouteUnverified`: the cloud's routes could not be listed for
+/// longer than the drift check period, so a route that was deleted
+/// meanwhile would go unseen. Written once per Node (the next call finds
+/// it no longer `RouteCreated`); the next successful listing plans its
+/// condition again.
+pub async fn mark_unverified(
+    nodes: &NodeStore,
+    writer: &Arc<dyn StatusWriter>,
+    fence: &Fence,
+    concurrency: usize,
+) -> Written {
+    if !fence.is_open() {
+        return Written::default();
+    }
+    let routed = NetworkCondition::RouteCreated;
+    let wanted: Vec<NodeRef> = nodes
+        .snapshot()
+        .into_iter()
+        .filter(|n| !n.excluded && !n.deleting)
+        .filter(|n| {
+            n.network_unavailable
+                .as_ref()
+                .is_some_and(|c| c.reason == routed.reason() && c.status == routed.status())
+        })
+        .map(|n| NodeRef {
+            name: n.name.clone(),
+            uid: n.uid.clone(),
+        })
+        .collect();
+    let cond = NetworkCondition::RouteUnverified;
+    let results: Vec<(NodeRef, bool)> = futures::stream::iter(wanted.into_iter().map(|node| {
+        let writer = writer.clone();
+        let fence = fence.clone();
+        async move {
+            let ok = matches!(
+                fence.guard(writer.set_condition(&node, cond)).await,
+                Ok(Ok(()))
+            );
+            (node, ok)
+        }
+    }))
+    .buffer_unordered(concurrency.max(1))
+    .collect()
+    .await;
+    let failed = results.iter().filter(|(_, ok)| !*ok).count();
+    let written: Vec<NodeRef> = results
+        .into_iter()
+        .filter(|(_, ok)| *ok)
+        .map(|(n, _)| n)
+        .collect();
+    nodes.record_conditions(
+        written
+            .iter()
+            .map(|n| (n.name.as_str(), n.uid.as_str(), cond)),
+    );
+    Written {
+        conditions: written.into_iter().map(|n| (n.name, cond)).collect(),
+        failed,
+    }
+}
+
 /// Why a planned creation left its Node unrouted after a pass, as the
 /// Node's condition says it: `None` when it succeeded. A creation refused
 /// for room, or waiting out such a refusal, says `RouteQuotaExceeded`; one

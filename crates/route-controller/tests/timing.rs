@@ -972,3 +972,47 @@ async fn a_node_labelled_out_of_the_selection_loses_its_route_in_that_pass_witho
         Some(NetworkCondition::NodeExcluded)
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_node_stops_reading_route_created_once_no_listing_succeeded_for_the_drift_period_plus_one_pass()
+ {
+    let drift = Duration::from_secs(60);
+    for mode in Mode::ALL {
+        let h = start_with_drift(mode, MemoryCloud::default(), &[node(0), node(1)], drift);
+        sleep(Duration::from_secs(1)).await;
+        assert_eq!(
+            h.status.condition_of("node-0"),
+            Some(NetworkCondition::RouteCreated),
+            "{mode}"
+        );
+        // The cloud stops answering lists (an outage, credentials revoked).
+        h.cloud
+            .fail_next(Operation::List, u32::MAX, ErrorKind::Transient);
+        sleep(drift).await;
+        assert_eq!(
+            h.status.condition_of("node-0"),
+            Some(NetworkCondition::RouteCreated),
+            "{mode}: still within the drift period"
+        );
+        sleep(Duration::from_secs(12)).await;
+        for n in ["node-0", "node-1"] {
+            assert_eq!(
+                h.status.condition_of(n),
+                Some(NetworkCondition::RouteUnverified),
+                "{mode}: {n} after the drift period plus one pass without a listing"
+            );
+        }
+        assert_eq!(NetworkCondition::RouteUnverified.status(), "Unknown");
+        // Listing works again: the next pass says what it sees.
+        h.cloud.fail_next(Operation::List, 0, ErrorKind::Transient);
+        let back = time_until(Duration::from_secs(310), || {
+            h.status.condition_of("node-0") == Some(NetworkCondition::RouteCreated)
+        })
+        .await;
+        assert!(
+            back.is_some(),
+            "{mode}: RouteCreated again once a listing succeeds"
+        );
+        assert_eq!(h.mutations(), 2, "{mode}: nothing was re-created");
+    }
+}

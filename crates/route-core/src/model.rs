@@ -98,7 +98,7 @@ impl ConditionState {
 
 /// Static text for the values conditions nearly always carry, a copy otherwise.
 fn known_text(s: &str) -> Cow<'static, str> {
-    const KNOWN: [&str; 13] = [
+    const KNOWN: [&str; 14] = [
         "True",
         "False",
         "Unknown",
@@ -111,6 +111,7 @@ fn known_text(s: &str) -> Cow<'static, str> {
         "PodCIDRConflict",
         "InvalidPodCIDR",
         "NodeExcluded",
+        "RouteUnverified",
         "",
     ];
     match KNOWN.iter().find(|k| **k == s) {

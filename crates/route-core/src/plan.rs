@@ -385,11 +385,19 @@ pub enum NetworkCondition {
     /// routes are gone and its pod network is someone else's. A Node that
     /// was never this controller's keeps its condition untouched.
     NodeExcluded,
+    /// `Unknown`/`RouteUnverified`: the Node read `RouteCreated`, but the
+    /// cloud's routes could not be listed for longer than the drift check
+    /// period, so whether its route is still there is not known. Never
+    /// planned: the controller writes it when listing keeps failing, and the
+    /// next successful listing plans the Node's condition again. `Unknown`,
+    /// not `True`: the route is probably still there, and `True` would
+    /// taint every Node during a cloud API outage.
+    RouteUnverified,
 }
 
 impl NetworkCondition {
     /// Every value, in the order of [`NetworkCondition::rank`].
-    pub const ALL: [NetworkCondition; 9] = [
+    pub const ALL: [NetworkCondition; 10] = [
         NetworkCondition::RouteCreated,
         NetworkCondition::ForwardingDisabled,
         NetworkCondition::NoRouteCreated,
@@ -399,12 +407,14 @@ impl NetworkCondition {
         NetworkCondition::PodCidrConflict,
         NetworkCondition::InvalidPodCidr,
         NetworkCondition::NodeExcluded,
+        NetworkCondition::RouteUnverified,
     ];
 
     /// The condition's `status`.
     pub fn status(self) -> &'static str {
         match self {
             NetworkCondition::RouteCreated | NetworkCondition::NodeExcluded => "False",
+            NetworkCondition::RouteUnverified => "Unknown",
             _ => "True",
         }
     }
@@ -421,6 +431,7 @@ impl NetworkCondition {
             NetworkCondition::PodCidrConflict => "PodCIDRConflict",
             NetworkCondition::InvalidPodCidr => "InvalidPodCIDR",
             NetworkCondition::NodeExcluded => "NodeExcluded",
+            NetworkCondition::RouteUnverified => "RouteUnverified",
         }
     }
 
@@ -454,6 +465,9 @@ impl NetworkCondition {
             }
             NetworkCondition::NodeExcluded => {
                 "RouteController does not route this Node: it is outside --node-selector"
+            }
+            NetworkCondition::RouteUnverified => {
+                "RouteController could not list the cloud's routes for longer than its drift check period: whether this Node's route is still in place is not known (see the controller's log)"
             }
         }
     }
