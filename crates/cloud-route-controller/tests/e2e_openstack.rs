@@ -383,3 +383,104 @@ async fn the_openstack_ccms_cloud_conf_routes_nodes() {
         "{stderr}"
     );
 }
+
+#[tokio::test]
+async fn a_pair_removed_from_a_nodes_port_is_back_within_the_drift_period_in_incremental() {
+    // Regression: in the default mode nothing looked at the ports again
+    // before the resync, 12-24 h later, while the Node read RouteCreated.
+    let c = TestCluster::acquire().await.unwrap();
+    let neutron = neutron_server().await.unwrap();
+    let admin = Admin::new(&neutron.url);
+    let router = admin
+        .create_router("e2e-drift-pair", "10.21.0.0/24")
+        .await
+        .unwrap();
+    let ports = admin
+        .create_ports(
+            &router,
+            &[
+                (
+                    "os-pair-0".into(),
+                    "10.21.0.10".into(),
+                    serde_json::json!([]),
+                ),
+                (
+                    "os-pair-1".into(),
+                    "10.21.0.11".into(),
+                    serde_json::json!([]),
+                ),
+            ],
+        )
+        .await
+        .unwrap();
+    for i in 0..2 {
+        c.create_node(
+            &TestNode::new(format!("os-pair-{i}"))
+                .pod_cidrs([format!("10.244.{}.0/24", 210 + i)])
+                .internal_ip(format!("10.21.0.{}", 10 + i)),
+        )
+        .await
+        .unwrap();
+    }
+    let dir = TempDir::new("openstack-drift");
+    let cfg = config(&dir, &neutron.url, &router.router_id, "10.21.0.0/24", "");
+    let ctl = Controller::start(
+        c.kubeconfig_path(),
+        dir.path(),
+        "controller",
+        &[
+            "--cluster-cidr",
+            "10.244.0.0/16",
+            "--cloud-provider",
+            "openstack",
+            "--cloud-config",
+            cfg.to_str().unwrap(),
+            "--leader-elect=false",
+            "--metrics-bind-address",
+            "0",
+            "--route-drift-check-period",
+            "8s",
+        ],
+    );
+    let pod = "10.244.210.0/24".to_string();
+    wait_until(
+        Duration::from_secs(90),
+        "both pairs on the ports",
+        || async {
+            let a = admin.pair_ips(&ports[0]).await.ok()?;
+            let b = admin.pair_ips(&ports[1]).await.ok()?;
+            (a.contains(&pod) && b.contains(&"10.244.211.0/24".to_string())).then_some(())
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
+    // Another tool rewrites the port's pairs without ours.
+    admin
+        .set_pairs(&ports[0], serde_json::json!([]))
+        .await
+        .unwrap();
+    let removed = std::time::Instant::now();
+    wait_until(
+        Duration::from_secs(8 + 12),
+        "the pair back within the drift period plus one pass",
+        || async {
+            admin
+                .pair_ips(&ports[0])
+                .await
+                .ok()?
+                .contains(&pod)
+                .then_some(())
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
+    eprintln!("the removed pair was back after {:?}", removed.elapsed());
+    assert_eq!(router_routes(&admin, &router.router_id).await.len(), 2);
+    let cond = c.network_unavailable("os-pair-0").await.unwrap().unwrap();
+    assert_eq!(cond.reason.as_deref(), Some("RouteCreated"));
+    let log = ctl.log_text();
+    assert_eq!(ctl.stop(), Some(0), "{log}");
+    for i in 0..2 {
+        c.delete_node(&format!("os-pair-{i}")).await.unwrap();
+    }
+}
