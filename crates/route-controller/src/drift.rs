@@ -61,7 +61,9 @@ pub struct RouteDrift {
 
 impl RouteDrift {
     /// A sentence for the Warning and the log ("the route to 10.244.1.0/24
-    /// in rtb-1 was deleted").
+    /// in rtb-1 was missing: ..."). A provider that lists a route as
+    /// missing while its prerequisite is undone (OpenStack: the port's
+    /// allowed address pair) is covered by the same words.
     pub fn describe(&self) -> String {
         let table = if self.was.table.is_empty() {
             String::new()
@@ -86,7 +88,9 @@ impl RouteDrift {
                 self.was.next_hop.as_str(),
                 now.next_hop.as_str()
             ),
-            _ => format!("the route to {dest}{table} was deleted by someone else"),
+            _ => format!(
+                "the route to {dest}{table} was missing: someone else deleted it, or undid what it needs on the Node's port or instance"
+            ),
         }
     }
 }
@@ -178,7 +182,7 @@ mod tests {
         assert_eq!(found[0].was.table.as_str(), "rtb-2");
         assert_eq!(
             found[0].describe(),
-            "the route to 10.0.1.0/24 in rtb-2 was deleted by someone else"
+            "the route to 10.0.1.0/24 in rtb-2 was missing: someone else deleted it, or undid what it needs on the Node's port or instance"
         );
     }
 
