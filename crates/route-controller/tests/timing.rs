@@ -850,7 +850,9 @@ async fn a_route_deleted_behind_the_controllers_back_is_back_within_the_drift_pe
         );
         assert_eq!(repaired[0].0.name, gone.node.as_str(), "{mode}");
         assert!(
-            repaired[0].2.contains("was missing: someone else deleted it"),
+            repaired[0]
+                .2
+                .contains("was missing: someone else deleted it"),
             "{mode}: {}",
             repaired[0].2
         );

@@ -218,6 +218,38 @@ fn a_seed_replays_the_same_calls() {
 }
 
 #[test]
+fn a_controller_without_the_drift_check_is_caught_reading_route_created_over_a_deleted_route() {
+    // The bug this class pins: in incremental and watch nothing listed the
+    // cloud before the resync, so a route deleted behind the controller's
+    // back stayed missing while its Node read RouteCreated.
+    let options = Options {
+        drift: Some(Duration::ZERO),
+        ..Options::default()
+    };
+    let faults = Faults::parse("behind_back").unwrap();
+    let (case, _) = (0..100)
+        .map(|seed| generate(seed, faults, Some(Mode::Incremental)))
+        .map(|case| {
+            let out = run_case_with(&case, &options);
+            (case, out)
+        })
+        .find(|(_, out)| {
+            out.violations
+                .iter()
+                .any(|v| v.kind == Kind::RouteCreatedPastDrift)
+        })
+        .expect("one of 100 seeds with routes removed behind the controller's back catches it");
+    let real = run_case(&case);
+    assert!(
+        real.passed(),
+        "seed {}: with the drift check it passes: {:?}\n{}",
+        case.seed,
+        real.violations,
+        real.trace.join("\n")
+    );
+}
+
+#[test]
 fn a_controller_that_owns_every_address_is_caught_and_shrunk() {
     // Told the cluster is everything, the controller deletes the foreign
     // routes as strays of its own: the checker must say so.
@@ -228,6 +260,7 @@ fn a_controller_that_owns_every_address_is_caught_and_shrunk() {
                 .map(|c| Cidr::parse(c).unwrap())
                 .collect(),
         ),
+        ..Options::default()
     };
     let faults = Faults::parse("foreign").unwrap();
     let (case, out) = (0..50)

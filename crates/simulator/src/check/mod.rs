@@ -29,7 +29,10 @@
 //! * no NetworkUnavailable patch says `RouteCreated` for a Node whose
 //!   forwarding prerequisite the cloud's last answer about it (same UID)
 //!   said is off, and a prerequisite lost behind the controller's back is
-//!   repaired within [`FORWARDING_REPAIR_SLACK`] past the resync interval.
+//!   repaired within [`FORWARDING_REPAIR_SLACK`] past the drift period;
+//! * no Node reads `RouteCreated` for longer than the drift period plus
+//!   [`DRIFT_SLACK`] while a route it claims, removed behind the
+//!   controller's back, is missing from the cloud.
 //!
 //! After every step the foreign routes must still be there, unchanged. Once
 //! the last step and the last fault are over, the run goes on for a stated
@@ -135,6 +138,16 @@ pub const LAG_BOUND: Duration = Duration::from_secs(120);
 /// every `forwarding::RECHECK`, 5 min: later than the full reads here.)
 pub const FORWARDING_BOUND: Duration = Duration::from_secs(120);
 
+/// `--route-drift-check-period` of the checked controller: shorter than
+/// the resync, so the drift check, not the resync, is what finds a change
+/// behind the controller's back.
+pub const DRIFT: Duration = Duration::from_secs(30);
+
+/// A route removed behind the controller's back is back (or its Node no
+/// longer reads `RouteCreated`) this long after the drift period: one
+/// pass, spaced by the least interval, and its calls.
+pub const DRIFT_SLACK: Duration = Duration::from_secs(15);
+
 /// A prerequisite lost behind the controller's back on the instance of a
 /// routed Node must be on again this long after the resync interval has
 /// passed since the loss (the full read's pass: the least interval of 10 s
@@ -194,6 +207,10 @@ pub enum Kind {
     /// Both replicas of a `rival` run were inside their fencing deadline
     /// at one instant: both could write.
     TwoInsideDeadline,
+    /// A Node still read `RouteCreated` [`DRIFT`] + [`DRIFT_SLACK`] after a
+    /// route it claims was removed behind the controller's back, and the
+    /// route was still missing.
+    RouteCreatedPastDrift,
 }
 
 /// One broken invariant.
@@ -255,6 +272,9 @@ pub struct Options {
     /// Cluster CIDRs given to the controller instead of the real ones (to
     /// show that the checker catches a controller that claims too much).
     pub controller_cluster_cidrs: Option<Vec<Cidr>>,
+    /// The controller's drift period instead of [`DRIFT`] (zero: a
+    /// controller without the drift check, to show the checker catches it).
+    pub drift: Option<Duration>,
 }
 
 /// The cluster CIDRs of every run.
@@ -384,6 +404,14 @@ enum Act {
         node: String,
         lost_at: Duration,
     },
+    /// The route of `node` for `cidr` was removed behind the controller's
+    /// back at `removed_at`: unless a fault got in the way, by now it is
+    /// back or the Node no longer reads `RouteCreated`.
+    CheckSeen {
+        node: String,
+        cidr: Cidr,
+        removed_at: Duration,
+    },
 }
 
 /// The route signature the minimum is counted on.
@@ -405,6 +433,8 @@ struct Driver<'a> {
     extras: u32,
     /// The controller's resync interval.
     resync: Duration,
+    /// The controller's drift period; zero with the drift check off.
+    drift: Duration,
 }
 
 fn view_of(spec: &NodeSpec) -> NodeView {
@@ -487,6 +517,16 @@ impl Driver<'_> {
     /// Whether `node` (by name) is live on instance `pid` and a route in
     /// the table points at it (a blackhole of a stopped instance counts:
     /// the controller sees it as the Node's).
+    /// How often the controller reads every routed Node's prerequisite
+    /// afresh: every drift check, or every resync with it off.
+    fn prerequisite_period(&self) -> Duration {
+        if self.drift.is_zero() {
+            self.resync
+        } else {
+            self.drift
+        }
+    }
+
     fn routed_on(&self, node: &str, pid: &str) -> bool {
         self.api
             .get(node)
@@ -537,10 +577,32 @@ impl Driver<'_> {
     /// cluster's first table.
     fn insert(&mut self, route: Route) {
         let first = self.tables().swap_remove(0);
-        let route = route.in_table(first);
-        {
+        let route = route.in_table(first.clone());
+        let now = {
             let mut w = lock(&self.world);
-            w.behind_back_at = Some(w.now());
+            let now = w.now();
+            w.behind_back_at = Some(now);
+            now
+        };
+        // A route of a Node replaced by this one is gone for that Node as
+        // much as a deleted one.
+        if let Some(c) = route.destination.cidr()
+            && let Some(ours) = self
+                .cloud
+                .routes_in(CLUSTER, &first)
+                .into_iter()
+                .find(|r| r.destination == route.destination && r.foreign.is_none())
+            && !ours.node.is_empty()
+            && ours.node != route.node
+        {
+            self.later(
+                now + DRIFT + DRIFT_SLACK,
+                Act::CheckSeen {
+                    node: ours.node.to_string(),
+                    cidr: c,
+                    removed_at: now,
+                },
+            );
         }
         let d = route.destination.clone();
         if let Some(c) = d.cidr()
@@ -648,6 +710,46 @@ impl Driver<'_> {
                     );
                 }
             }
+            Act::CheckSeen {
+                node,
+                cidr,
+                removed_at,
+            } => {
+                let Some(view) = self.api.get(&node) else {
+                    return;
+                };
+                let claims = view.valid_pod_cidrs().contains(&cidr);
+                let reads_routed =
+                    NetworkCondition::RouteCreated.already_set(view.network_unavailable.as_ref());
+                let missing =
+                    !self.cloud.routes(CLUSTER).iter().any(|r| {
+                        r.destination == Destination::Cidr(cidr) && r.node == node.as_str()
+                    });
+                let lagged = self.case.steps.iter().any(|s| match s.step {
+                    Step::Lag { duration, .. } => s.at + duration + DRIFT >= removed_at,
+                    _ => false,
+                });
+                let mut w = lock(&self.world);
+                // A later change behind the controller's back has a check of
+                // its own (or is not one the controller must undo).
+                let changed_since = w.behind_back_at.is_some_and(|t| t > removed_at);
+                if claims
+                    && reads_routed
+                    && missing
+                    && !changed_since
+                    && !view.excluded
+                    && !fault_between(self.case, removed_at, at)
+                    && !lagged
+                {
+                    w.violation(
+                        Kind::RouteCreatedPastDrift,
+                        format!(
+                            "{node} still reads RouteCreated {:?} after its route for {cidr} was removed behind the controller's back, and the route is still missing (drift period {DRIFT:?})",
+                            at - removed_at
+                        ),
+                    );
+                }
+            }
             Act::CheckRepaired { pid, node, lost_at } => {
                 // Routed throughout, as far as the repair goes: a route
                 // created in between prepares the instance on the way.
@@ -668,9 +770,9 @@ impl Driver<'_> {
                     w.violation(
                         Kind::ForwardingNotRepaired,
                         format!(
-                            "the forwarding prerequisite of {node}'s instance {pid}, lost at {lost_at:?} while routed, is still off {:?} later (resync {:?})",
+                            "the forwarding prerequisite of {node}'s instance {pid}, lost at {lost_at:?} while routed, is still off {:?} later (drift period {:?})",
                             at - lost_at,
-                            self.resync
+                            self.prerequisite_period()
                         ),
                     );
                 }
@@ -739,6 +841,19 @@ impl Driver<'_> {
                     && self.desired.contains_key(&c)
                 {
                     self.charge(&r.destination, 1);
+                }
+                if let Some(c) = r.destination.cidr()
+                    && r.foreign.is_none()
+                    && !r.node.is_empty()
+                {
+                    self.later(
+                        at + DRIFT + DRIFT_SLACK,
+                        Act::CheckSeen {
+                            node: r.node.to_string(),
+                            cidr: c,
+                            removed_at: at,
+                        },
+                    );
                 }
                 self.cloud.remove_route(CLUSTER, &r.destination);
                 let mut w = lock(&self.world);
@@ -815,7 +930,7 @@ impl Driver<'_> {
                 };
                 if routed && lost_at == at {
                     self.later(
-                        at + self.resync + FORWARDING_REPAIR_SLACK,
+                        at + self.prerequisite_period() + FORWARDING_REPAIR_SLACK,
                         Act::CheckRepaired { pid, node, lost_at },
                     );
                 }
@@ -1371,6 +1486,7 @@ async fn drive(case: &Case, options: &Options) -> Outcome {
         minimum: BTreeMap::new(),
         extras: 0,
         resync,
+        drift: options.drift.unwrap_or(DRIFT),
     };
     for i in 0..case.steps.len() {
         d.later(case.steps[i].at, Act::Step(i));
@@ -1400,7 +1516,7 @@ async fn drive(case: &Case, options: &Options) -> Outcome {
             min_interval: crate::run::MIN_INTERVAL,
             resync,
             discovery: DISCOVERY,
-            drift: std::time::Duration::ZERO,
+            drift: options.drift.unwrap_or(DRIFT),
         },
         // No jitter: the controller draws it from a thread-local RNG, and a
         // failing seed must replay exactly.
