@@ -667,6 +667,23 @@ impl Controller {
         let concurrency = self.cfg.status_concurrency;
         let book = &self.book;
         let failure = |k: &OpKey| status::explain(outcome, book, k);
+        // A pass whose listing is older than the drift period plus one
+        // pass (a pass slowed down by throttling for minutes) writes no
+        // RouteCreated, not even for the routes it created: a route deleted
+        // or a table tagged since would go unseen. The full pass that
+        // follows at once writes it from what it sees.
+        let stale = self.listing_stale(Instant::now());
+        let confirmed;
+        let plan = if stale {
+            let mut p = plan.clone();
+            p.nodes
+                .retain(|n| n.planned() != NetworkCondition::RouteCreated);
+            confirmed = p;
+            self.scheduler.cache_uncertain();
+            &confirmed
+        } else {
+            plan
+        };
         let written = status::write_conditions(
             plan,
             &failure,
@@ -739,6 +756,16 @@ impl Controller {
         report.outcome = outcome;
     }
 
+    /// No listing has succeeded for the drift period plus one pass: what
+    /// the controller knows of the cloud is older than it promises.
+    fn listing_stale(&self, now: Instant) -> bool {
+        let drift = self.cfg.timing.drift;
+        !drift.is_zero()
+            && self.last_listed.is_some_and(|t| {
+                now.saturating_duration_since(t) >= drift + self.cfg.timing.min_interval
+            })
+    }
+
     /// The list of a full pass failed: nothing else runs, and the scheduler
     /// spaces the next attempt. Once no listing has succeeded for the drift
     /// period plus one pass, the Nodes that read `RouteCreated` say
@@ -752,11 +779,8 @@ impl Controller {
     ) -> PassReport {
         error!(error = %e, "could not list routes; will retry");
         self.scheduler.full_pass_failed();
-        let drift = self.cfg.timing.drift;
-        let bound = drift + self.cfg.timing.min_interval;
-        if !drift.is_zero()
+        if self.listing_stale(started)
             && let Some(seen) = self.last_listed
-            && started.saturating_duration_since(seen) >= bound
         {
             let written = status::mark_unverified(
                 &self.nodes,

@@ -159,6 +159,27 @@ fn throttle_storm_recovers_within_the_bound_seed_24() {
     pinned(24, "throttle");
 }
 
+/// Every fault class (the first 10,000-seed run with the drift check).
+const ALL_CLASSES: &str = "recreate,new_instance,late_data,address_change,instance_stop,behind_back,foreign,odd_pod_cidrs,errors,timeouts,throttle,lag,slow,leader,late_renewal,refuse_stopped,api_outage,forwarding_lost,targets,quota,batch,watch_delay,rival";
+
+/// Shrunk: a pass lists at 173 s, a throttle storm (one request per 17 s)
+/// stretches it to 373 s, and n1's route is removed behind the
+/// controller's back at 176 s. The pass wrote RouteCreated for n1 from its
+/// 200 s old listing, though the route was gone.
+#[test]
+fn a_pass_slower_than_the_drift_period_writes_no_route_created_from_its_old_listing_seed_5388() {
+    pinned(5388, ALL_CLASSES);
+}
+
+/// Shrunk: a pass lists at 161.7 s, a throttle storm stretches it to
+/// 327 s, and route table rtb-3 is tagged at 164.8 s. The pass wrote
+/// RouteCreated for n2 after creating its routes in the two tables it
+/// knew, though the third had none.
+#[test]
+fn a_pass_slower_than_the_drift_period_writes_no_route_created_for_its_own_creations_seed_6926() {
+    pinned(6926, ALL_CLASSES);
+}
+
 /// Shrunk: every call takes 6.6 s from 7 s for 18 s; create n1 at 17 s;
 /// leadership lost at 23.7 s for 11 s. The creation started before the
 /// loss lands at 30.1 s, after the Lease expired at 28.7 s.
