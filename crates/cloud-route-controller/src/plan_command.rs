@@ -39,7 +39,35 @@ struct Report<'a> {
     forwarding: Vec<ForwardingGap>,
     /// Every Node's `NetworkUnavailable` reason once the first pass ran.
     node_reasons: Vec<NodeReason>,
+    /// Routes missing although their Node reads `RouteCreated`: changed
+    /// behind the controller's back since it last looked (or it is not
+    /// running). Its next drift check repairs them.
+    drift: Vec<DriftFound>,
+    /// What the controller's drift checks repaired lately: its
+    /// `RouteRepaired` and `ForwardingRepaired` Warnings, newest first.
+    recent_repairs: Vec<Repair>,
 }
+
+#[derive(Serialize)]
+struct DriftFound {
+    node: String,
+    destination: String,
+    /// The route table; empty for a provider with one.
+    table: String,
+}
+
+#[derive(Serialize)]
+struct Repair {
+    node: String,
+    reason: String,
+    message: String,
+    /// When it was last seen (RFC 3339), and how often.
+    last_seen: Option<String>,
+    count: i32,
+}
+
+/// How many of the latest repairs `plan` shows.
+const RECENT_REPAIRS: usize = 20;
 
 #[derive(Serialize)]
 struct NodeReason {
@@ -90,7 +118,7 @@ pub async fn plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
         &route_cloud::Fence::new(false),
     )
     .await?;
-    let mut nodes: Vec<_> = Api::<Node>::all(client)
+    let mut nodes: Vec<_> = Api::<Node>::all(client.clone())
         .list(&ListParams::default())
         .await
         .context("listing Nodes")?
@@ -131,6 +159,8 @@ pub async fn plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
                 .map(|c| format!("{}/{}", c.status, c.reason)),
         })
         .collect();
+    let drift = drift_found(&plan);
+    let recent_repairs = recent_repairs(client).await;
     let report = Report {
         cluster_name: &args.cluster.cluster_name,
         nodes: nodes.len(),
@@ -141,6 +171,8 @@ pub async fn plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
         conditions,
         forwarding,
         node_reasons,
+        drift,
+        recent_repairs,
     };
     let out = match args.output {
         Output::Json => serde_json::to_string_pretty(&report)? + "\n",
@@ -148,6 +180,68 @@ pub async fn plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
     };
     print!("{out}");
     Ok(ExitCode::SUCCESS)
+}
+
+/// The planned creations whose Node reads `RouteCreated`: a route it had is
+/// gone (pure).
+fn drift_found(plan: &Plan) -> Vec<DriftFound> {
+    let routed: std::collections::HashSet<&str> = plan
+        .nodes
+        .iter()
+        .filter(|n| {
+            n.current.as_ref().is_some_and(|c| {
+                c.reason == route_core::NetworkCondition::RouteCreated.reason()
+                    && c.status == "False"
+            })
+        })
+        .map(|n| n.node.as_str())
+        .collect();
+    plan.creations
+        .iter()
+        .filter(|c| c.replaces.is_none() && routed.contains(c.route.node.as_str()))
+        .map(|c| DriftFound {
+            node: c.route.node.to_string(),
+            destination: c.route.destination.to_string(),
+            table: c.route.table.to_string(),
+        })
+        .collect()
+}
+
+/// The controller's latest drift repairs, from its Warning Events (API
+/// reads only). An API server that refuses the read costs the section, not
+/// the plan.
+async fn recent_repairs(client: kube::Client) -> Vec<Repair> {
+    use k8s_openapi::api::core::v1::Event;
+    let events: Api<Event> = Api::namespaced(client, "default");
+    let mut out = Vec::new();
+    for reason in ["RouteRepaired", "ForwardingRepaired"] {
+        let params = ListParams::default().fields(&format!(
+            "reason={reason},source={}",
+            route_controller::status::EVENT_COMPONENT
+        ));
+        match events.list(&params).await {
+            Ok(list) => out.extend(list.items.into_iter().map(|e| {
+                let last = e
+                    .last_timestamp
+                    .as_ref()
+                    .map(|t| t.0.to_string())
+                    .or_else(|| e.event_time.as_ref().map(|t| t.0.to_string()));
+                Repair {
+                    node: e.involved_object.name.unwrap_or_default(),
+                    reason: reason.to_string(),
+                    message: e.message.unwrap_or_default(),
+                    last_seen: last,
+                    count: e.count.unwrap_or(1),
+                }
+            })),
+            Err(e) => {
+                tracing::warn!(error = %e, reason, "could not read the controller's repair Events; plan shows none")
+            }
+        }
+    }
+    out.sort_by(|a, b| b.last_seen.cmp(&a.last_seen));
+    out.truncate(RECENT_REPAIRS);
+    out
 }
 
 /// The gate's verdicts for a controller that starts now, with no failures
@@ -456,6 +550,39 @@ fn table(r: &Report<'_>) -> String {
             "IGNORED CLOUD ROUTE (unparsable destination): {} {}",
             u.name, u.destination
         );
+    }
+    if !r.drift.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nDRIFT ({}): routes missing although their Node reads RouteCreated; changed behind the controller's back since it last looked (its next drift check creates them again), or it is not running",
+            r.drift.len()
+        );
+        for d in &r.drift {
+            let table = if d.table.is_empty() {
+                String::new()
+            } else {
+                format!(" in {}", d.table)
+            };
+            let _ = writeln!(s, "  {} {}{table}", d.node, d.destination);
+        }
+    }
+    if !r.recent_repairs.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nREPAIRED BY THE DRIFT CHECK (latest {}, from the controller's Warning Events):",
+            r.recent_repairs.len()
+        );
+        for e in &r.recent_repairs {
+            let _ = writeln!(
+                s,
+                "  {} {} {} (x{}): {}",
+                e.last_seen.as_deref().unwrap_or("-"),
+                e.node,
+                e.reason,
+                e.count,
+                e.message
+            );
+        }
     }
     s
 }

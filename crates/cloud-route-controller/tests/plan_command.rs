@@ -278,3 +278,82 @@ async fn plan_says_so_when_cluster_and_cloud_agree() {
         "{log:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_names_a_route_missing_under_route_created_as_drift_and_lists_the_latest_repairs() {
+    use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+    let c = TestCluster::acquire().await.unwrap();
+    let sim = SimServer::start_local(MemoryConfig::default())
+        .await
+        .unwrap();
+    let dir = TempDir::new("plan-drift");
+    let config = sim_cloud_config(dir.path(), "cloud", &sim.url(), None);
+    c.create_node(
+        &TestNode::new("drifted")
+            .pod_cidrs(["10.244.5.0/24"])
+            .internal_ip("10.0.0.5"),
+    )
+    .await
+    .unwrap();
+    // It reads RouteCreated, but the cloud has no route for it: someone
+    // deleted it since the controller last looked.
+    let condition = json!({"status": {"conditions": [{
+        "type": "NetworkUnavailable", "status": "False", "reason": "RouteCreated",
+        "message": "RouteController created a route",
+        "lastTransitionTime": "2024-01-01T00:00:00Z", "lastHeartbeatTime": "2024-01-01T00:00:00Z",
+    }]}});
+    c.nodes()
+        .patch_status(
+            "drifted",
+            &PatchParams::default(),
+            &Patch::Strategic(&condition),
+        )
+        .await
+        .unwrap();
+    // A repair the controller's drift check made earlier.
+    let events: kube::Api<Event> = kube::Api::namespaced(c.client(), "default");
+    let event = Event {
+        metadata: ObjectMeta {
+            name: Some("drifted.repaired".into()),
+            ..Default::default()
+        },
+        involved_object: ObjectReference {
+            kind: Some("Node".into()),
+            name: Some("drifted".into()),
+            ..Default::default()
+        },
+        reason: Some("RouteRepaired".into()),
+        message: Some("the route to 10.244.5.0/24 was missing: someone else deleted it".into()),
+        type_: Some("Warning".into()),
+        source: Some(EventSource {
+            component: Some("route_controller".into()),
+            host: None,
+        }),
+        count: Some(1),
+        last_timestamp: Some(Time(k8s_openapi::jiff::Timestamp::now())),
+        ..Default::default()
+    };
+    events.create(&Default::default(), &event).await.unwrap();
+
+    let json_out = plan(c.kubeconfig_path(), &config, &["-o", "json"]).await;
+    let report: Value = serde_json::from_str(&json_out).unwrap();
+    assert_eq!(
+        report["drift"],
+        json!([{"node": "drifted", "destination": "10.244.5.0/24", "table": ""}]),
+        "{json_out}"
+    );
+    let repairs = report["recent_repairs"].as_array().unwrap();
+    assert_eq!(repairs.len(), 1, "{json_out}");
+    assert_eq!(repairs[0]["node"], "drifted");
+    assert_eq!(repairs[0]["reason"], "RouteRepaired");
+    let table = plan(c.kubeconfig_path(), &config, &[]).await;
+    for want in [
+        "DRIFT (1): routes missing although their Node reads RouteCreated",
+        "  drifted 10.244.5.0/24",
+        "REPAIRED BY THE DRIFT CHECK",
+        "drifted RouteRepaired (x1): the route to 10.244.5.0/24 was missing",
+    ] {
+        assert!(table.contains(want), "table lacks {want:?}:\n{table}");
+    }
+}
