@@ -258,7 +258,8 @@ fn first_pass(
     let backoff = BackoffConfig::default();
     let mut holds = Holds::new(grace, backoff.max);
     let caps = cloud.capabilities();
-    let room = Room::new(caps.max_routes, caps.max_routes_per_family, routes);
+    let room = Room::new(caps.max_routes, caps.max_routes_per_family, routes)
+        .with_unlisted(cloud.unlisted_routes());
     let now = tokio::time::Instant::now();
     let gated = gate(plan, &mut holds, &RetryBook::new(backoff), &room, now, true);
     let no_room = gated

@@ -64,7 +64,7 @@ use route_cloud::ratelimit::TokenBucket;
 use route_cloud::{
     Capabilities, CloudError, CloudRoutes, ErrorKind, Forwarding, ForwardingCheck, RequestStats,
 };
-use route_core::{Cidr, Destination, NodeView, Route, TargetNeeds, Text};
+use route_core::{Cidr, Destination, IpFamily, NodeView, Route, TargetNeeds, Text};
 use tracing::{debug, info, warn};
 
 pub use config::{AwsConfig, Budget, ConfigError, RateLimitConfig};
@@ -227,6 +227,10 @@ impl Limiter {
 struct State {
     /// Route tables per cluster (sorted ids), as the last list found them.
     tables: HashMap<String, Vec<String>>,
+    /// Per table and family, the non-propagated routes the last list did
+    /// not return (the local route, gateways, NAT, peerings, endpoints):
+    /// EC2's "routes per route table" quota counts them too.
+    unlisted: HashMap<(String, IpFamily), usize>,
     /// The tables the last list covered: what `targets()` answers.
     last_tables: Vec<String>,
     /// Destinations (as EC2 writes them) listed as blackholes, per table, so a
@@ -1475,6 +1479,14 @@ impl CloudRoutes for Ec2Routes {
         Ok(out)
     }
 
+    fn unlisted_routes(&self) -> Vec<((Text, IpFamily), usize)> {
+        self.state()
+            .unlisted
+            .iter()
+            .map(|((t, f), n)| ((t.as_str().into(), *f), *n))
+            .collect()
+    }
+
     fn observe_nodes(&self, nodes: &[Arc<NodeView>]) {
         let mut st = self.state();
         st.index.observe(nodes);
@@ -1537,6 +1549,7 @@ impl CloudRoutes for Ec2Routes {
         {
             let mut st = self.state();
             let mut blackholes: Vec<(String, HashSet<String>)> = Vec::new();
+            let mut unlisted: HashMap<(String, IpFamily), usize> = HashMap::new();
             for t in &tables {
                 let id = t.route_table_id().unwrap_or_default();
                 let mut holes = HashSet::new();
@@ -1546,10 +1559,19 @@ impl CloudRoutes for Ec2Routes {
                             holes.insert(route.name.to_string());
                         }
                         routes.push(route.in_table(id));
+                    } else if r.origin() != Some(&RouteOrigin::EnableVgwRoutePropagation) {
+                        // Propagated routes have a quota of their own.
+                        let family = if r.destination_ipv6_cidr_block().is_some() {
+                            IpFamily::V6
+                        } else {
+                            IpFamily::V4
+                        };
+                        *unlisted.entry((id.to_string(), family)).or_default() += 1;
                     }
                 }
                 blackholes.push((id.to_string(), holes));
             }
+            st.unlisted = unlisted;
             for (id, holes) in blackholes {
                 st.blackholes.insert(id, holes);
             }

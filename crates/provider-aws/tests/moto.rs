@@ -1192,3 +1192,49 @@ async fn a_table_tagged_only_with_the_legacy_kubernetes_cluster_tag_is_found_whe
         "one for the plain provider, two for the legacy one"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_routes_the_listing_leaves_out_count_against_the_route_quota_as_ec2_counts_them() {
+    // Regression: max_routes counted only this controller's routes, while
+    // EC2's "routes per route table" quota counts every non-propagated route.
+    let ep = endpoint().await;
+    let ec2 = testing::client(&ep).await;
+    let net = testing::create_network(&ec2, "10.12.0.0/16", None)
+        .await
+        .unwrap();
+    let inst = testing::run_instances(&ec2, &net, 1).await.unwrap();
+    let pcx = testing::create_peering(&ec2, &net.vpc_id, "192.168.0.0/16")
+        .await
+        .unwrap();
+    testing::add_route(&ec2, &net.route_table_id, "192.168.0.0/16", &pcx)
+        .await
+        .unwrap();
+    let p = testing::provider(&ep, config_for(Some(&net.route_table_id)))
+        .await
+        .unwrap();
+    let cluster = testing::unique_cluster("unlisted");
+    let a = node("node-a", &inst[0], "10.244.0.0/24");
+    observe(&p, std::slice::from_ref(&a));
+    p.create_route(&cluster, "uid-node-a", &wanted(&a))
+        .await
+        .unwrap();
+    let listed = p.list_routes(&cluster).await.unwrap();
+    assert_eq!(
+        listed.len(),
+        1,
+        "only the Node's route is listed: {listed:?}"
+    );
+    let all = testing::table_routes(&ec2, &net.route_table_id)
+        .await
+        .unwrap();
+    let unlisted = p.unlisted_routes();
+    let v4: usize = unlisted
+        .iter()
+        .filter(|((t, f), _)| t.as_str() == net.route_table_id && *f == route_core::IpFamily::V4)
+        .map(|(_, n)| *n)
+        .sum();
+    // The local route and the peering route: what the console counts
+    // besides the Node's route.
+    assert_eq!(v4, all.len() - 1, "{all:?} / {unlisted:?}");
+    assert!(v4 >= 2, "{all:?}");
+}

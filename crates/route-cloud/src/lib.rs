@@ -272,6 +272,15 @@ pub trait CloudRoutes: Send + Sync + 'static {
         let _ = nodes;
     }
 
+    /// Routes in each route target that the last `list_routes` left out
+    /// (not this cluster's kind: the VPC's local route, gateways, peerings)
+    /// but that the cloud counts against [`Capabilities::max_routes`], by
+    /// target and address family. So a limit means what the cloud's console
+    /// says it means. Empty (the default): only the listed routes count.
+    fn unlisted_routes(&self) -> Vec<((route_core::Text, route_core::IpFamily), usize)> {
+        Vec::new()
+    }
+
     /// The route as a `list_routes` now would show it, worked out from what
     /// the provider already knows, without a request; `None` when nothing
     /// it reports could have changed (the default). A cached route table

@@ -482,6 +482,7 @@ impl Controller {
     fn room(&self, snap: &Snapshot) -> Room {
         let caps = self.executor.cloud().capabilities();
         Room::new(caps.max_routes, caps.max_routes_per_family, &snap.routes)
+            .with_unlisted(self.executor.cloud().unlisted_routes())
     }
 
     /// Step 6b: how full each table is after the pass, as metrics, and a

@@ -246,6 +246,21 @@ impl Room {
         room
     }
 
+    /// Adds the routes the listing left out but the cloud counts against
+    /// its limit ([`route_cloud::CloudRoutes::unlisted_routes`]).
+    pub fn with_unlisted(
+        mut self,
+        unlisted: impl IntoIterator<Item = ((Text, IpFamily), usize)>,
+    ) -> Self {
+        if self.max.is_some() {
+            for ((table, family), n) in unlisted {
+                let family = self.per_family.then_some(family);
+                *self.listed.entry((table, family)).or_default() += n;
+            }
+        }
+        self
+    }
+
     /// No limit.
     pub fn unlimited() -> Self {
         Self::default()
@@ -684,6 +699,36 @@ mod tests {
         assert_eq!(g.until, Some(until));
         let later = gate(&p, &mut h, &book(), &Room::unlimited(), until, false);
         assert_eq!(verdict(&later, &gone), Verdict::Run);
+    }
+
+    #[test]
+    fn routes_the_listing_left_out_take_room_under_the_limit_in_their_family() {
+        let table = [Route::from_text("a", "10.244.1.0/24").named("r1")];
+        let unlisted = [
+            (("rtb-1".into(), IpFamily::V4), 3),
+            (("rtb-1".into(), IpFamily::V6), 1),
+        ];
+        let mut t = table.clone();
+        t[0].table = "rtb-1".into();
+        let per_family = Room::new(Some(50), true, &t).with_unlisted(unlisted.clone());
+        let mut used: Vec<(Pool, usize)> =
+            per_family.listed().map(|(p, n)| (p.clone(), n)).collect();
+        used.sort();
+        assert_eq!(
+            used,
+            [
+                (("rtb-1".into(), Some(IpFamily::V4)), 4),
+                (("rtb-1".into(), Some(IpFamily::V6)), 1)
+            ]
+        );
+        let together = Room::new(Some(50), false, &t).with_unlisted(unlisted.clone());
+        assert_eq!(together.listed().map(|(_, n)| n).sum::<usize>(), 5);
+        let unlimited = Room::new(None, true, &t).with_unlisted(unlisted);
+        assert_eq!(
+            unlimited.listed().count(),
+            0,
+            "nothing counted without a limit"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -186,12 +186,13 @@ pub struct Timing {
 
 impl Timing {
     /// How often every Node's forwarding prerequisite is read afresh: every
-    /// drift check, or, with the drift check off, every resync.
+    /// drift check or every resync, whichever comes more often (the resync
+    /// alone with the drift check off).
     pub fn prerequisite_period(&self) -> Duration {
         if self.drift.is_zero() {
             self.resync
         } else {
-            self.drift
+            self.drift.min(self.resync)
         }
     }
 }

@@ -361,7 +361,8 @@ impl Proxy {
     }
 
     /// From now on, refuses a `CreateRoute` to a table that already holds
-    /// `n` routes with origin `CreateRoute` (as moto lists them) with
+    /// `n` non-propagated routes (origin `CreateRoute` or the local route's
+    /// `CreateRouteTable`, as moto lists them) with
     /// `RouteLimitExceeded` (HTTP 400), as EC2 refuses one past the
     /// routes-per-table quota; 0 lifts the limit. Creations are then
     /// forwarded one at a time, so concurrent ones cannot pass it together.
@@ -583,9 +584,13 @@ async fn routes_in(upstream: SocketAddr, like: &hyper::http::request::Parts, tab
     *req.headers_mut() = like.headers.clone();
     req.headers_mut().remove("content-length");
     match send(upstream, req).await {
-        Some((parts, bytes)) if parts.status.is_success() => String::from_utf8_lossy(&bytes)
-            .matches("<origin>CreateRoute</origin>")
-            .count() as u64,
+        // As EC2's quota counts: every route but the propagated ones, the
+        // table's local route (origin CreateRouteTable) included.
+        Some((parts, bytes)) if parts.status.is_success() => {
+            let text = String::from_utf8_lossy(&bytes);
+            (text.matches("<origin>CreateRoute</origin>").count()
+                + text.matches("<origin>CreateRouteTable</origin>").count()) as u64
+        }
         _ => 0,
     }
 }

@@ -523,7 +523,7 @@ impl Driver<'_> {
         if self.drift.is_zero() {
             self.resync
         } else {
-            self.drift
+            self.drift.min(self.resync)
         }
     }
 
