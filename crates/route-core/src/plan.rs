@@ -449,7 +449,7 @@ impl NetworkCondition {
                 "RouteController created a route, but the cloud drops the pod traffic this Node forwards (see the Node's Events for the fix)"
             }
             NetworkCondition::AwaitingNodeData => {
-                "RouteController waits for the Node's spec.providerID or InternalIP before it can create a route"
+                "RouteController waits for Node data the cloud needs before it can create a route: spec.providerID, or an InternalIP of each pod CIDR's address family (a dual-stack Node with only an IPv4 InternalIP has no next hop for its IPv6 pod CIDR); `cloud-route-controller plan` names what is missing"
             }
             NetworkCondition::RouteQuotaExceeded => {
                 "RouteController cannot create a route: the route table is at the cloud's route limit (see the Node's Events)"
