@@ -479,3 +479,150 @@ async fn a_terminated_instance_whose_replacement_ec2_refuses_costs_at_most_3_rep
     }
     plane.stop().expect("stop the control plane");
 }
+
+/// Samples the Lease's renewTime every 100 ms until `done`, and returns the
+/// gaps between consecutive renewals that no pause of ours explains.
+async fn renewal_gaps(
+    leases: &Api<Lease>,
+    pauses: &std::sync::Mutex<Vec<(Instant, Instant)>>,
+    done: &std::sync::atomic::AtomicBool,
+) -> Vec<Duration> {
+    let mut gaps = Vec::new();
+    let mut last: Option<(String, Instant)> = None;
+    while !done.load(std::sync::atomic::Ordering::SeqCst) {
+        if let Some(now) = renew_time(leases).await {
+            let seen = Instant::now();
+            match &last {
+                Some((t, at)) if *t != now => {
+                    let paused = pauses
+                        .lock()
+                        .expect("not poisoned")
+                        .iter()
+                        .any(|(from, to)| *from < seen && *to + Duration::from_secs(1) > *at);
+                    if !paused {
+                        gaps.push(seen - *at);
+                    }
+                    last = Some((now, seen));
+                }
+                None => last = Some((now, seen)),
+                _ => {}
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    gaps
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sole_replica_with_a_short_lease_paused_three_times_during_100_creations_under_ec2_buckets_keeps_its_lease()
+ {
+    // Regression: with a 6 s Lease, 4 s renew deadline and 1 s retry, the
+    // leader exited ("could not renew the Lease within the renew deadline")
+    // about 8 s after its last pause while it wrote 100 Nodes' conditions.
+    const NODES: usize = 100;
+    let c = TestCluster::acquire().await.expect("API server");
+    let e = ec2("short-lease", "10.62.0.0/16").await;
+    let instances = run_instances(&e.ec2, &e.net, NODES as i32)
+        .await
+        .expect("instances");
+    create_nodes(&c.nodes(), "short", &instances).await;
+    e.proxy
+        .enforce_buckets(Some(provider_aws::testing::Buckets::EC2));
+    let dir = TempDir::new("aws-short-lease");
+    let cfg = dir.path().join("aws.yaml");
+    std::fs::write(
+        &cfg,
+        format!("region: us-east-1\nendpoint: {}\n", e.proxy.url()),
+    )
+    .expect("write the cloud config");
+    let mut ctl = Controller::start_with_env(
+        c.kubeconfig_path(),
+        dir.path(),
+        "controller",
+        &[
+            "--cluster-cidr",
+            "10.244.0.0/16",
+            "--cluster-name",
+            &e.cluster,
+            "--cloud-provider",
+            "aws",
+            "--cloud-config",
+            cfg.to_str().expect("utf-8 path"),
+            "--leader-elect-resource-namespace",
+            NAMESPACE,
+            "--leader-elect-lease-duration",
+            "6s",
+            "--leader-elect-renew-deadline",
+            "4s",
+            "--leader-elect-retry-period",
+            "1s",
+            "--metrics-bind-address",
+            "0",
+        ],
+        &AWS_ENV,
+    );
+    let leases: Api<Lease> = Api::namespaced(c.client(), NAMESPACE);
+    let pauses = std::sync::Mutex::new(Vec::new());
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let sampling = renewal_gaps(&leases, &pauses, &done);
+    let scenario = async {
+        wait_until(Duration::from_secs(60), "the first CreateRoute", || async {
+            e.proxy
+                .log()
+                .iter()
+                .any(|r| r.action == "CreateRoute")
+                .then_some(())
+        })
+        .await
+        .unwrap_or_else(|err| panic!("{err}\n{}", ctl.log_text()));
+        for _ in 0..3 {
+            let from = Instant::now();
+            let to = pause_after_a_renewal(&ctl, &leases, Duration::from_secs(5)).await;
+            pauses.lock().expect("not poisoned").push((from, to));
+            assert!(ctl.is_running(), "exited after a pause: {}", ctl.log_text());
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+        let all = expected(&instances);
+        wait_until(Duration::from_secs(180), "all 100 routes", || async {
+            (pod_routes(&e.ec2, &e.net.route_table_id).await? == all).then_some(())
+        })
+        .await
+        .unwrap_or_else(|err| panic!("{err}\n{}", ctl.log_text()));
+        wait_until(
+            Duration::from_secs(120),
+            "RouteCreated on all 100 Nodes",
+            || async {
+                for i in 0..NODES {
+                    let cond = c.network_unavailable(&format!("short-{i}")).await.ok()??;
+                    if cond.reason.as_deref() != Some("RouteCreated") {
+                        return None;
+                    }
+                }
+                Some(())
+            },
+        )
+        .await
+        .unwrap_or_else(|err| panic!("{err}\n{}", ctl.log_text()));
+        // The catching up is over; the Lease must still be held after it.
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+    };
+    let (mut gaps, ()) = tokio::join!(sampling, scenario);
+    let log = ctl.log_text();
+    assert!(
+        ctl.is_running(),
+        "the leader exited outside its pauses: {log}"
+    );
+    assert!(!log.contains("lost leadership"), "{log}");
+    gaps.sort();
+    let p99 = gaps
+        .get((gaps.len() * 99 / 100).min(gaps.len().saturating_sub(1)))
+        .copied()
+        .unwrap_or_default();
+    let max = gaps.last().copied().unwrap_or_default();
+    eprintln!(
+        "Lease renewals outside the pauses: {} gaps, p99 {p99:?}, max {max:?} (retry period 1 s, renew deadline 4 s)",
+        gaps.len()
+    );
+    assert_eq!(ctl.stop(), Some(0), "{log}");
+}
