@@ -212,7 +212,7 @@ async fn a_route_deleted_with_the_ec2_api_is_back_within_the_drift_period_plus_o
 }
 
 #[tokio::test]
-async fn with_route_table_ids_configured_a_source_dest_check_turned_on_and_a_deleted_route_are_repaired_within_the_drift_period()
+async fn with_route_table_ids_configured_a_source_dest_check_turned_on_a_deleted_and_a_retargeted_route_are_repaired_within_the_drift_period()
  {
     let c = TestCluster::acquire().await.unwrap();
     let endpoint = moto_endpoint().await.unwrap();
@@ -269,6 +269,43 @@ async fn with_route_table_ids_configured_a_source_dest_check_turned_on_and_a_del
         let r = warnings(&c, &names[0], "RouteRepaired").await.len();
         (f == 1 && r == 1).then_some(())
     })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
+    // A route retargeted over ours (another tool points the Node's CIDR at
+    // another instance): pointed back within the drift period.
+    ec2.replace_route()
+        .route_table_id(&table)
+        .destination_cidr_block("10.244.141.0/24")
+        .instance_id(&instances[0].id)
+        .send()
+        .await
+        .expect("ReplaceRoute behind the controller's back");
+    let retargeted = Instant::now();
+    wait_until(
+        DRIFT + PASS,
+        "the retargeted route pointed back",
+        || async {
+            pod_routes(&ec2, &table)
+                .await
+                .iter()
+                .any(|(d, t)| d == "10.244.141.0/24" && *t == instances[1].id)
+                .then_some(())
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
+    eprintln!(
+        "retargeted route pointed back after {:?}",
+        retargeted.elapsed()
+    );
+    wait_until(
+        Duration::from_secs(10),
+        "a RouteRepaired Warning for it",
+        || async {
+            let w = warnings(&c, &names[1], "RouteRepaired").await;
+            (w.len() == 1 && w[0].contains("pointed at")).then_some(())
+        },
+    )
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
     // A settled drift check reads and writes nothing else: one
