@@ -47,6 +47,8 @@ struct Instances {
     remembered: BTreeSet<String>,
     /// Reads of one instance, by Node.
     reads: BTreeMap<String, u32>,
+    /// Every Node the controller asked about, fresh or not.
+    asked: BTreeSet<String>,
 }
 
 /// The simulated cloud plus a forwarding prerequisite of `shape`.
@@ -133,6 +135,7 @@ impl CloudRoutes for Cloud {
         let mut out = Vec::new();
         for n in nodes {
             let name = n.name.clone();
+            i.asked.insert(name.clone());
             if !check.fresh && i.remembered.contains(&name) {
                 out.push((name, Forwarding::Ready));
                 continue;
@@ -175,6 +178,16 @@ impl Drop for Run {
 
 impl Run {
     fn start(mode: Mode, cloud: Arc<Cloud>, resync: Duration) -> Run {
+        Run::start_with(mode, cloud, resync, Duration::ZERO, Vec::new())
+    }
+
+    fn start_with(
+        mode: Mode,
+        cloud: Arc<Cloud>,
+        resync: Duration,
+        drift: Duration,
+        skip_families: Vec<route_core::IpFamily>,
+    ) -> Run {
         let nodes = NodeStore::new(None);
         nodes.apply(NodeEvent::Init);
         nodes.apply(NodeEvent::InitDone);
@@ -183,7 +196,8 @@ impl Run {
         let cfg = ControllerConfig {
             cluster_name: CLUSTER.into(),
             plan: PlanConfig {
-                cluster_cidrs: parse_cluster_cidrs("10.244.0.0/16").expect("valid"),
+                cluster_cidrs: parse_cluster_cidrs("10.244.0.0/16,fd00:10::/56").expect("valid"),
+                skip_families,
                 ..PlanConfig::default()
             },
             mode,
@@ -192,7 +206,7 @@ impl Run {
                 min_interval: Duration::from_secs(10),
                 resync,
                 discovery: Duration::from_secs(300),
-                drift: std::time::Duration::ZERO,
+                drift,
             },
             backoff: BackoffConfig {
                 jitter: 0.0,
@@ -339,6 +353,54 @@ async fn a_prerequisite_lost_behind_the_back_is_repaired_at_the_next_resync_with
             run.condition(2),
             Some(NetworkCondition::RouteCreated),
             "{mode}"
+        );
+    }
+}
+
+/// Hands off what is not routed. Regression: the check ran over every
+/// instance a listed route targets, so a Node left out by --node-selector
+/// that a hand-made route pointed at had its prerequisite changed and got a
+/// ForwardingRepaired Warning.
+#[tokio::test(start_paused = true)]
+async fn a_left_out_node_and_a_node_of_an_unrouted_family_are_never_asked_about_across_drift_checks()
+ {
+    let drift = Duration::from_secs(60);
+    for mode in Mode::ALL {
+        let cloud = Cloud::new(Shape::ProviderRepairs);
+        // A hand-made route to the left-out Node, whose instance is off.
+        cloud
+            .routes
+            .insert_route(CLUSTER, Route::from_text("left-out", "10.244.9.0/24"));
+        cloud.set_forwarding("left-out", false);
+        cloud.set_forwarding("v6-only", false);
+        let run = Run::start_with(
+            mode,
+            cloud.clone(),
+            Duration::from_secs(12 * 3600),
+            drift,
+            vec![route_core::IpFamily::V6],
+        );
+        sleep(Duration::from_secs(1)).await;
+        run.add(0);
+        let mut out = NodeView::new("left-out", "uid-left-out", &["10.244.9.0/24"]);
+        out.excluded = true;
+        run.nodes.apply(NodeEvent::Apply(out));
+        run.nodes.apply(NodeEvent::Apply(NodeView::new(
+            "v6-only",
+            "uid-v6-only",
+            &["fd00:10::/64"],
+        )));
+        sleep(drift * 3 + Duration::from_secs(5)).await;
+        let asked = cloud.lock().asked.clone();
+        assert!(asked.contains("node-0"), "{mode}: {asked:?}");
+        assert!(!asked.contains("left-out"), "{mode}: {asked:?}");
+        assert!(!asked.contains("v6-only"), "{mode}: {asked:?}");
+        assert!(run.warnings("ForwardingRepaired").is_empty(), "{mode}");
+        assert!(cloud.lock().off.contains("left-out"), "{mode}: untouched");
+        assert!(
+            cloud.reads("node-0") >= 3,
+            "{mode}: the routed Node is read afresh at every drift check ({} reads)",
+            cloud.reads("node-0")
         );
     }
 }
