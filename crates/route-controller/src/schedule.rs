@@ -231,6 +231,11 @@ pub struct Scheduler {
     drift_due: bool,
     /// When the earliest hold ends: a pass runs then in every mode.
     hold_at: Option<Instant>,
+    /// The start of the last pass the period itself ran (periodic mode):
+    /// a pass for a hold's end or a redo does not move the period's phase.
+    last_tick: Option<Instant>,
+    /// The decision just given was the period's tick.
+    ticking: bool,
 }
 
 impl Scheduler {
@@ -252,6 +257,8 @@ impl Scheduler {
             next_drift: (!timing.drift.is_zero()).then(|| now + timing.drift),
             drift_due: false,
             hold_at: None,
+            last_tick: None,
+            ticking: false,
         }
     }
 
@@ -278,6 +285,7 @@ impl Scheduler {
         self.full_needed = true;
         self.pending = true;
         self.last_start = None;
+        self.last_tick = None;
     }
 
     /// The fence cut off changes of the last pass: the next pass runs as
@@ -311,6 +319,7 @@ impl Scheduler {
 
     /// What to do at `now`.
     pub fn decide(&mut self, now: Instant) -> Decision {
+        self.ticking = false;
         if now >= self.next_resync && self.mode.resyncs() {
             self.resync_due = true;
         }
@@ -336,7 +345,7 @@ impl Scheduler {
             return Decision::Run(PassKind::Full, SyncTrigger::NodeChange);
         }
         let decision = match self.mode {
-            Mode::Periodic => match self.last_start {
+            Mode::Periodic => match self.last_tick.or(self.last_start) {
                 None => Decision::Run(PassKind::Full, SyncTrigger::Periodic),
                 Some(t) if now >= t + self.timing.period => {
                     Decision::Run(PassKind::Full, SyncTrigger::Periodic)
@@ -373,6 +382,8 @@ impl Scheduler {
                 }
             }
         };
+        self.ticking = self.mode == Mode::Periodic
+            && matches!(decision, Decision::Run(_, SyncTrigger::Periodic));
         match decision {
             Decision::Sleep(Some(t)) => {
                 // A wake that is due already was answered above (or waits
@@ -415,6 +426,9 @@ impl Scheduler {
     /// A pass of `kind` starts at `now`; clears what it covers.
     pub fn started(&mut self, kind: PassKind, now: Instant) {
         self.last_start = Some(now);
+        if std::mem::take(&mut self.ticking) {
+            self.last_tick = Some(now);
+        }
         self.pending = false;
         self.redo = false;
         if self.retry_at.is_some_and(|t| now >= t) {
@@ -657,6 +671,77 @@ mod tests {
         assert!(!s.discovery_due(five));
         s.discovered(t1 + Duration::from_secs(300));
         assert!(!s.discovery_due(t1 + Duration::from_secs(599)));
+    }
+
+    #[test]
+    fn a_holds_end_runs_a_pass_in_every_mode_and_leaves_the_periodic_phase_alone() {
+        for mode in Mode::ALL {
+            let t0 = Instant::now();
+            let mut s = Scheduler::new(mode, timing(), t0);
+            assert!(matches!(s.decide(t0), Decision::Run(PassKind::Full, _)));
+            s.started(PassKind::Full, t0);
+            let end = t0 + Duration::from_secs(3);
+            s.hold_ends(Some(end));
+            let Decision::Sleep(Some(wake)) = s.decide(t0 + Duration::from_secs(1)) else {
+                panic!("{mode}: nothing due yet")
+            };
+            assert_eq!(wake, end, "{mode}: the loop wakes when the hold ends");
+            let Decision::Run(kind, _) = s.decide(end) else {
+                panic!("{mode}: a pass when the hold ends")
+            };
+            s.started(kind, end);
+            if mode == Mode::Periodic {
+                // The next tick is still a period after the last tick.
+                assert_eq!(
+                    s.decide(end),
+                    Decision::Sleep(Some(t0 + Duration::from_secs(10)))
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_drift_check_lists_when_no_pass_listed_for_its_period_and_takes_the_discoverys_place() {
+        let drift = Duration::from_secs(300);
+        let with_drift = Timing {
+            drift,
+            discovery: Duration::from_secs(300),
+            ..timing()
+        };
+        for mode in [Mode::Watch, Mode::Incremental] {
+            let t0 = Instant::now();
+            let mut s = Scheduler::new(mode, with_drift, t0);
+            assert!(matches!(s.decide(t0), Decision::Run(PassKind::Full, _)));
+            s.started(PassKind::Full, t0);
+            s.full_pass_listed(t0);
+            assert_eq!(s.decide(t0), Decision::Sleep(Some(t0 + drift)), "{mode}");
+            let due = t0 + drift;
+            assert!(
+                !s.discovery_due(due),
+                "{mode}: the drift check's list discovers"
+            );
+            assert_eq!(
+                s.decide(due),
+                Decision::Run(PassKind::Full, SyncTrigger::DriftCheck),
+                "{mode}"
+            );
+            s.started(PassKind::Full, due);
+            s.full_pass_listed(due);
+            assert_eq!(s.decide(due), Decision::Sleep(Some(due + drift)), "{mode}");
+        }
+        // Off: nothing before the resync.
+        let off = Timing {
+            drift: Duration::ZERO,
+            discovery: Duration::from_secs(48 * 3600),
+            ..timing()
+        };
+        let t0 = Instant::now();
+        let mut s = Scheduler::new(Mode::Incremental, off, t0);
+        s.started(PassKind::Full, t0);
+        assert_eq!(
+            s.decide(t0),
+            Decision::Sleep(Some(t0 + Duration::from_secs(12 * 3600)))
+        );
     }
 
     #[test]

@@ -216,7 +216,7 @@ async fn simulate_mode(
             min_interval: MIN_INTERVAL,
             resync: timeline.resync,
             discovery: route_controller::schedule::DEFAULT_DISCOVERY_PERIOD,
-            drift: route_controller::schedule::DEFAULT_DRIFT_PERIOD,
+            drift: scenario.controller.route_drift_check_period.0,
         },
         backoff: BackoffConfig {
             jitter: scenario.controller.retry_jitter,

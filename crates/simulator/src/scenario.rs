@@ -266,6 +266,8 @@ pub struct ControllerSpec {
     pub retry_jitter: f64,
     /// `--concurrent-status-updates` (default 10).
     pub status_concurrency: usize,
+    /// `--route-drift-check-period` (default 5 min; `0s` turns it off).
+    pub route_drift_check_period: Span,
 }
 
 impl Default for ControllerSpec {
@@ -275,6 +277,7 @@ impl Default for ControllerSpec {
             min_resync_period: Span(Duration::from_secs(12 * 3600)),
             retry_jitter: 0.2,
             status_concurrency: 10,
+            route_drift_check_period: Span(route_controller::schedule::DEFAULT_DRIFT_PERIOD),
         }
     }
 }

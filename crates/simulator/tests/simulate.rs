@@ -54,12 +54,13 @@ fn idle_cluster_costs_one_list_per_period_or_one_in_all() {
     let p = mode(&r, Mode::Periodic);
     assert_eq!(calls(p, "list"), 361);
     assert_eq!(p.passes.total, 361);
-    // The resync is at least 12 h away: one list at start, nothing after.
+    // The resync is at least 12 h away: one list at start, then one per
+    // drift check (every 5 minutes: 12 in the hour).
     for m in [Mode::Watch, Mode::Incremental] {
         let x = mode(&r, m);
-        assert_eq!(calls(x, "list"), 1, "{m:?}");
-        assert_eq!(x.passes.total, 1, "{m:?}");
-        assert_eq!(x.total_calls, 21, "{m:?}");
+        assert_eq!(calls(x, "list"), 13, "{m:?}");
+        assert_eq!(x.passes.total, 13, "{m:?}");
+        assert_eq!(x.total_calls, 33, "{m:?}");
     }
 }
 
@@ -115,9 +116,11 @@ fn churn_is_counted_against_the_minimum_in_every_mode() {
         assert_eq!(m.nodes_at_end, 12);
     }
 
-    // Periodic lists every 10 s and so repairs everything, 5 s after each change.
+    // Periodic lists every 10 s and so repairs everything, 5 s after each
+    // change; twice more when a hold ends (the deleted Nodes' and the
+    // stray's deletion grace), without moving the period's phase.
     let p = mode(&r, Mode::Periodic);
-    assert_eq!(calls(p, "list"), 361);
+    assert_eq!(calls(p, "list"), 363);
     assert_eq!(p.mutations, 25);
     assert_eq!(p.routes_at_end, 12);
     assert_eq!(p.routes.p50_s, 0.0);
@@ -127,29 +130,30 @@ fn churn_is_counted_against_the_minimum_in_every_mode() {
     assert_eq!(p.routes.missing_node_seconds, 35.0);
 
     // Watch: a full pass per burst of triggers (start, adds, deletes, two
-    // address changes), plus one when the deleted Nodes' routes have waited
-    // out the deletion grace; the pass after the stray appeared lists and
-    // deletes it; the routes removed at the end are not seen again within
-    // the hour.
+    // address changes), one when the deleted Nodes' routes have waited out
+    // the deletion grace, and a drift check whenever 5 minutes went by
+    // without one; the drift check after the routes were removed behind the
+    // controller's back repairs them. A Node added right after a drift
+    // check waits out the 10 s spacing (5 s here).
     let w = mode(&r, Mode::Watch);
-    assert_eq!(calls(w, "list"), 6);
-    assert_eq!(w.passes.total, 6);
-    assert_eq!(w.mutations, 23);
-    assert_eq!(w.routes_at_end, 10);
-    assert_eq!(w.routes.max_s, 0.0);
-    assert_eq!(w.routes.missing_node_seconds, 2.0 * 595.0);
+    assert_eq!(calls(w, "list"), 15);
+    assert_eq!(w.passes.total, 15);
+    assert_eq!(w.mutations, 25);
+    assert_eq!(w.routes_at_end, 12);
+    assert_eq!(w.routes.max_s, 5.0);
+    assert_eq!(w.routes.missing_node_seconds, 25.0);
 
-    // Incremental: one list at start, every trigger planned against the
-    // cached table; neither the stray nor the removed routes are seen before
-    // the resync.
+    // Incremental: every trigger planned against the cached table; a list
+    // at start and at each of the 12 drift checks, which find the stray and
+    // the removed routes (within 5 minutes, where the resync took 12–24 h).
     let i = mode(&r, Mode::Incremental);
-    assert_eq!(calls(i, "list"), 1);
-    assert_eq!(i.passes.full, 1);
+    assert_eq!(calls(i, "list"), 13);
+    assert_eq!(i.passes.full, 13);
     // One cached pass per burst, and one when the deletion grace ends.
-    assert_eq!(i.passes.cached, 5);
-    assert_eq!(i.mutations, 22);
-    assert_eq!(i.routes_at_end, 11);
-    assert_eq!(i.routes.missing_node_seconds, 2.0 * 595.0);
+    assert_eq!(i.passes.cached, 6);
+    assert_eq!(i.mutations, 25);
+    assert_eq!(i.routes_at_end, 12);
+    assert_eq!(i.routes.missing_node_seconds, 2.0 * 295.0);
 }
 
 #[test]
