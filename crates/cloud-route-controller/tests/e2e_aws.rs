@@ -468,7 +468,7 @@ async fn throttling_slows_the_controller_down_without_losing_routes() {
 }
 
 #[tokio::test]
-async fn a_source_dest_check_turned_back_on_behind_the_controllers_back_is_repaired_at_the_next_resync_with_one_warning()
+async fn a_source_dest_check_turned_back_on_behind_the_controllers_back_is_repaired_within_the_drift_period_with_one_warning()
  {
     let c = TestCluster::acquire().await.unwrap();
     let endpoint = moto_endpoint().await.unwrap();
@@ -488,7 +488,7 @@ async fn a_source_dest_check_turned_back_on_behind_the_controllers_back_is_repai
         &cluster,
         &proxy.url(),
         "",
-        &["--min-resync-period", "5s"],
+        &["--route-drift-check-period", "5s"],
     );
     wait_network_available(&c, &names, &ctl).await;
     for i in &instances {
@@ -539,10 +539,10 @@ async fn a_source_dest_check_turned_back_on_behind_the_controllers_back_is_repai
             "{n}: {events:?}"
         );
     }
-    // A resync reads every routed instance in one request and writes
+    // A drift check reads every routed instance in one request and writes
     // nothing while nothing was reset.
     let settled = proxy.log().len();
-    wait_until(Duration::from_secs(60), "two more resyncs", || async {
+    wait_until(Duration::from_secs(60), "two more drift checks", || async {
         let n = proxy.log()[settled..]
             .iter()
             .filter(|r| r.action == "DescribeInstances")
@@ -556,7 +556,7 @@ async fn a_source_dest_check_turned_back_on_behind_the_controllers_back_is_repai
         !log[settled..]
             .iter()
             .any(|r| r.action.starts_with("Modify") || is_route_write(r)),
-        "a settled resync writes nothing"
+        "a settled drift check writes nothing"
     );
     let cond = c.network_unavailable(&names[1]).await.unwrap().unwrap();
     assert_eq!(cond.reason.as_deref(), Some("RouteCreated"));
