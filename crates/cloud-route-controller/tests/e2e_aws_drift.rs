@@ -415,3 +415,71 @@ async fn a_node_left_out_by_the_node_selector_is_never_named_in_a_request_nor_wa
         c.delete_node(&format!("drift-sel-{i}")).await.unwrap();
     }
 }
+
+#[tokio::test]
+async fn a_node_waiting_on_a_cidr_another_cluster_freed_in_a_shared_table_is_routed_within_the_drift_period()
+ {
+    let c = TestCluster::acquire().await.unwrap();
+    let endpoint = moto_endpoint().await.unwrap();
+    let ec2 = client(&endpoint).await;
+    let cluster = unique_cluster("drift-freed");
+    let other = unique_cluster("drift-other");
+    let net = create_network(&ec2, "10.43.0.0/16", Some(&cluster))
+        .await
+        .unwrap();
+    let instances = run_instances(&ec2, &net, 2).await.unwrap();
+    // The other cluster's instance and its route to a CIDR our Node claims.
+    let theirs = &instances[1].id;
+    provider_aws::testing::tag(
+        &ec2,
+        theirs,
+        &provider_aws::cluster_tag_key(&other),
+        "owned",
+    )
+    .await
+    .unwrap();
+    add_route(&ec2, &net.route_table_id, "10.244.170.0/24", theirs)
+        .await
+        .unwrap();
+    c.create_node(
+        &TestNode::new("drift-freed-0")
+            .pod_cidrs(["10.244.170.0/24"])
+            .internal_ip("10.43.1.10")
+            .provider_id(&instances[0].provider_id),
+    )
+    .await
+    .unwrap();
+    let dir = TempDir::new("drift-freed");
+    let (ctl, _) = start(&c, &dir, &cluster, &endpoint, "", &[]);
+    wait_until(Duration::from_secs(60), "PodCIDRConflict", || async {
+        let cond = c.network_unavailable("drift-freed-0").await.ok()??;
+        (cond.reason.as_deref() == Some("PodCIDRConflict")).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
+    // The other cluster lets the CIDR go.
+    delete_route(&ec2, &net.route_table_id, "10.244.170.0/24").await;
+    let freed = Instant::now();
+    wait_until(
+        DRIFT + PASS,
+        "our Node routed on the freed CIDR",
+        || async {
+            pod_routes(&ec2, &net.route_table_id)
+                .await
+                .iter()
+                .any(|(d, t)| d == "10.244.170.0/24" && *t == instances[0].id)
+                .then_some(())
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
+    eprintln!("routed on the freed CIDR after {:?}", freed.elapsed());
+    wait_until(Duration::from_secs(15), "RouteCreated", || async {
+        let cond = c.network_unavailable("drift-freed-0").await.ok()??;
+        (cond.reason.as_deref() == Some("RouteCreated")).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
+    let text = ctl.log_text();
+    assert_eq!(ctl.stop(), Some(0), "{text}");
+}
