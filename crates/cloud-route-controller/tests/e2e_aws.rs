@@ -10,7 +10,7 @@ mod common;
 use std::time::Duration;
 
 use common::{Controller, TempDir};
-use common::{free_port, http_get_async, metric_sum};
+use common::{create_aws_nodes, http_get_async, metric_sum};
 use provider_aws::testing::{Instance, Logged, Proxy};
 use provider_aws::testing::{
     client, create_network, moto_endpoint, run_instances, set_source_dest_check, source_dest_check,
@@ -125,24 +125,10 @@ fn pod_routes(routes: Vec<(String, String, String)>) -> Vec<(String, String, Str
     v
 }
 
-/// Creates one Node per instance, named `<prefix>-<i>` with pod CIDR
-/// `10.244.<first_octet + i>.0/24`.
 async fn create_nodes(c: &ClusterGuard, prefix: &str, first_octet: usize, instances: &[Instance]) {
-    for (i, inst) in instances.iter().enumerate() {
-        c.create_node(
-            &TestNode::new(format!("{prefix}-{i}"))
-                .pod_cidrs([format!("10.244.{}.0/24", first_octet + i)])
-                .internal_ip(format!("10.30.1.{}", 10 + i))
-                .provider_id(&inst.provider_id),
-        )
-        .await
-        .expect("create the test Node");
-    }
+    create_aws_nodes(c, prefix, first_octet, "10.30.1", instances).await;
 }
 
-/// Starts the binary for `cluster` against `endpoint` with `extra_yaml`
-/// appended to its cloud config and `extra` flags; metrics on a free port,
-/// whose base URL is returned.
 fn start_aws(
     c: &ClusterGuard,
     dir: &TempDir,
@@ -151,39 +137,14 @@ fn start_aws(
     extra_yaml: &str,
     extra: &[&str],
 ) -> (Controller, String) {
-    let cfg = dir.path().join("aws.yaml");
-    std::fs::write(
-        &cfg,
-        format!("region: us-east-1\nendpoint: {endpoint}\n{extra_yaml}"),
-    )
-    .expect("write the test fixture file");
-    let metrics = format!("127.0.0.1:{}", free_port());
-    let mut args = vec![
-        "--cluster-cidr",
-        "10.244.0.0/16",
-        "--cluster-name",
-        cluster,
-        "--cloud-provider",
-        "aws",
-        "--cloud-config",
-        cfg.to_str().expect("temporary paths are UTF-8"),
-        "--leader-elect=false",
-        "--metrics-bind-address",
-        &metrics,
-    ];
-    args.extend_from_slice(extra);
-    let ctl = Controller::start_with_env(
+    common::start_aws(
         c.kubeconfig_path(),
-        dir.path(),
-        "controller",
-        &args,
-        &[
-            ("AWS_ACCESS_KEY_ID", "testing"),
-            ("AWS_SECRET_ACCESS_KEY", "testing"),
-            ("AWS_REGION", "us-east-1"),
-        ],
-    );
-    (ctl, format!("http://{metrics}"))
+        dir,
+        cluster,
+        endpoint,
+        extra_yaml,
+        extra,
+    )
 }
 
 /// The destination CIDR a route-writing request names (form-decoded).

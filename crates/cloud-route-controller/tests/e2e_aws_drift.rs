@@ -8,10 +8,10 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Controller, TempDir, free_port, http_get_async, metric_sum};
+use common::{Controller, TempDir, create_aws_nodes, http_get_async, metric_sum, start_aws};
 use provider_aws::testing::{
     Instance, Logged, Proxy, add_route, client, create_network, moto_endpoint, run_instances,
-    set_source_dest_check, source_dest_check, table_routes, unique_cluster,
+    set_source_dest_check, source_dest_check, unique_cluster,
 };
 use test_cluster::{ClusterGuard, TestCluster, TestNode, wait_until};
 
@@ -21,18 +21,10 @@ const DRIFT: Duration = Duration::from_secs(8);
 const PASS: Duration = Duration::from_secs(12);
 
 async fn create_nodes(c: &ClusterGuard, prefix: &str, octet: usize, instances: &[Instance]) {
-    for (i, inst) in instances.iter().enumerate() {
-        c.create_node(
-            &TestNode::new(format!("{prefix}-{i}"))
-                .pod_cidrs([format!("10.244.{}.0/24", octet + i)])
-                .internal_ip(format!("10.40.1.{}", 10 + i))
-                .provider_id(&inst.provider_id),
-        )
-        .await
-        .expect("create the test Node");
-    }
+    create_aws_nodes(c, prefix, octet, "10.40.1", instances).await;
 }
 
+/// The binary on `endpoint` with the test's drift period and `extra` flags.
 fn start(
     c: &ClusterGuard,
     dir: &TempDir,
@@ -41,54 +33,21 @@ fn start(
     extra_yaml: &str,
     extra: &[&str],
 ) -> (Controller, String) {
-    let cfg = dir.path().join("aws.yaml");
-    std::fs::write(
-        &cfg,
-        format!("region: us-east-1\nendpoint: {endpoint}\n{extra_yaml}"),
-    )
-    .expect("write the cloud config");
-    let metrics = format!("127.0.0.1:{}", free_port());
     let drift = format!("{}s", DRIFT.as_secs());
-    let mut args = vec![
-        "--cluster-cidr",
-        "10.244.0.0/16",
-        "--cluster-name",
-        cluster,
-        "--cloud-provider",
-        "aws",
-        "--cloud-config",
-        cfg.to_str().expect("temporary paths are UTF-8"),
-        "--leader-elect=false",
-        "--metrics-bind-address",
-        &metrics,
-        "--route-drift-check-period",
-        &drift,
-    ];
+    let mut args = vec!["--route-drift-check-period", drift.as_str()];
     args.extend_from_slice(extra);
-    let ctl = Controller::start_with_env(
+    start_aws(
         c.kubeconfig_path(),
-        dir.path(),
-        "controller",
+        dir,
+        cluster,
+        endpoint,
+        extra_yaml,
         &args,
-        &[
-            ("AWS_ACCESS_KEY_ID", "testing"),
-            ("AWS_SECRET_ACCESS_KEY", "testing"),
-            ("AWS_REGION", "us-east-1"),
-        ],
-    );
-    (ctl, format!("http://{metrics}"))
+    )
 }
 
 async fn pod_routes(ec2: &provider_aws::testing::Client, table: &str) -> Vec<(String, String)> {
-    let mut v: Vec<(String, String)> = table_routes(ec2, table)
-        .await
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|(d, _, _)| d.starts_with("10.244."))
-        .map(|(d, t, _)| (d, t))
-        .collect();
-    v.sort();
-    v
+    common::pod_routes(ec2, table).await.unwrap_or_default()
 }
 
 async fn wait_routed(c: &ClusterGuard, names: &[String], ctl: &Controller) {

@@ -290,3 +290,70 @@ pub async fn pod_routes(
     v.sort();
     Some(v)
 }
+
+/// Starts the binary with `--cloud-provider aws` for `cluster` against
+/// `endpoint`, with `extra_yaml` appended to its cloud config and `extra`
+/// flags; metrics on a free port, whose base URL is returned.
+pub fn start_aws(
+    kubeconfig: &Path,
+    dir: &TempDir,
+    cluster: &str,
+    endpoint: &str,
+    extra_yaml: &str,
+    extra: &[&str],
+) -> (Controller, String) {
+    let cfg = dir.path().join("aws.yaml");
+    std::fs::write(
+        &cfg,
+        format!("region: us-east-1\nendpoint: {endpoint}\n{extra_yaml}"),
+    )
+    .expect("write the test fixture file");
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let mut args = vec![
+        "--cluster-cidr",
+        "10.244.0.0/16",
+        "--cluster-name",
+        cluster,
+        "--cloud-provider",
+        "aws",
+        "--cloud-config",
+        cfg.to_str().expect("temporary paths are UTF-8"),
+        "--leader-elect=false",
+        "--metrics-bind-address",
+        &metrics,
+    ];
+    args.extend_from_slice(extra);
+    let ctl = Controller::start_with_env(
+        kubeconfig,
+        dir.path(),
+        "controller",
+        &args,
+        &[
+            ("AWS_ACCESS_KEY_ID", "testing"),
+            ("AWS_SECRET_ACCESS_KEY", "testing"),
+            ("AWS_REGION", "us-east-1"),
+        ],
+    );
+    (ctl, format!("http://{metrics}"))
+}
+
+/// Creates one Node per instance, named `<prefix>-<i>` with pod CIDR
+/// `10.244.<first_octet + i>.0/24` and InternalIP `<ip_prefix>.<10 + i>`.
+pub async fn create_aws_nodes(
+    c: &test_cluster::ClusterGuard,
+    prefix: &str,
+    first_octet: usize,
+    ip_prefix: &str,
+    instances: &[provider_aws::testing::Instance],
+) {
+    for (i, inst) in instances.iter().enumerate() {
+        c.create_node(
+            &test_cluster::TestNode::new(format!("{prefix}-{i}"))
+                .pod_cidrs([format!("10.244.{}.0/24", first_octet + i)])
+                .internal_ip(format!("{ip_prefix}.{}", 10 + i))
+                .provider_id(&inst.provider_id),
+        )
+        .await
+        .expect("create the test Node");
+    }
+}
