@@ -188,12 +188,7 @@ fn drift_found(plan: &Plan) -> Vec<DriftFound> {
     let routed: std::collections::HashSet<&str> = plan
         .nodes
         .iter()
-        .filter(|n| {
-            n.current.as_ref().is_some_and(|c| {
-                c.reason == route_core::NetworkCondition::RouteCreated.reason()
-                    && c.status == "False"
-            })
-        })
+        .filter(|n| route_core::NetworkCondition::RouteCreated.already_set(n.current.as_ref()))
         .map(|n| n.node.as_str())
         .collect();
     plan.creations

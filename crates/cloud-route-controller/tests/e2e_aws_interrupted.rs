@@ -170,27 +170,34 @@ fn start_leader(
     per_second: u32,
 ) -> Controller {
     let cfg = aws_config(dir, &e.proxy.url(), per_second);
+    start_leader_with(kubeconfig, dir, e, &cfg, &[])
+}
+
+/// [`start_leader`] with the cloud config `cfg` and `extra` flags.
+fn start_leader_with(
+    kubeconfig: &std::path::Path,
+    dir: &TempDir,
+    e: &Ec2,
+    cfg: &str,
+    extra: &[&str],
+) -> Controller {
     let metrics = format!("127.0.0.1:{}", free_port());
-    Controller::start_with_env(
-        kubeconfig,
-        dir.path(),
-        "controller",
-        &[
-            "--cluster-cidr",
-            "10.244.0.0/16",
-            "--cluster-name",
-            &e.cluster,
-            "--cloud-provider",
-            "aws",
-            "--cloud-config",
-            &cfg,
-            "--leader-elect-resource-namespace",
-            NAMESPACE,
-            "--metrics-bind-address",
-            &metrics,
-        ],
-        &AWS_ENV,
-    )
+    let mut args = vec![
+        "--cluster-cidr",
+        "10.244.0.0/16",
+        "--cluster-name",
+        &e.cluster,
+        "--cloud-provider",
+        "aws",
+        "--cloud-config",
+        cfg,
+        "--leader-elect-resource-namespace",
+        NAMESPACE,
+        "--metrics-bind-address",
+        &metrics,
+    ];
+    args.extend_from_slice(extra);
+    Controller::start_with_env(kubeconfig, dir.path(), "controller", &args, &AWS_ENV)
 }
 
 fn late_renewals(ctl: &Controller) -> f64 {
@@ -535,31 +542,19 @@ async fn a_sole_replica_with_a_short_lease_paused_three_times_during_100_creatio
         format!("region: us-east-1\nendpoint: {}\n", e.proxy.url()),
     )
     .expect("write the cloud config");
-    let mut ctl = Controller::start_with_env(
+    let mut ctl = start_leader_with(
         c.kubeconfig_path(),
-        dir.path(),
-        "controller",
+        &dir,
+        &e,
+        cfg.to_str().expect("utf-8 path"),
         &[
-            "--cluster-cidr",
-            "10.244.0.0/16",
-            "--cluster-name",
-            &e.cluster,
-            "--cloud-provider",
-            "aws",
-            "--cloud-config",
-            cfg.to_str().expect("utf-8 path"),
-            "--leader-elect-resource-namespace",
-            NAMESPACE,
             "--leader-elect-lease-duration",
             "6s",
             "--leader-elect-renew-deadline",
             "4s",
             "--leader-elect-retry-period",
             "1s",
-            "--metrics-bind-address",
-            "0",
         ],
-        &AWS_ENV,
     );
     let leases: Api<Lease> = Api::namespaced(c.client(), NAMESPACE);
     let pauses = std::sync::Mutex::new(Vec::new());

@@ -351,9 +351,9 @@ impl Controller {
             .iter()
             .filter(|n| {
                 !n.excluded
-                    && n.valid_pod_cidrs()
-                        .iter()
-                        .any(|c| plan.routes_family(c.family()))
+                    && n.pod_cidrs.iter().any(|c| {
+                        matches!(c, route_core::PodCidr::Valid(c) if plan.routes_family(c.family()))
+                    })
             })
             .cloned()
             .collect();

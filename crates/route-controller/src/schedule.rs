@@ -231,11 +231,10 @@ pub struct Scheduler {
     drift_due: bool,
     /// When the earliest hold ends: a pass runs then in every mode.
     hold_at: Option<Instant>,
-    /// The start of the last pass the period itself ran (periodic mode):
-    /// a pass for a hold's end or a redo does not move the period's phase.
+    /// The start of the last pass a period or more after the one before
+    /// (periodic mode): a pass for a hold's end or a redo in between does
+    /// not move the period's phase.
     last_tick: Option<Instant>,
-    /// The decision just given was the period's tick.
-    ticking: bool,
 }
 
 impl Scheduler {
@@ -258,7 +257,6 @@ impl Scheduler {
             drift_due: false,
             hold_at: None,
             last_tick: None,
-            ticking: false,
         }
     }
 
@@ -319,7 +317,6 @@ impl Scheduler {
 
     /// What to do at `now`.
     pub fn decide(&mut self, now: Instant) -> Decision {
-        self.ticking = false;
         if now >= self.next_resync && self.mode.resyncs() {
             self.resync_due = true;
         }
@@ -345,7 +342,7 @@ impl Scheduler {
             return Decision::Run(PassKind::Full, SyncTrigger::NodeChange);
         }
         let decision = match self.mode {
-            Mode::Periodic => match self.last_tick.or(self.last_start) {
+            Mode::Periodic => match self.last_tick {
                 None => Decision::Run(PassKind::Full, SyncTrigger::Periodic),
                 Some(t) if now >= t + self.timing.period => {
                     Decision::Run(PassKind::Full, SyncTrigger::Periodic)
@@ -382,8 +379,6 @@ impl Scheduler {
                 }
             }
         };
-        self.ticking = self.mode == Mode::Periodic
-            && matches!(decision, Decision::Run(_, SyncTrigger::Periodic));
         match decision {
             Decision::Sleep(Some(t)) => {
                 // A wake that is due already was answered above (or waits
@@ -426,7 +421,7 @@ impl Scheduler {
     /// A pass of `kind` starts at `now`; clears what it covers.
     pub fn started(&mut self, kind: PassKind, now: Instant) {
         self.last_start = Some(now);
-        if std::mem::take(&mut self.ticking) {
+        if self.last_tick.is_none_or(|t| now >= t + self.timing.period) {
             self.last_tick = Some(now);
         }
         self.pending = false;

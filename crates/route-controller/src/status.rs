@@ -76,6 +76,18 @@ pub async fn write_conditions(
             Some((node, cond))
         })
         .collect();
+    patch(wanted, nodes, writer, fence, concurrency).await
+}
+
+/// Sets each Node's condition in `wanted`, at most `concurrency` at a
+/// time, and records what landed in the Node cache.
+async fn patch(
+    wanted: Vec<(NodeRef, NetworkCondition)>,
+    nodes: &NodeStore,
+    writer: &Arc<dyn StatusWriter>,
+    fence: &Fence,
+    concurrency: usize,
+) -> Written {
     let results: Vec<(NodeRef, NetworkCondition, bool)> =
         futures::stream::iter(wanted.into_iter().map(|(node, cond)| {
             let writer = writer.clone();
@@ -129,51 +141,20 @@ pub async fn mark_unverified(
     if !fence.is_open() {
         return Written::default();
     }
-    let routed = NetworkCondition::RouteCreated;
-    let wanted: Vec<NodeRef> = nodes
+    let wanted = nodes
         .snapshot()
         .into_iter()
         .filter(|n| !n.excluded && !n.deleting)
-        .filter(|n| {
-            n.network_unavailable
-                .as_ref()
-                .is_some_and(|c| c.reason == routed.reason() && c.status == routed.status())
-        })
-        .map(|n| NodeRef {
-            name: n.name.clone(),
-            uid: n.uid.clone(),
+        .filter(|n| NetworkCondition::RouteCreated.already_set(n.network_unavailable.as_ref()))
+        .map(|n| {
+            let node = NodeRef {
+                name: n.name.clone(),
+                uid: n.uid.clone(),
+            };
+            (node, NetworkCondition::RouteUnverified)
         })
         .collect();
-    let cond = NetworkCondition::RouteUnverified;
-    let results: Vec<(NodeRef, bool)> = futures::stream::iter(wanted.into_iter().map(|node| {
-        let writer = writer.clone();
-        let fence = fence.clone();
-        async move {
-            let ok = matches!(
-                fence.guard(writer.set_condition(&node, cond)).await,
-                Ok(Ok(()))
-            );
-            (node, ok)
-        }
-    }))
-    .buffer_unordered(concurrency.max(1))
-    .collect()
-    .await;
-    let failed = results.iter().filter(|(_, ok)| !*ok).count();
-    let written: Vec<NodeRef> = results
-        .into_iter()
-        .filter(|(_, ok)| *ok)
-        .map(|(n, _)| n)
-        .collect();
-    nodes.record_conditions(
-        written
-            .iter()
-            .map(|n| (n.name.as_str(), n.uid.as_str(), cond)),
-    );
-    Written {
-        conditions: written.into_iter().map(|n| (n.name, cond)).collect(),
-        failed,
-    }
+    patch(wanted, nodes, writer, fence, concurrency).await
 }
 
 /// Why a planned creation left its Node unrouted after a pass, as the
