@@ -24,7 +24,7 @@ pub async fn cleanup(args: CleanupArgs) -> anyhow::Result<ExitCode> {
     // A dry run only reads: a closed fence makes sure of it.
     let fence = Fence::new(args.yes);
     let cloud = providers::build(
-        &args.cluster.cloud_provider,
+        args.cluster.cloud_provider(),
         &args.cluster.cloud_config,
         "cleanup",
         &fence,

@@ -72,9 +72,9 @@ pub struct ClusterArgs {
     #[arg(long, value_name = "IPv4[,IPv6]", default_value = "IPv4,IPv6")]
     pub route_ip_families: String,
 
-    /// The cloud provider: memory (simulated), aws, openstack, hcloud, azure or gce.
-    #[arg(long, default_value = "memory")]
-    pub cloud_provider: String,
+    /// The cloud provider: aws, openstack, hcloud, azure or gce; memory is a simulated cloud for demos and tests. Required, as on the cloud-controller-manager: a start that leaves it out would otherwise route nothing while Nodes read RouteCreated.
+    #[arg(long, value_name = "NAME")]
+    pub cloud_provider: Option<String>,
 
     /// Path to the provider's configuration file: the cloud-controller-manager's own (the INI of aws, openstack's cloud.conf, gce's gce.conf, azure's azure.json), this controller's YAML (TOML when it ends in .toml), or one of each with the flag given twice.
     #[arg(long, value_name = "FILE")]
@@ -144,6 +144,10 @@ pub struct RunArgs {
     /// Concurrent NetworkUnavailable patches.
     #[arg(long, default_value_t = 10)]
     pub concurrent_status_updates: usize,
+
+    /// Let --cloud-provider=memory (a simulated cloud) start although the cluster's Nodes carry a real cloud's spec.providerID (aws://, openstack://, hcloud://, gce://, azure://). Without it such a start is refused: it would mark those Nodes RouteCreated while no route exists in their cloud.
+    #[arg(long, default_value_t = false)]
+    pub unsafe_memory_provider_on_cloud_nodes: bool,
 
     /// How long the route of a Node that disappeared is kept before it is deleted, so a Node re-created under the same name with the same pod CIDR keeps its route (Go duration; 0 deletes at once). Deletions that free a CIDR another Node needs never wait.
     #[arg(long, default_value = "2s", value_parser = duration::parse)]
@@ -287,15 +291,26 @@ impl ClusterArgs {
             .collect())
     }
 
+    /// The `--cloud-provider` given; [`validate`](Self::validate) refuses a
+    /// start without one, so after it this is never empty.
+    pub fn cloud_provider(&self) -> &str {
+        self.cloud_provider.as_deref().unwrap_or_default()
+    }
+
     pub fn validate(&self) -> Result<(), FlagError> {
         self.cluster_cidrs()?;
         self.node_selector()?;
         self.skip_families()?;
-        if !crate::providers::PROVIDERS.contains(&self.cloud_provider.as_str()) {
+        let Some(provider) = self.cloud_provider.as_deref() else {
             return Err(FlagError::Invalid(format!(
-                "--cloud-provider {:?} is not known; this build supports: {}",
-                self.cloud_provider,
-                crate::providers::PROVIDERS.join(", ")
+                "--cloud-provider is required: one of {}",
+                crate::providers::choices()
+            )));
+        };
+        if !crate::providers::PROVIDERS.contains(&provider) {
+            return Err(FlagError::Invalid(format!(
+                "--cloud-provider {provider:?} is not known; this build supports: {}",
+                crate::providers::choices()
             )));
         }
         if self.cluster_name.trim().is_empty() {

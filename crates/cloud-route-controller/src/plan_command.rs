@@ -111,7 +111,7 @@ pub async fn plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
     let skip_families = args.cluster.skip_families()?;
     let client = kube_client::client(&args.cluster).await?;
     let cloud = providers::build(
-        &args.cluster.cloud_provider,
+        args.cluster.cloud_provider(),
         &args.cluster.cloud_config,
         "plan",
         // `plan` only reads: a closed fence makes sure of it.

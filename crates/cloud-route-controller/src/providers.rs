@@ -33,6 +33,68 @@ pub const PROVIDERS: &[&str] = &[
     "gce",
 ];
 
+/// The choices of `--cloud-provider`, for messages: the real clouds first,
+/// the simulated one named as such.
+pub fn choices() -> String {
+    let real: Vec<&str> = PROVIDERS
+        .iter()
+        .copied()
+        .filter(|p| *p != "memory")
+        .collect();
+    if real.is_empty() {
+        "memory (a simulated cloud)".into()
+    } else {
+        format!("{}, or memory (a simulated cloud)", real.join(", "))
+    }
+}
+
+/// The `spec.providerID` schemes of the clouds a cloud-controller-manager
+/// runs on, as their CCMs write them (`aws:///zone/i-…`, `hcloud://42`, …).
+const REAL_SCHEMES: &[&str] = &["aws", "openstack", "hcloud", "gce", "azure"];
+
+/// Why the simulated cloud must not start for a cluster whose Nodes (name,
+/// `spec.providerID`) run on a real one, or `None`. It would mark every such
+/// Node `RouteCreated` while no route exists in its cloud: the most silent
+/// way to be wrong, reached by leaving `--cloud-provider` at a copied value.
+pub fn memory_refusal<'a>(nodes: impl IntoIterator<Item = (&'a str, &'a str)>) -> Option<String> {
+    let mut by_scheme: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+    for (node, id) in nodes {
+        let Some((scheme, _)) = id.split_once("://") else {
+            continue;
+        };
+        if let Some(real) = REAL_SCHEMES.iter().find(|s| scheme.eq_ignore_ascii_case(s)) {
+            by_scheme.entry(real).or_default().push(node);
+        }
+    }
+    let (&main, _) = by_scheme.iter().max_by_key(|(_, n)| n.len())?;
+    let found: Vec<String> = by_scheme
+        .iter()
+        .map(|(scheme, nodes)| {
+            let shown: Vec<&str> = nodes.iter().take(3).copied().collect();
+            let more = nodes.len().saturating_sub(shown.len());
+            let tail = if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            };
+            let noun = if nodes.len() == 1 { "Node" } else { "Nodes" };
+            format!(
+                "{} {noun} on {scheme} ({}{tail})",
+                nodes.len(),
+                shown.join(", ")
+            )
+        })
+        .collect();
+    Some(format!(
+        "--cloud-provider=memory is a simulated cloud, but the cluster has {}: it would mark them RouteCreated while no route exists in their cloud; start with --cloud-provider={main}, or with --{UNSAFE_MEMORY_FLAG} if a simulation is meant",
+        found.join(", ")
+    ))
+}
+
+/// The flag that lets the memory provider start against Nodes of a real
+/// cloud; long and plain so that nobody sets it by accident.
+pub const UNSAFE_MEMORY_FLAG: &str = "unsafe-memory-provider-on-cloud-nodes";
+
 /// Builds the provider named by `--cloud-provider`.
 /// Providers that wait inside a call (token buckets, throttling pauses)
 /// check `fence` again after each wait.
@@ -170,7 +232,7 @@ pub async fn build(
         }
         other => bail!(
             "--cloud-provider {other:?} is not known; this build supports: {}",
-            PROVIDERS.join(", ")
+            choices()
         ),
     }
 }
@@ -281,4 +343,48 @@ pub fn read_config<T: DeserializeOwned>(path: Option<&Path>) -> anyhow::Result<O
             path.display()
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_memory_provider_is_refused_for_nodes_of_a_real_cloud_and_names_it() {
+        let nodes = [
+            ("a", "aws:///us-east-1a/i-1"),
+            ("b", "aws:///us-east-1a/i-2"),
+            ("c", "memory://c"),
+            ("d", "hcloud://42"),
+            ("e", ""),
+            ("f", "aws:///us-east-1b/i-3"),
+            ("g", "aws:///us-east-1b/i-4"),
+        ];
+        let why = memory_refusal(nodes).expect("refused");
+        assert!(why.contains("4 Nodes on aws (a, b, f and 1 more)"), "{why}");
+        assert!(why.contains("1 Node on hcloud (d)"), "{why}");
+        assert!(
+            why.contains("--cloud-provider=aws"),
+            "the most common cloud: {why}"
+        );
+        assert!(why.contains(UNSAFE_MEMORY_FLAG), "{why}");
+    }
+
+    #[test]
+    fn the_memory_provider_starts_for_simulated_nodes_and_nodes_without_a_provider_id() {
+        assert_eq!(
+            memory_refusal([("a", "memory://a"), ("b", ""), ("c", "kind://x")]),
+            None
+        );
+        assert_eq!(memory_refusal([]), None);
+    }
+
+    #[test]
+    fn choices_name_the_simulated_cloud_last_and_as_such() {
+        assert!(
+            choices().ends_with("memory (a simulated cloud)"),
+            "{}",
+            choices()
+        );
+    }
 }

@@ -43,12 +43,15 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         Fence::new(false)
     };
     let cloud = providers::build(
-        &args.cluster.cloud_provider,
+        args.cluster.cloud_provider(),
         &args.cluster.cloud_config,
         &identity,
         &fence,
     )
     .await?;
+    if args.cluster.cloud_provider() == "memory" && !args.unsafe_memory_provider_on_cloud_nodes {
+        refuse_simulation_for_cloud_nodes(&client).await?;
+    }
     let resync = pick_resync(args.min_resync_period, rand::random::<f64>());
     info!(
         mode = mode.as_str(),
@@ -251,5 +254,34 @@ async fn wait_for_signal() -> &'static str {
     tokio::select! {
         _ = term.recv() => "SIGTERM",
         _ = int.recv() => "SIGINT",
+    }
+}
+
+/// Refuses the simulated cloud when the cluster's Nodes run on a real one
+/// ([`providers::memory_refusal`]). Reads every Node once, a page at a time,
+/// as the Node watch's first list would.
+async fn refuse_simulation_for_cloud_nodes(client: &kube::Client) -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::Node;
+    use kube::api::{Api, ListParams};
+    let api: Api<Node> = Api::all(client.clone());
+    let mut ids: Vec<(String, String)> = Vec::new();
+    let mut params = ListParams::default().limit(500);
+    loop {
+        let page = api
+            .list(&params)
+            .await
+            .context("listing Nodes to check that --cloud-provider=memory is meant")?;
+        ids.extend(page.items.into_iter().filter_map(|n| {
+            let id = n.spec.and_then(|s| s.provider_id)?;
+            Some((n.metadata.name.unwrap_or_default(), id))
+        }));
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => break,
+        }
+    }
+    match providers::memory_refusal(ids.iter().map(|(n, id)| (n.as_str(), id.as_str()))) {
+        Some(why) => anyhow::bail!(why),
+        None => Ok(()),
     }
 }

@@ -1241,6 +1241,10 @@ fn run_to_exit(args: &[&str]) -> (Option<i32>, String) {
     (out.status.code(), text)
 }
 
+/// The case of the invalid-flags test that leaves `--cloud-provider` out
+/// (every other case gets `memory` when it names no provider).
+const NO_PROVIDER: &str = "without --cloud-provider";
+
 /// Every flag and config file mistake ends the process with a non-zero code
 /// and one clear message: no panic, no backtrace, no start.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1349,6 +1353,10 @@ async fn invalid_flags_and_config_files_exit_non_zero_with_a_clear_message() {
     for f in flag_cases {
         cases.push((f.join(" "), f.iter().map(|s| s.to_string()).collect()));
     }
+    cases.push((
+        NO_PROVIDER.into(),
+        vec!["--cluster-cidr".into(), "10.244.0.0/16".into()],
+    ));
     for (name, body) in bad_memory {
         let path = file(name, body);
         cases.push((
@@ -1415,6 +1423,9 @@ async fn invalid_flags_and_config_files_exit_non_zero_with_a_clear_message() {
         if !sets("--metrics-bind-address") {
             full.extend(["--metrics-bind-address", "0"]);
         }
+        if !sets("--cloud-provider") && what != NO_PROVIDER {
+            full.extend(["--cloud-provider", "memory"]);
+        }
         full.extend(args.iter().map(String::as_str));
         let (code, out) = run_to_exit(&full);
         let first = out
@@ -1436,6 +1447,85 @@ async fn invalid_flags_and_config_files_exit_non_zero_with_a_clear_message() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n---\n"));
+}
+
+/// `--cloud-provider=memory` against a cluster whose Nodes run on EC2 (a
+/// copied manifest with the wrong provider) is refused before it writes a
+/// condition, with a message naming the Nodes' cloud; the unsafe flag says
+/// the simulation is meant, and then it starts and routes them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_provider_against_nodes_with_aws_provider_ids_is_refused_unless_the_simulation_is_meant()
+ {
+    let c = TestCluster::acquire().await.unwrap();
+    for i in 1..=4 {
+        c.create_node(&node(i).provider_id(format!("aws:///us-east-1a/i-{i:017x}")))
+            .await
+            .unwrap();
+    }
+    let kubeconfig = c.kubeconfig_path().to_str().unwrap().to_string();
+    let base = [
+        "--kubeconfig",
+        kubeconfig.as_str(),
+        "--cluster-cidr",
+        CLUSTER_CIDRS,
+        "--cloud-provider",
+        "memory",
+        "--leader-elect=false",
+        "--metrics-bind-address",
+        "0",
+    ];
+    let (code, out) = run_to_exit(&base);
+    assert_eq!(code, Some(1), "refused:\n{out}");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("error:"))
+        .unwrap_or_else(|| panic!("one error line:\n{out}"));
+    for needle in [
+        "simulated cloud",
+        "4 Nodes on aws (n-1, n-2, n-3 and 1 more)",
+        "--cloud-provider=aws",
+        "--unsafe-memory-provider-on-cloud-nodes",
+    ] {
+        assert!(line.contains(needle), "{needle:?} missing: {line}");
+    }
+    let nodes: Api<Node> = Api::all(c.client());
+    for n in nodes.list(&ListParams::default()).await.unwrap() {
+        let conditions = n.status.and_then(|s| s.conditions).unwrap_or_default();
+        assert!(
+            conditions.iter().all(|c| c.type_ != "NetworkUnavailable"),
+            "nothing was written before the refusal: {conditions:?}"
+        );
+    }
+
+    let dir = TempDir::new("faults-memory-meant");
+    let mut args: Vec<String> = base[2..].iter().map(|s| s.to_string()).collect();
+    args.push("--unsafe-memory-provider-on-cloud-nodes".into());
+    let ctl = start_controller(c.kubeconfig_path(), dir.path(), "controller", &args);
+    wait_until(
+        Duration::from_secs(60),
+        "the 4 Nodes read RouteCreated",
+        || async {
+            let list = nodes.list(&ListParams::default()).await.ok()?;
+            let routed = list
+                .items
+                .iter()
+                .filter(|n| {
+                    n.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|cs| {
+                            cs.iter().any(|c| {
+                                c.type_ == "NetworkUnavailable"
+                                    && c.reason.as_deref() == Some("RouteCreated")
+                            })
+                        })
+                })
+                .count();
+            (routed == 4).then_some(())
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
 }
 
 const NETWORK: u64 = 4711;

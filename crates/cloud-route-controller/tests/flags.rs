@@ -78,10 +78,35 @@ fn assert_refused(home: &TempDir, args: &[&str], needles: &[&str]) {
 
 const CIDR: &[&str] = &["--cluster-cidr", "10.244.0.0/16"];
 
+/// `--cluster-cidr` and, unless `extra` names one, `--cloud-provider memory`
+/// (required) before `extra`, so each case is refused for its own flag.
 fn with_cidr<'a>(extra: &[&'a str]) -> Vec<&'a str> {
     let mut v = CIDR.to_vec();
+    if !extra.iter().any(|a| a.starts_with("--cloud-provider")) {
+        v.extend_from_slice(&["--cloud-provider", "memory"]);
+    }
     v.extend_from_slice(extra);
     v
+}
+
+#[test]
+fn a_start_without_cloud_provider_is_refused_naming_the_choices() {
+    let home = TempDir::new("flags-no-provider");
+    for args in [CIDR, &["plan", "--cluster-cidr", "10.244.0.0/16"][..]] {
+        assert_refused(
+            &home,
+            args,
+            &[
+                "--cloud-provider is required",
+                "aws",
+                "openstack",
+                "hcloud",
+                "azure",
+                "gce",
+                "memory (a simulated cloud)",
+            ],
+        );
+    }
 }
 
 #[test]
@@ -221,6 +246,8 @@ fn unknown_provider_and_missing_config_are_refused_before_connecting() {
             "plan",
             "--cluster-cidr",
             "10.0.0.0/8",
+            "--cloud-provider",
+            "memory",
             "--cloud-config",
             missing,
         ],
@@ -334,6 +361,7 @@ const RUN_FLAGS: &[&str] = &[
     "--route-reconciliation-period",
     "--min-resync-period",
     "--concurrent-status-updates",
+    "--unsafe-memory-provider-on-cloud-nodes",
     "--shutdown-grace-period",
     "--leader-elect",
     "--leader-elect-lease-duration",
