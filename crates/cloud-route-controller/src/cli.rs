@@ -14,10 +14,18 @@ use crate::duration;
 /// The feature gate of KEP-5237, accepted for compatibility.
 pub const WATCH_GATE: &str = "CloudControllerManagerWatchBasedRoutesReconciliation";
 
+/// `--version`: the crate's version and the git commit it was built from.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("CRC_GIT_COMMIT"),
+    ")"
+);
+
 #[derive(Debug, Parser)]
 #[command(
     name = "cloud-route-controller",
-    version,
+    version = VERSION,
     about = "Keeps a cloud's route table in step with the cluster's Nodes: every Node's pod CIDRs are routed to that Node.",
     long_about = "Keeps a cloud's route table in step with the cluster's Nodes: every Node's pod CIDRs are routed to that Node.\n\nRuns beside a cloud-controller-manager whose built-in route controller is turned off (--controllers=*,-route). Without a subcommand it runs the controller (`run`).",
     args_conflicts_with_subcommands = true,
@@ -88,12 +96,16 @@ pub struct ClusterArgs {
     #[arg(long, default_value_t = 30)]
     pub kube_api_burst: u32,
 
-    /// Verbosity: -v for debug, -vv for trace (RUST_LOG overrides).
+    /// Verbosity: -v for debug, -vv for trace, the same as --v=4 and --v=6 (RUST_LOG overrides).
     #[arg(short = 'v', action = ArgAction::Count, global = true)]
     pub verbose: u8,
 
-    /// Log format.
-    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
+    /// Verbosity as the cloud-controller-manager's klog reads it, 0 to 10: 0–3 info (what changed, what failed), 4–5 debug (each decision), 6 and up trace (each request). The higher of this and -v wins; RUST_LOG overrides both.
+    #[arg(long = "v", value_name = "N", global = true, value_parser = clap::value_parser!(u8).range(0..=10))]
+    pub klog_verbosity: Option<u8>,
+
+    /// Log format: text, or json for log pipelines, one object per line in the cloud-controller-manager's (component-base) shape: ts, caller, msg, v, err and the fields flat.
+    #[arg(long = "logging-format", visible_alias = "log-format", value_enum, default_value_t = LogFormat::Text, global = true)]
     pub log_format: LogFormat,
 }
 
@@ -289,6 +301,17 @@ impl ClusterArgs {
             .into_iter()
             .filter(|f| !routed.contains(f))
             .collect())
+    }
+
+    /// The klog verbosity the logs follow: the higher of `--v` and `-v`
+    /// (`-v` = 4, `-vv` = 6).
+    pub fn verbosity(&self) -> u8 {
+        let short = match self.verbose {
+            0 => 0,
+            1 => 4,
+            _ => 6,
+        };
+        self.klog_verbosity.unwrap_or(0).max(short)
     }
 
     /// The `--cloud-provider` given; [`validate`](Self::validate) refuses a

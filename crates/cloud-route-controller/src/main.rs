@@ -52,7 +52,7 @@ fn main() -> ExitCode {
         Some(cli::Command::Cleanup(c)) => (Cmd::Cleanup(c.clone()), c.cluster),
         None => (Cmd::Run(cli.run.clone()), cli.run.cluster),
     };
-    logging::init(cluster.verbose, cluster.log_format);
+    logging::init(cluster.verbosity(), cluster.log_format);
     let validation = match &command {
         Cmd::Run(r) => r.validate(),
         Cmd::Plan(p) => p.cluster.validate(),

@@ -49,9 +49,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         &fence,
     )
     .await?;
-    if args.cluster.cloud_provider() == "memory" && !args.unsafe_memory_provider_on_cloud_nodes {
-        refuse_simulation_for_cloud_nodes(&client).await?;
-    }
     let resync = pick_resync(args.min_resync_period, rand::random::<f64>());
     info!(
         mode = mode.as_str(),
@@ -162,6 +159,36 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         status_concurrency: args.concurrent_status_updates,
         deletion_grace: args.route_deletion_grace,
     };
+    if args.cluster.cloud_provider() == "memory" && !args.unsafe_memory_provider_on_cloud_nodes {
+        // After the watch's first list, before the first pass can write a
+        // condition; health is served meanwhile.
+        info!(
+            "waiting for the first Node list to check that no Node runs on a real cloud (--cloud-provider=memory)"
+        );
+        tokio::select! {
+            () = nodes.wait_synced() => {}
+            s = wait_for_signal() => {
+                info!(signal = s, "shutting down before the first pass");
+                shutdown.cancel();
+                if let Some(t) = leader_task {
+                    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), t).await;
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
+        }
+        let views = nodes.snapshot();
+        let ids = views
+            .iter()
+            .filter_map(|n| Some((n.name.as_str(), n.provider_id.as_deref()?)));
+        if let Some(why) = providers::memory_refusal(ids) {
+            shutdown.cancel();
+            if let Some(t) = leader_task {
+                // Gives the Lease up if it was won meanwhile.
+                let _ = tokio::time::timeout(std::time::Duration::from_secs(5), t).await;
+            }
+            anyhow::bail!(why);
+        }
+    }
     let controller = Controller::new(cfg, nodes, cloud, status, fence.clone(), Some(metrics))
         .with_first_sync(first_sync);
     let mut controller_task = tokio::spawn(controller.run(leader_rx, shutdown.clone()));
@@ -254,34 +281,5 @@ async fn wait_for_signal() -> &'static str {
     tokio::select! {
         _ = term.recv() => "SIGTERM",
         _ = int.recv() => "SIGINT",
-    }
-}
-
-/// Refuses the simulated cloud when the cluster's Nodes run on a real one
-/// ([`providers::memory_refusal`]). Reads every Node once, a page at a time,
-/// as the Node watch's first list would.
-async fn refuse_simulation_for_cloud_nodes(client: &kube::Client) -> anyhow::Result<()> {
-    use k8s_openapi::api::core::v1::Node;
-    use kube::api::{Api, ListParams};
-    let api: Api<Node> = Api::all(client.clone());
-    let mut ids: Vec<(String, String)> = Vec::new();
-    let mut params = ListParams::default().limit(500);
-    loop {
-        let page = api
-            .list(&params)
-            .await
-            .context("listing Nodes to check that --cloud-provider=memory is meant")?;
-        ids.extend(page.items.into_iter().filter_map(|n| {
-            let id = n.spec.and_then(|s| s.provider_id)?;
-            Some((n.metadata.name.unwrap_or_default(), id))
-        }));
-        match page.metadata.continue_.filter(|c| !c.is_empty()) {
-            Some(token) => params = params.continue_token(&token),
-            None => break,
-        }
-    }
-    match providers::memory_refusal(ids.iter().map(|(n, id)| (n.as_str(), id.as_str()))) {
-        Some(why) => anyhow::bail!(why),
-        None => Ok(()),
     }
 }

@@ -319,7 +319,13 @@ fn other_unusable_values_are_refused() {
             vec!["--concurrent-status-updates"],
         ),
         (vec!["--cluster-name", ""], vec!["--cluster-name"]),
-        (vec!["--log-format", "xml"], vec!["--log-format", "xml"]),
+        (vec!["--log-format", "xml"], vec!["--logging-format", "xml"]),
+        (
+            vec!["--logging-format", "xml"],
+            vec!["--logging-format", "xml"],
+        ),
+        (vec!["--v=11"], vec!["--v", "11"]),
+        (vec!["--v=two"], vec!["--v", "two"]),
         (
             vec!["--leader-elect=perhaps"],
             vec!["--leader-elect", "perhaps"],
@@ -327,6 +333,45 @@ fn other_unusable_values_are_refused() {
         (vec!["--no-such-flag"], vec!["--no-such-flag"]),
     ] {
         assert_refused(&home, &with_cidr(&args), &needles);
+    }
+}
+
+/// A manifest written for the cloud-controller-manager passes `--v=2` and
+/// `--logging-format=json`: both are taken, and the line says why nothing
+/// runs in component-base's JSON shape.
+#[test]
+fn ccm_verbosity_and_json_logging_format_are_accepted_and_logged_in_component_base_shape() {
+    let home = TempDir::new("flags-klog");
+    for format in [&["--logging-format=json"][..], &["--log-format", "json"]] {
+        let mut args = with_cidr(&["--configure-cloud-routes=false", "--v=2"]);
+        args.extend_from_slice(format);
+        let out = run(&home, &args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+        let line = stderr
+            .lines()
+            .find(|l| l.contains("configure-cloud-routes"))
+            .unwrap_or_else(|| panic!("no line says why: {stderr}"));
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        assert!(
+            v["ts"].as_f64().is_some_and(|t| t > 1.7e9),
+            "ts in seconds: {line}"
+        );
+        assert!(
+            v["caller"].as_str().is_some_and(|c| c.contains(".rs:")),
+            "{line}"
+        );
+        assert!(
+            v["msg"]
+                .as_str()
+                .is_some_and(|m| m.contains("--configure-cloud-routes=false")),
+            "{line}"
+        );
+        assert_eq!(v["v"], 0, "{line}");
+        for tracing_key in ["timestamp", "level", "fields", "target"] {
+            assert!(v.get(tracing_key).is_none(), "{tracing_key}: {line}");
+        }
     }
 }
 
@@ -354,7 +399,8 @@ const RUN_FLAGS: &[&str] = &[
     "--kube-api-qps",
     "--kube-api-burst",
     "-v",
-    "--log-format",
+    "--v",
+    "--logging-format",
     "--reconcile-mode",
     "--feature-gates",
     "--configure-cloud-routes",
@@ -431,7 +477,8 @@ fn help_lists_every_flag() {
         "--cloud-provider",
         "--cloud-config",
         "--output",
-        "--log-format",
+        "--logging-format",
+        "--v",
     ] {
         assert!(lists_flag(&plan, flag), "plan --help lacks {flag}:\n{plan}");
     }
@@ -451,8 +498,22 @@ fn help_lists_every_flag() {
     }
     let version = run(&home, &["--version"]);
     assert!(version.status.success());
+    let version = String::from_utf8_lossy(&version.stdout);
     assert!(
-        String::from_utf8_lossy(&version.stdout).contains(env!("CARGO_PKG_VERSION")),
-        "--version prints the version"
+        version.contains(env!("CARGO_PKG_VERSION")),
+        "--version prints the version: {version}"
     );
+    // Built from this checkout: the commit git names.
+    let head = Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    if let Some(head) = head.filter(|_| std::env::var_os("CRC_GIT_COMMIT").is_none()) {
+        assert!(
+            version.contains(&format!("(commit {head})")),
+            "--version names the commit {head}: {version}"
+        );
+    }
 }

@@ -311,14 +311,23 @@ async fn metrics_and_logs_after_a_scripted_scenario() {
     let logs_after = std::fs::read_to_string(dir.path().join("controller.log")).unwrap_or(logs);
     assert_eq!(exit, Some(0), "{logs_after}");
 
-    // `--log-format json`: every line is one JSON object.
+    // `--log-format json`: every line is one JSON object in component-base's
+    // shape (ts, caller, msg; v on all but error lines), fields flat.
     let mut lines = Vec::new();
     for line in logs_after.lines().filter(|l| !l.trim().is_empty()) {
         let v: Value =
             serde_json::from_str(line).unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}"));
         assert!(v.is_object(), "{line}");
-        for key in ["timestamp", "level"] {
-            assert!(v.get(key).is_some(), "{key} missing: {line}");
+        assert!(v["ts"].is_f64(), "ts missing: {line}");
+        for key in ["caller", "msg"] {
+            assert!(v[key].is_string(), "{key} missing: {line}");
+        }
+        assert!(
+            v["v"].is_u64() || v["level"] == "error",
+            "v missing on a line that is not an error: {line}"
+        );
+        for nested in ["fields", "spans", "span"] {
+            assert!(v.get(nested).is_none(), "{nested} is not flat: {line}");
         }
         lines.push(v);
     }
@@ -361,23 +370,22 @@ async fn metrics_and_logs_after_a_scripted_scenario() {
     assert_eq!(logged, called, "logged mutations vs. the cloud's call log");
     assert!(called.values().sum::<usize>() >= 7, "{called:?}");
 
-    // Every line a pass logs carries the pass's span: one id per pass, the
-    // same trigger, kind and mode on each of its lines.
+    // Every line a pass logs carries the pass's span, flat: its id as
+    // `pass`, the same trigger, kind and mode on each of its lines.
     let pass_of = |v: &Value| -> Option<Value> {
-        v.get("spans")?
-            .as_array()?
-            .iter()
-            .find(|s| s["name"] == "pass")
-            .cloned()
+        let id = v.get("pass")?.clone();
+        Some(serde_json::json!({
+            "id": id, "trigger": v["trigger"], "kind": v["kind"], "mode": v["mode"]
+        }))
     };
     let mut passes: BTreeMap<u64, Value> = BTreeMap::new();
     for v in &lines {
         let Some(span) = pass_of(v) else { continue };
         let id = span["id"]
             .as_u64()
-            .unwrap_or_else(|| panic!("a pass span without an id: {v}"));
+            .unwrap_or_else(|| panic!("a pass without a numeric id: {v}"));
         for field in ["trigger", "kind", "mode"] {
-            assert!(span[field].is_string(), "pass span lacks {field}: {v}");
+            assert!(span[field].is_string(), "a pass line lacks {field}: {v}");
         }
         let first = passes.entry(id).or_insert_with(|| span.clone());
         assert_eq!(*first, span, "two lines of pass {id} disagree on its span");

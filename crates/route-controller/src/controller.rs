@@ -23,7 +23,7 @@
 //!
 //! Each pass runs in a `pass{id, trigger, kind, mode}` span, and each cloud
 //! request in a `cloud{op, ...}` span inside it, so the log lines of one
-//! pass share its id (JSON logs carry it in `span` and `spans`).
+//! pass share its id (JSON logs carry the spans' fields flat, the id as `pass`).
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -124,7 +124,7 @@ pub async fn take(
         .unwrap_or_default();
     for d in &drift {
         info!(
-            kind = d.kind.as_str(),
+            drift = d.kind.as_str(),
             node = %d.was.node,
             "{}; the listing is planned from, so it is repaired in this pass",
             d.describe()
