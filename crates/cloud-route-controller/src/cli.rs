@@ -172,9 +172,56 @@ pub struct RunArgs {
     #[command(flatten)]
     pub leader: LeaderArgs,
 
-    /// Address of the HTTP server for /metrics, /healthz and /readyz; empty or "0" disables it.
-    #[arg(long, default_value = "0.0.0.0:10260")]
+    /// Plain HTTP for /metrics, /healthz, /livez and /readyz without authentication, only on request: HOST:PORT, or a bare PORT for 127.0.0.1:PORT; empty or "0" (the default) turns it off. The secure port (--secure-port) serves the same endpoints.
+    #[arg(long, default_value = "0")]
     pub metrics_bind_address: String,
+
+    #[command(flatten)]
+    pub serving: ServingArgs,
+}
+
+/// The secure port, as the cloud-controller-manager's secure serving flags.
+#[derive(Debug, Args, Clone)]
+pub struct ServingArgs {
+    /// The HTTPS port for /metrics, /healthz, /livez and /readyz; /metrics needs a bearer token the API server authenticates (TokenReview) and authorizes for get on /metrics (SubjectAccessReview). 10260 beside the CCM's 10258 and kube-controller-manager's 10257, which run on the same control-plane hosts; 0 turns it off.
+    #[arg(long, default_value_t = 10260)]
+    pub secure_port: u16,
+
+    /// The address the secure port listens on.
+    #[arg(long, default_value = "0.0.0.0", value_name = "IP")]
+    pub bind_address: std::net::IpAddr,
+
+    /// PEM certificate (chain) for the secure port, read again when the file changes; without it a self-signed one is made in memory at start.
+    #[arg(long, value_name = "FILE", requires = "tls_private_key_file")]
+    pub tls_cert_file: Option<PathBuf>,
+
+    /// PEM private key of --tls-cert-file.
+    #[arg(long, value_name = "FILE", requires = "tls_cert_file")]
+    pub tls_private_key_file: Option<PathBuf>,
+
+    /// Paths the secure port serves without authentication or authorization, comma-separated; a trailing * matches a prefix.
+    #[arg(long, value_name = "PATHS", default_value = "/healthz,/readyz,/livez")]
+    pub authorization_always_allow_paths: String,
+}
+
+impl ServingArgs {
+    /// The secure port's settings, or `None` when `--secure-port=0`.
+    pub fn secure(&self) -> Option<crate::secure::SecureConfig> {
+        (self.secure_port != 0).then(|| crate::secure::SecureConfig {
+            addr: std::net::SocketAddr::new(self.bind_address, self.secure_port),
+            cert_files: self
+                .tls_cert_file
+                .clone()
+                .zip(self.tls_private_key_file.clone()),
+            always_allow: self
+                .authorization_always_allow_paths
+                .split(',')
+                .map(str::trim)
+                .filter(|p| !p.is_empty())
+                .map(String::from)
+                .collect(),
+        })
+    }
 }
 
 /// Leader election, as the cloud-controller-manager's flags.
@@ -397,6 +444,22 @@ pub fn parse_feature_gates(s: &str) -> Result<Option<bool>, FlagError> {
 }
 
 impl RunArgs {
+    /// `--metrics-bind-address`: `None` when off, a bare port on 127.0.0.1.
+    pub fn plain_metrics_address(&self) -> Result<Option<std::net::SocketAddr>, FlagError> {
+        let a = self.metrics_bind_address.trim();
+        if matches!(a, "" | "0") {
+            return Ok(None);
+        }
+        if let Ok(port) = a.parse::<u16>() {
+            return Ok(Some(std::net::SocketAddr::from(([127, 0, 0, 1], port))));
+        }
+        a.parse().map(Some).map_err(|_| {
+            FlagError::Invalid(format!(
+                "--metrics-bind-address {a:?}: expected HOST:PORT or PORT (127.0.0.1:PORT), e.g. 127.0.0.1:10261"
+            ))
+        })
+    }
+
     /// The reconcile mode from --reconcile-mode and --feature-gates.
     pub fn mode(&self) -> Result<Mode, FlagError> {
         let gate = match &self.feature_gates {
@@ -465,15 +528,29 @@ impl RunArgs {
                 ));
             }
         }
-        if !matches!(self.metrics_bind_address.as_str(), "" | "0") {
-            self.metrics_bind_address
-                .parse::<std::net::SocketAddr>()
-                .map_err(|_| {
-                    FlagError::Invalid(format!(
-                        "--metrics-bind-address {:?}: expected HOST:PORT, e.g. 0.0.0.0:10260",
-                        self.metrics_bind_address
-                    ))
-                })?;
+        self.plain_metrics_address()?;
+        for (flag, path) in [
+            ("--tls-cert-file", &self.serving.tls_cert_file),
+            ("--tls-private-key-file", &self.serving.tls_private_key_file),
+        ] {
+            if let Some(p) = path
+                && !p.is_file()
+            {
+                return Err(FlagError::Invalid(format!(
+                    "{flag} {}: no such file",
+                    p.display()
+                )));
+            }
+        }
+        if self.serving.secure_port != 0
+            && self
+                .plain_metrics_address()?
+                .is_some_and(|a| a.port() == self.serving.secure_port)
+        {
+            return Err(FlagError::Invalid(format!(
+                "--metrics-bind-address {:?} and --secure-port {} name the same port",
+                self.metrics_bind_address, self.serving.secure_port
+            )));
         }
         Ok(())
     }

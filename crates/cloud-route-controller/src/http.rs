@@ -1,4 +1,6 @@
-//! The HTTP endpoint: `/metrics`, `/healthz`, `/readyz`.
+//! The endpoints `/metrics`, `/healthz`, `/livez` and `/readyz`, and the
+//! plain HTTP server (`--metrics-bind-address`); the secure port is
+//! [`crate::secure`].
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -19,22 +21,28 @@ struct AppState {
     health: Arc<Health>,
 }
 
-/// Binds `addr` and serves until `shutdown`; returns the bound address.
+/// The endpoints, served on the secure port behind its filter and, on
+/// request, as plain HTTP.
+pub fn router(registry: Arc<Registry>, health: Arc<Health>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+        .route("/livez", get(healthz))
+        .route("/readyz", get(readyz))
+        .with_state(AppState { registry, health })
+}
+
+/// Binds `addr` and serves `app` as plain HTTP until `shutdown`; returns
+/// the bound address.
 pub async fn serve(
     addr: SocketAddr,
-    registry: Arc<Registry>,
-    health: Arc<Health>,
+    app: Router,
     shutdown: CancellationToken,
 ) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| anyhow::anyhow!("--metrics-bind-address {addr}: {e}"))?;
     let local = listener.local_addr()?;
-    let app = Router::new()
-        .route("/metrics", get(metrics))
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .with_state(AppState { registry, health });
     let handle = tokio::spawn(async move {
         let r = axum::serve(listener, app)
             .with_graceful_shutdown(async move { shutdown.cancelled().await })

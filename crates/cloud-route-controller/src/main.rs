@@ -12,6 +12,7 @@ mod logging;
 mod plan_command;
 mod providers;
 mod run;
+mod secure;
 
 use std::process::ExitCode;
 

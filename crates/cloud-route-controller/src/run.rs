@@ -6,7 +6,6 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use anyhow::Context as _;
 use prometheus_client::registry::Registry;
 use route_cloud::BootClock;
 use route_controller::{
@@ -21,7 +20,7 @@ use tracing::{error, info, warn};
 use crate::cli::RunArgs;
 use crate::health::Health;
 use crate::leader::{self, LeaseConfig};
-use crate::{http, kube_client, providers};
+use crate::{http, kube_client, providers, secure};
 
 /// KEP-5237's least time between two full passes.
 const MIN_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
@@ -69,18 +68,23 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let health = Health::new(nodes.clone(), first_sync.clone(), fence.clone());
     let shutdown = CancellationToken::new();
 
-    let http_task = if matches!(args.metrics_bind_address.as_str(), "" | "0") {
-        None
-    } else {
-        let addr = args
-            .metrics_bind_address
-            .parse()
-            .context("--metrics-bind-address")?;
+    let app = http::router(Arc::new(registry), health.clone());
+    let mut http_tasks = Vec::new();
+    if let Some(secure) = args.serving.secure() {
         let (bound, task) =
-            http::serve(addr, Arc::new(registry), health.clone(), shutdown.clone()).await?;
-        info!(address = %bound, "serving /metrics, /healthz and /readyz");
-        Some(task)
-    };
+            secure::serve(secure, client.clone(), app.clone(), shutdown.clone()).await?;
+        info!(address = %bound, "serving /metrics (authenticated and authorized by the API server), /healthz, /livez and /readyz over HTTPS");
+        http_tasks.push(task);
+    }
+    if let Some(addr) = args.plain_metrics_address()? {
+        let (bound, task) = http::serve(addr, app, shutdown.clone()).await?;
+        if bound.ip().is_loopback() {
+            info!(address = %bound, "serving /metrics, /healthz, /livez and /readyz as plain HTTP (--metrics-bind-address)");
+        } else {
+            warn!(address = %bound, "serving /metrics as plain HTTP without authentication on a non-loopback address (--metrics-bind-address): anyone who reaches it reads the metrics; the secure port (--secure-port) authenticates");
+        }
+        http_tasks.push(task);
+    }
 
     // Leadership: either a Lease, or always leader.
     let (leader_tx, leader_rx) = watch::channel(!args.leader.leader_elect);
@@ -233,7 +237,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         let _ = tokio::time::timeout(std::time::Duration::from_secs(5), t).await;
     }
     let _ = tokio::time::timeout(std::time::Duration::from_secs(2), watch_task).await;
-    if let Some(t) = http_task {
+    for t in http_tasks {
         let _ = tokio::time::timeout(std::time::Duration::from_secs(2), t).await;
     }
     drop(leader_tx);

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use common::{Controller, TempDir, free_port, http_get};
+use common::{Controller, TempDir, free_port, http_get, https_get};
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Node, Secret, ServiceAccount};
@@ -364,8 +364,16 @@ async fn deploy_applies_and_its_service_account_routes_nodes_with_least_privileg
     token_kubeconfig(&admin_kubeconfig, &token, &sa_kubeconfig);
     let sa = client_from_kubeconfig(&sa_kubeconfig).await.unwrap();
 
-    // 4. The controller with that identity, leader election on, routes Nodes.
+    // 4. The controller with that identity, leader election on, routes Nodes
+    // and checks scrapers' tokens on its secure port.
     let metrics = format!("127.0.0.1:{}", free_port());
+    let secure_port = free_port();
+    let secure_arg = secure_port.to_string();
+    let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    let made = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+    std::fs::write(&key, made.signing_key.serialize_pem()).unwrap();
+    std::fs::write(&cert, made.cert.pem()).unwrap();
+    let ca = made.cert.der().clone();
     let identity = "rbac-test-0";
     let ctl = Controller::start(
         &sa_kubeconfig,
@@ -383,6 +391,14 @@ async fn deploy_applies_and_its_service_account_routes_nodes_with_least_privileg
             identity,
             "--metrics-bind-address",
             &metrics,
+            "--secure-port",
+            &secure_arg,
+            "--bind-address",
+            "127.0.0.1",
+            "--tls-cert-file",
+            cert.to_str().unwrap(),
+            "--tls-private-key-file",
+            key.to_str().unwrap(),
         ],
     );
     for i in 0..3 {
@@ -436,6 +452,17 @@ async fn deploy_applies_and_its_service_account_routes_nodes_with_least_privileg
     );
     let (code, _) = http_get(&format!("http://{metrics}"), "/readyz").expect("/readyz answers");
     assert_eq!(code, 200, "{}", ctl.log_text());
+    // The secure port's TokenReview and SubjectAccessReview run under the
+    // deployed role: the controller's own token is known (not 401) and has
+    // no grant on /metrics (403, not 503, which would mean a review failed).
+    let (code, body) = https_get(secure_port, &ca, "/metrics", Some(&token))
+        .await
+        .expect("the secure port answers");
+    assert_eq!(code, 403, "{body}\n{}", ctl.log_text());
+    let (code, _) = https_get(secure_port, &ca, "/metrics", None)
+        .await
+        .expect("the secure port answers");
+    assert_eq!(code, 401);
 
     // 5. What the identity must not do: every request below is refused.
     let sa_secrets_ns: Api<Secret> = Api::namespaced(sa.clone(), NAMESPACE);

@@ -293,6 +293,8 @@ async fn workload_identity_secrets_never_appear_in_trace_logs_events_or_metrics(
             "--leader-elect=false",
             "--metrics-bind-address",
             &metrics,
+            "--secure-port",
+            "0",
         ])
         .env("RUST_LOG", "trace")
         .env_remove("AZURE_CLIENT_SECRET")

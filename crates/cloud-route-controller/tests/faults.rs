@@ -157,6 +157,7 @@ fn start_logging_at(
         .arg("--kubeconfig")
         .arg(kubeconfig)
         .args(args)
+        .args(["--secure-port", "0"])
         .env("RUST_LOG", level)
         .stdout(std::process::Stdio::null())
         .stderr(out)
@@ -1423,6 +1424,9 @@ async fn invalid_flags_and_config_files_exit_non_zero_with_a_clear_message() {
         if !sets("--metrics-bind-address") {
             full.extend(["--metrics-bind-address", "0"]);
         }
+        if !sets("--secure-port") {
+            full.extend(["--secure-port", "0"]);
+        }
         if !sets("--cloud-provider") && what != NO_PROVIDER {
             full.extend(["--cloud-provider", "memory"]);
         }
@@ -1473,6 +1477,8 @@ async fn memory_provider_against_nodes_with_aws_provider_ids_is_refused_unless_t
         "--leader-elect=false",
         "--metrics-bind-address",
         "0",
+        "--secure-port",
+        "0",
     ];
     let (code, out) = run_to_exit(&base);
     assert_eq!(code, Some(1), "refused:\n{out}");
@@ -1498,7 +1504,11 @@ async fn memory_provider_against_nodes_with_aws_provider_ids_is_refused_unless_t
     }
 
     let dir = TempDir::new("faults-memory-meant");
-    let mut args: Vec<String> = base[2..].iter().map(|s| s.to_string()).collect();
+    // start_controller adds the kubeconfig and --secure-port 0.
+    let mut args: Vec<String> = base[2..base.len() - 2]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
     args.push("--unsafe-memory-provider-on-cloud-nodes".into());
     let ctl = start_controller(c.kubeconfig_path(), dir.path(), "controller", &args);
     wait_until(
@@ -1773,6 +1783,8 @@ async fn malformed_and_truncated_provider_answers_are_clear_errors() {
                 [
                     "--cluster-cidr",
                     "10.244.0.0/16",
+                    "--cloud-provider",
+                    "memory",
                     "--cloud-config",
                     config.to_str().unwrap(),
                     "--leader-elect=false",

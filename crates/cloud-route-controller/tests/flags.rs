@@ -417,6 +417,11 @@ const RUN_FLAGS: &[&str] = &[
     "--leader-elect-resource-name",
     "--leader-elect-identity",
     "--metrics-bind-address",
+    "--secure-port",
+    "--bind-address",
+    "--tls-cert-file",
+    "--tls-private-key-file",
+    "--authorization-always-allow-paths",
     "--help",
     "--version",
 ];
@@ -489,7 +494,8 @@ fn help_lists_every_flag() {
         "2s",
         "12h",
         "cloud-route-controller",
-        "0.0.0.0:10260",
+        "10260",
+        "/healthz,/readyz,/livez",
     ] {
         assert!(
             top.contains(default),

@@ -506,10 +506,16 @@ async fn the_prometheusrule_and_podmonitor_apply_against_the_operators_crds() {
         }
     }
 
+    // Prometheus's namespace, where the PodMonitor, its token Secret and
+    // the reader's binding go (a cluster with Prometheus has it).
+    let (ok, out) = kubectl(&["create", "namespace", "monitoring"]);
+    assert!(ok || out.contains("AlreadyExists"), "{out}");
     // The README's commands, from the repository root.
     let files = [
         "-f",
         "deploy/monitoring/prometheusrule.yaml",
+        "-f",
+        "deploy/monitoring/metrics-reader.yaml",
         "-f",
         "deploy/monitoring/podmonitor.yaml",
     ];

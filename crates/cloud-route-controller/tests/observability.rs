@@ -13,8 +13,8 @@ use std::time::Duration;
 use cloud_sim::wire::{FailNext, Faults};
 use cloud_sim::{AdminClient, SimServer};
 use common::{
-    Controller, TempDir, free_port, http_get_async, metric_present, metric_sum, sim_cloud_config,
-    wait_http,
+    Controller, TempDir, free_port, http_get_async, https_get, metric_present, metric_sum,
+    sim_cloud_config, wait_http,
 };
 use provider_memory::{MemoryConfig, Operation};
 use route_cloud::ErrorKind;
@@ -498,4 +498,260 @@ async fn readyz_waits_for_the_node_cache_and_healthz_does_not() {
     let log = ctl.log_text();
     assert_eq!(ctl.stop(), Some(0), "{log}");
     proxy.abort();
+}
+
+/// A TCP proxy to the API server that can be switched off: off, it refuses
+/// new connections and cuts the open ones, as an API server that went away.
+struct Switch {
+    on: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    conns: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl Switch {
+    async fn start(port: u16, upstream: String) -> Switch {
+        use std::sync::atomic::Ordering;
+        let listener = TcpListener::bind(("127.0.0.1", port))
+            .await
+            .expect("bind the proxy port");
+        let on = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let conns: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>> =
+            Default::default();
+        let (on2, conns2) = (on.clone(), conns.clone());
+        let accept = tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                if !on2.load(Ordering::SeqCst) {
+                    continue; // dropped: connection closed
+                }
+                let upstream = upstream.clone();
+                let task = tokio::spawn(async move {
+                    if let Ok(mut out) = TcpStream::connect(&upstream).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
+                    }
+                });
+                conns2.lock().expect("not poisoned").push(task);
+            }
+        });
+        Switch { on, conns, accept }
+    }
+
+    fn set(&self, on: bool) {
+        self.on.store(on, std::sync::atomic::Ordering::SeqCst);
+        if !on {
+            for t in self.conns.lock().expect("not poisoned").drain(..) {
+                t.abort();
+            }
+        }
+    }
+}
+
+impl Drop for Switch {
+    fn drop(&mut self) {
+        self.set(false);
+        self.accept.abort();
+    }
+}
+
+/// A certificate for 127.0.0.1 and its key, written as PEM files.
+fn write_cert(
+    cert: &std::path::Path,
+    key: &std::path::Path,
+) -> rustls::pki_types::CertificateDer<'static> {
+    let made =
+        rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string(), "localhost".to_string()])
+            .expect("a certificate");
+    // The key first: the controller reloads once both files changed and
+    // match, and keeps serving the old pair meanwhile.
+    std::fs::write(key, made.signing_key.serialize_pem()).expect("write the key");
+    std::fs::write(cert, made.cert.pem()).expect("write the certificate");
+    made.cert.der().clone()
+}
+
+/// The secure port as an operator's Prometheus meets it: no token 401, a
+/// garbage token 401, a service account without the RBAC 403, with a
+/// ClusterRole granting `get /metrics` 200 and the metrics; the health paths
+/// open; the API server away: `/metrics` 503 once the cached answer is older
+/// than 10 s, never 200; a certificate replaced on disk served on the next
+/// connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secure_port_401_without_a_token_403_without_rbac_200_with_it_503_without_the_api_server_and_a_replaced_certificate_served()
+ {
+    let c = TestCluster::acquire().await.unwrap();
+    let dir = TempDir::new("obs-secure");
+    let kubectl_bin = c.kubectl_path().expect("kubectl");
+    let kubectl = |args: &[&str]| -> String {
+        let out = std::process::Command::new(&kubectl_bin)
+            .arg("--kubeconfig")
+            .arg(c.kubeconfig_path())
+            .args(args)
+            .output()
+            .expect("run kubectl");
+        assert!(
+            out.status.success(),
+            "kubectl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    // Left by an earlier run on a reused cluster.
+    kubectl(&[
+        "delete",
+        "serviceaccount",
+        "scraper",
+        "stranger",
+        "-n",
+        "default",
+        "--ignore-not-found",
+    ]);
+    kubectl(&[
+        "delete",
+        "clusterrolebinding,clusterrole",
+        "crc-metrics-reader-test",
+        "--ignore-not-found",
+    ]);
+    kubectl(&["create", "serviceaccount", "scraper", "-n", "default"]);
+    kubectl(&["create", "serviceaccount", "stranger", "-n", "default"]);
+    let scraper = kubectl(&["create", "token", "scraper", "-n", "default"]);
+    let stranger = kubectl(&["create", "token", "stranger", "-n", "default"]);
+
+    // The controller reaches the API server through a proxy it can lose.
+    let original = std::fs::read_to_string(c.kubeconfig_path()).unwrap();
+    let server_line = original
+        .lines()
+        .find(|l| l.trim_start().starts_with("server: https://127.0.0.1:"))
+        .expect("a loopback server in the test kubeconfig");
+    let upstream = server_line
+        .trim()
+        .trim_start_matches("server: https://")
+        .to_string();
+    let proxy_port = free_port();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        original.replace(
+            server_line,
+            &server_line.replace(&upstream, &format!("127.0.0.1:{proxy_port}")),
+        ),
+    )
+    .unwrap();
+    let proxy = Switch::start(proxy_port, upstream).await;
+
+    let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    let first = write_cert(&cert, &key);
+    let port = free_port();
+    let port_arg = port.to_string();
+    let ctl = Controller::start(
+        &kubeconfig,
+        dir.path(),
+        "controller",
+        &[
+            "--cluster-cidr",
+            "10.244.0.0/16",
+            "--cloud-provider",
+            "memory",
+            "--leader-elect=false",
+            "--secure-port",
+            &port_arg,
+            "--bind-address",
+            "127.0.0.1",
+            "--tls-cert-file",
+            cert.to_str().unwrap(),
+            "--tls-private-key-file",
+            key.to_str().unwrap(),
+        ],
+    );
+    wait_until(
+        Duration::from_secs(60),
+        "the secure port answers /healthz",
+        || async {
+            matches!(
+                https_get(port, &first, "/healthz", None).await,
+                Ok((200, _))
+            )
+            .then_some(())
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
+
+    let get = |path: &'static str, token: Option<String>| {
+        let first = first.clone();
+        async move {
+            https_get(port, &first, path, token.as_deref())
+                .await
+                .unwrap_or_else(|e| panic!("GET {path}: {e}"))
+        }
+    };
+    for path in ["/healthz", "/livez", "/readyz"] {
+        let (code, body) = get(path, None).await;
+        assert!(
+            code == 200 || (path == "/readyz" && code == 503),
+            "{path}: {code} {body}"
+        );
+        assert_ne!(code, 401, "{path} needs no token");
+    }
+    assert_eq!(get("/metrics", None).await.0, 401, "no token");
+    assert_eq!(
+        get("/metrics", Some("garbage".into())).await.0,
+        401,
+        "a garbage token"
+    );
+    let expired = "eyJhbGciOiJSUzI1NiJ9.eyJleHAiOjF9.c2lnbmF0dXJl";
+    assert_eq!(
+        get("/metrics", Some(expired.into())).await.0,
+        401,
+        "an expired token"
+    );
+    let (code, body) = get("/metrics", Some(stranger.clone())).await;
+    assert_eq!(code, 403, "a service account without the RBAC: {body}");
+
+    kubectl(&[
+        "create",
+        "clusterrole",
+        "crc-metrics-reader-test",
+        "--verb=get",
+        "--non-resource-url=/metrics",
+    ]);
+    kubectl(&[
+        "create",
+        "clusterrolebinding",
+        "crc-metrics-reader-test",
+        "--clusterrole=crc-metrics-reader-test",
+        "--serviceaccount=default:scraper",
+    ]);
+    let (code, body) = get("/metrics", Some(scraper.clone())).await;
+    assert_eq!(code, 200, "{body}\n{}", ctl.log_text());
+    assert!(body.contains("route_controller_"), "the metrics: {body}");
+    assert_eq!(get("/metrics", Some(stranger.clone())).await.0, 403);
+
+    // The API server away: the cached answer may serve for its 10 s, then 503.
+    proxy.set(false);
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    let (code, body) = get("/metrics", Some(scraper.clone())).await;
+    assert_eq!(
+        code, 503,
+        "not 200 while the API server cannot be asked: {body}"
+    );
+    let (code, _) = get("/metrics", Some("another".into())).await;
+    assert_eq!(code, 503, "a token never seen: 503, not 401 or 200");
+    assert_eq!(get("/healthz", None).await.0, 200, "alive meanwhile");
+    proxy.set(true);
+
+    // A certificate replaced on disk is served on the next connection.
+    let second = write_cert(&cert, &key);
+    let served = https_get(port, &second, "/healthz", None).await;
+    assert!(
+        matches!(served, Ok((200, _))),
+        "the new certificate: {served:?}\n{}",
+        ctl.log_text()
+    );
+    assert!(
+        https_get(port, &first, "/healthz", None).await.is_err(),
+        "the old certificate is no longer served"
+    );
+
+    kubectl(&["delete", "clusterrolebinding", "crc-metrics-reader-test"]);
+    kubectl(&["delete", "clusterrole", "crc-metrics-reader-test"]);
+    let log = ctl.log_text();
+    assert_eq!(ctl.stop(), Some(0), "{log}");
 }

@@ -244,6 +244,8 @@ async fn demo(args: &Args, ui: &Ui, stack: &mut Stack) -> anyhow::Result<()> {
         .arg(&cloud_config)
         .arg("--leader-elect=false")
         .args(["--metrics-bind-address", &metrics])
+        // Plain HTTP on loopback for the demo's own reads; no secure port.
+        .args(["--secure-port", "0"])
         .env("RUST_LOG", "info")
         .stdin(Stdio::null())
         .stdout(Stdio::null())

@@ -315,7 +315,8 @@ fn ours_command(
         .arg("--leader-elect=false")
         .arg(format!("--kube-api-qps={}", setup.qps))
         .arg(format!("--kube-api-burst={}", setup.burst))
-        .arg(format!("--metrics-bind-address={metrics_addr}"));
+        .arg(format!("--metrics-bind-address={metrics_addr}"))
+        .arg("--secure-port=0");
     c
 }
 

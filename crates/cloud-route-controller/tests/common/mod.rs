@@ -58,10 +58,17 @@ impl Controller {
     ) -> Controller {
         let log = log_dir.join(format!("{name}.log"));
         let out = std::fs::File::create(&log).expect("log file");
+        // Off unless the test serves it: parallel tests would all want 10260.
+        let secure_off: &[&str] = if args.iter().any(|a| a.starts_with("--secure-port")) {
+            &[]
+        } else {
+            &["--secure-port", "0"]
+        };
         let child = Command::new(binary())
             .arg("--kubeconfig")
             .arg(kubeconfig)
             .args(args)
+            .args(secure_off)
             .envs(env.iter().copied())
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
@@ -356,4 +363,52 @@ pub async fn create_aws_nodes(
         .await
         .expect("create the test Node");
     }
+}
+
+/// One HTTPS GET of `path` on 127.0.0.1:`port`, trusting only `ca`: the
+/// status code and body, or why the request failed.
+pub async fn https_get(
+    port: u16,
+    ca: &rustls::pki_types::CertificateDer<'static>,
+    path: &str,
+    token: Option<&str>,
+) -> Result<(u16, String), String> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.clone()).map_err(|e| e.to_string())?;
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| e.to_string())?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .map_err(|e| e.to_string())?;
+    let name =
+        rustls::pki_types::ServerName::try_from("127.0.0.1").expect("an IP is a server name");
+    let mut tls = connector
+        .connect(name, tcp)
+        .await
+        .map_err(|e| e.to_string())?;
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    let req = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}Connection: close\r\n\r\n");
+    tls.write_all(req.as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut buf = Vec::new();
+    let _ = tls.read_to_end(&mut buf).await;
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("no status line: {text:?}"))?;
+    let body = text
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_string();
+    Ok((code, body))
 }
