@@ -497,7 +497,10 @@ fn sa_annotations(docs: &[Value]) -> Value {
 fn each_credential_example_renders_exactly_what_its_mechanism_reads() {
     let helm = helm();
     let dir = TempDir::new("helm-identity");
-    let app = serde_json::json!({ "app": RELEASE });
+    let app = serde_json::json!({
+        "app.kubernetes.io/name": "cloud-route-controller",
+        "app.kubernetes.io/instance": RELEASE,
+    });
     for (name, provider) in IDENTITY_EXAMPLES {
         let docs = yaml_docs(&template(&helm, Some(&example(name))));
         let args = args_of(&docs);
@@ -582,7 +585,11 @@ fn each_credential_example_renders_exactly_what_its_mechanism_reads() {
                 let labels = &deployment["spec"]["template"]["metadata"]["labels"];
                 assert_eq!(
                     labels,
-                    &serde_json::json!({"app": RELEASE, "azure.workload.identity/use": "true"}),
+                    &serde_json::json!({
+                        "app.kubernetes.io/name": "cloud-route-controller",
+                        "app.kubernetes.io/instance": RELEASE,
+                        "azure.workload.identity/use": "true"
+                    }),
                     "{name}"
                 );
                 let client_id = "00000000-0000-0000-0000-000000000003";
@@ -1351,8 +1358,65 @@ async fn eks_pod_identity_credentials_reach_the_binary_without_chart_values() {
 fn the_chart_refuses_values_that_cannot_work_with_a_clear_message() {
     let helm = helm();
     let cases: &[(&[&str], &str)] = &[
-        (&["--set", "provider=gcp"], "provider must be one of"),
-        (&["--set", "clusterCIDRs=null"], "clusterCIDRs must list"),
+        // values.schema.json: Helm's own messages.
+        (
+            &["--set", "provider=gcp"],
+            "at '/provider': value must be one of 'aws', 'openstack', 'hcloud', 'azure', 'gce', 'memory'",
+        ),
+        (
+            &["--set", "clusterCIDRs=null"],
+            "missing property 'clusterCIDRs'",
+        ),
+        (
+            &["--set", "clusterCIDRs={10.0.0.0/8,fd00::/48,fd01::/48}"],
+            "at '/clusterCIDRs': maxItems: got 3, want 2",
+        ),
+        (
+            &["--set", "replicaCount=two"],
+            "at '/replicaCount': got string, want integer",
+        ),
+        (
+            &["--set", "replicas=3"],
+            "additional properties 'replicas' not allowed",
+        ),
+        (
+            &["--set", "cloudconfig=network: x"],
+            "additional properties 'cloudconfig' not allowed",
+        ),
+        (
+            &["--set", "routeIPFamilies={IPv5}"],
+            "at '/routeIPFamilies/0': value must be one of 'IPv4', 'IPv6'",
+        ),
+        (
+            &["--set", "metrics.port=0"],
+            "at '/metrics/port': minimum: got 0, want 1",
+        ),
+        (
+            &["--set", "hostNetwork=yes"],
+            "at '/hostNetwork': got string, want boolean",
+        ),
+        (
+            &["--set", "monitoring.podMonitor.enable=true"],
+            "additional properties 'enable' not allowed",
+        ),
+        // The templates' own checks.
+        (
+            &["--set", "serviceAccount.create=false"],
+            "serviceAccount.name must name an existing ServiceAccount",
+        ),
+        (
+            &[
+                "--set",
+                "cloudConfigSecret.existingSecret=a",
+                "--set",
+                "cloudConfigConfigMap.existingConfigMap=b",
+            ],
+            "both name the provider's own config file",
+        ),
+        (
+            &["--set", "monitoring.podMonitor.enabled=true"],
+            "monitoring.podMonitor.tokenSecret must name a Secret",
+        ),
         (
             &["--set", "leaderElection.enabled=false"],
             "several replicas without a Lease",
@@ -1390,8 +1454,8 @@ fn the_chart_refuses_values_that_cannot_work_with_a_clear_message() {
             "cloudConfigSecret.key must be a Secret key",
         ),
         (
-            &["--set", "podLabels.app=other"],
-            "podLabels must not set \"app\"",
+            &["--set", "podLabels.app\\.kubernetes\\.io/instance=other"],
+            "podLabels must not set \"app.kubernetes.io/instance\"",
         ),
         (
             &[
@@ -1575,4 +1639,257 @@ async fn helm_install_creates_the_release_and_helm_uninstall_removes_it() {
     let roles: kube::Api<k8s_openapi::api::rbac::v1::ClusterRole> = kube::Api::all(c.client());
     assert!(sas.get_opt(RELEASE).await.expect("get").is_none());
     assert!(roles.get_opt(RELEASE).await.expect("get").is_none());
+}
+
+/// `helm template` with `args`, parsed.
+fn rendered(helm: &Path, args: &[&str]) -> Vec<Value> {
+    yaml_docs(&run(&mut template_cmd(helm, args)))
+}
+
+fn named_docs<'a>(docs: &'a [Value], k: &str) -> Vec<&'a Value> {
+    docs.iter().filter(|d| kind(d) == k).collect()
+}
+
+/// The names, labels and toggles an operator knows from `helm create`:
+/// nameOverride/fullnameOverride, the selector pair, the standard labels,
+/// replicaCount, serviceAccount.create/name, rbac.create, affinity and the
+/// security contexts.
+#[test]
+fn the_chart_follows_helm_s_conventions_for_names_labels_and_toggles() {
+    let helm = helm();
+    let docs = rendered(&helm, &[]);
+    let deployment = find(&docs, "Deployment");
+    let selector = serde_json::json!({
+        "app.kubernetes.io/name": "cloud-route-controller",
+        "app.kubernetes.io/instance": RELEASE,
+    });
+    assert_eq!(deployment["spec"]["selector"]["matchLabels"], selector);
+    for d in &docs {
+        let labels = &d["metadata"]["labels"];
+        for key in [
+            "app.kubernetes.io/name",
+            "app.kubernetes.io/instance",
+            "app.kubernetes.io/version",
+            "app.kubernetes.io/component",
+            "app.kubernetes.io/managed-by",
+            "helm.sh/chart",
+        ] {
+            assert!(labels[key].is_string(), "{} lacks {key}: {labels}", kind(d));
+        }
+    }
+
+    let docs = rendered(
+        &helm,
+        &["--set", "nameOverride=routes", "--set", "replicaCount=3"],
+    );
+    let deployment = find(&docs, "Deployment");
+    assert_eq!(
+        deployment["metadata"]["name"],
+        "cloud-route-controller-routes"
+    );
+    assert_eq!(deployment["spec"]["replicas"], 3);
+    assert_eq!(
+        deployment["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"],
+        "routes"
+    );
+    let docs = rendered(&helm, &["--set", "fullnameOverride=crc"]);
+    for d in docs
+        .iter()
+        .filter(|d| ["Deployment", "ServiceAccount", "ClusterRole"].contains(&kind(d)))
+    {
+        assert_eq!(d["metadata"]["name"], "crc", "{}", kind(d));
+    }
+
+    // An existing ServiceAccount and RBAC granted by hand.
+    let docs = rendered(
+        &helm,
+        &[
+            "--set",
+            "serviceAccount.create=false",
+            "--set",
+            "serviceAccount.name=routes-sa",
+            "--set",
+            "rbac.create=false",
+        ],
+    );
+    assert!(named_docs(&docs, "ServiceAccount").is_empty());
+    for k in RBAC_KINDS {
+        assert!(
+            named_docs(&docs, k).is_empty(),
+            "{k} rendered with rbac.create=false"
+        );
+    }
+    assert_eq!(pod_spec(&docs)["serviceAccountName"], "routes-sa");
+    let docs = rendered(&helm, &["--set", "serviceAccount.name=mine"]);
+    assert_eq!(pod_spec(&docs)["serviceAccountName"], "mine");
+    assert_eq!(find(&docs, "ServiceAccount")["metadata"]["name"], "mine");
+    let binding = named_docs(&docs, "ClusterRoleBinding")[0];
+    assert_eq!(binding["subjects"][0]["name"], "mine");
+
+    // affinity replaces the default anti-affinity; the contexts are values.
+    let docs = rendered(&helm, &[]);
+    assert!(pod_spec(&docs)["affinity"]["podAntiAffinity"].is_object());
+    let docs = rendered(
+        &helm,
+        &[
+            "--set",
+            "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key=node-role.kubernetes.io/control-plane",
+            "--set",
+            "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator=Exists",
+            "--set",
+            "podSecurityContext.runAsUser=1000",
+            "--set",
+            "securityContext.readOnlyRootFilesystem=false",
+        ],
+    );
+    let pod = pod_spec(&docs);
+    assert!(pod["affinity"]["podAntiAffinity"].is_null());
+    assert!(pod["affinity"]["nodeAffinity"].is_object());
+    assert_eq!(pod["securityContext"]["runAsUser"], 1000);
+    assert_eq!(
+        container(&docs)["securityContext"]["readOnlyRootFilesystem"],
+        false
+    );
+}
+
+/// The cloud-controller-manager's own config, from its existing ConfigMap
+/// by name and key, reaches `--cloud-config` beside the chart's YAML.
+#[test]
+fn the_cloud_config_can_come_from_the_ccms_existing_configmap() {
+    let helm = helm();
+    let docs = rendered(
+        &helm,
+        &[
+            "-f",
+            example("aws").to_str().expect("utf-8 path"),
+            "--set",
+            "cloudConfigConfigMap.existingConfigMap=aws-cloud-config",
+            "--set",
+            "cloudConfigConfigMap.key=cloud.conf",
+        ],
+    );
+    let args = args_of(&docs);
+    assert!(
+        args.contains(
+            &"--cloud-config=/etc/cloud-route-controller-configmap/cloud.conf".to_string()
+        ),
+        "{args:?}"
+    );
+    let volume = named(&pod_spec(&docs)["volumes"], "cloud-config-configmap");
+    assert_eq!(volume["configMap"]["name"], "aws-cloud-config");
+    assert_eq!(volume["configMap"]["items"][0]["key"], "cloud.conf");
+    let mount = named(&container(&docs)["volumeMounts"], "cloud-config-configmap");
+    assert_eq!(mount["mountPath"], "/etc/cloud-route-controller-configmap");
+    // With no cloudConfig of the chart's own, the ConfigMap alone.
+    let docs = rendered(
+        &helm,
+        &[
+            "-f",
+            example("aws").to_str().expect("utf-8 path"),
+            "--set",
+            "cloudConfigConfigMap.existingConfigMap=aws-cloud-config",
+            "--set",
+            "cloudConfig=",
+        ],
+    );
+    let configs: Vec<String> = args_of(&docs)
+        .into_iter()
+        .filter(|a| a.starts_with("--cloud-config="))
+        .collect();
+    assert_eq!(
+        configs,
+        ["--cloud-config=/etc/cloud-route-controller-configmap/cloud.conf"]
+    );
+}
+
+/// The monitoring objects, rendered for a release of another name: they
+/// select the release's pods, scrape the secure port over HTTPS with a
+/// token, carry the release's labels plus `monitoring.labels`, and the rule
+/// is deploy/monitoring/alerts.rules.yaml.
+#[test]
+fn the_chart_monitoring_objects_select_the_release_and_scrape_its_secure_port() {
+    let helm = helm();
+    let args = [
+        "--set",
+        "monitoring.labels.release=kube-prometheus-stack",
+        "--set",
+        "monitoring.podMonitor.enabled=true",
+        "--set",
+        "monitoring.podMonitor.tokenSecret=scrape-token",
+        "--set",
+        "monitoring.serviceMonitor.enabled=true",
+        "--set",
+        "monitoring.prometheusRule.enabled=true",
+        "--set",
+        "monitoring.metricsReader.enabled=true",
+        "--set",
+        "monitoring.metricsReader.subjects[0].name=prometheus",
+        "--set",
+        "monitoring.metricsReader.subjects[0].namespace=monitoring",
+    ];
+    let out = run(Command::new(&helm)
+        .args([
+            "template",
+            "routes",
+            chart().to_str().expect("utf-8 path"),
+            "-n",
+            NAMESPACE,
+        ])
+        .args(args));
+    let docs = yaml_docs(&out);
+    let selector = find(&docs, "Deployment")["spec"]["selector"]["matchLabels"].clone();
+    assert_eq!(selector["app.kubernetes.io/instance"], "routes");
+    let pm = find(&docs, "PodMonitor");
+    assert_eq!(pm["spec"]["selector"]["matchLabels"], selector);
+    assert_eq!(pm["metadata"]["labels"]["release"], "kube-prometheus-stack");
+    assert_eq!(
+        pm["metadata"]["labels"]["app.kubernetes.io/instance"],
+        "routes"
+    );
+    let ep = &pm["spec"]["podMetricsEndpoints"][0];
+    assert_eq!(ep["port"], "https");
+    assert_eq!(ep["scheme"], "https");
+    assert_eq!(ep["authorization"]["credentials"]["name"], "scrape-token");
+    let port = &container(&docs)["ports"][0];
+    assert_eq!(
+        port["name"], "https",
+        "the PodMonitor's port is the container's"
+    );
+    let svc = find(&docs, "Service");
+    assert_eq!(svc["spec"]["selector"], selector);
+    assert_eq!(svc["spec"]["ports"][0]["targetPort"], "https");
+    let sm = find(&docs, "ServiceMonitor");
+    assert_eq!(sm["spec"]["selector"]["matchLabels"], selector);
+    assert_eq!(sm["spec"]["endpoints"][0]["scheme"], "https");
+    assert_eq!(
+        sm["spec"]["endpoints"][0]["bearerTokenFile"],
+        "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    );
+    let reader = named_docs(&docs, "ClusterRole")
+        .into_iter()
+        .find(|r| r["metadata"]["name"] == "routes-cloud-route-controller-metrics-reader")
+        .expect("the metrics reader");
+    assert_eq!(reader["rules"][0]["nonResourceURLs"][0], "/metrics");
+    let rule = find(&docs, "PrometheusRule");
+    let file = std::fs::read_to_string(common::repo().join("deploy/monitoring/alerts.rules.yaml"))
+        .expect("read the rules file");
+    let groups: Value = serde_yaml_ng::from_str(&file).expect("the rules file is YAML");
+    assert_eq!(
+        rule["spec"]["groups"], groups["groups"],
+        "the chart's rule is the rules file"
+    );
+    let copy =
+        std::fs::read_to_string(chart().join("files/alerts.rules.yaml")).expect("the chart's copy");
+    assert_eq!(
+        copy, file,
+        "deploy/helm/cloud-route-controller/files/alerts.rules.yaml is a copy of deploy/monitoring/alerts.rules.yaml"
+    );
+    // Off by default: the chart needs no Prometheus Operator.
+    let defaults = rendered(&helm, &[]);
+    for k in ["PodMonitor", "ServiceMonitor", "PrometheusRule", "Service"] {
+        assert!(
+            named_docs(&defaults, k).is_empty(),
+            "{k} rendered by default"
+        );
+    }
 }

@@ -1,27 +1,45 @@
-{{/* The objects' name: the release name if it contains the chart's name, else "<release>-<chart>". */}}
+{{/* The chart's name, or nameOverride. */}}
+{{- define "crc.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The objects' name: fullnameOverride, else the release name if it contains the name, else "<release>-<name>". */}}
 {{- define "crc.fullname" -}}
 {{- if .Values.fullnameOverride -}}
 {{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
-{{- else if contains .Chart.Name .Release.Name -}}
+{{- else -}}
+{{- $name := include "crc.name" . -}}
+{{- if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
-{{/* The pod selector: stable across upgrades. */}}
+{{/* The pod selector (Helm's pair). Immutable on a Deployment: see the chart README's upgrade notes. */}}
 {{- define "crc.selectorLabels" -}}
-app: {{ include "crc.fullname" . }}
+app.kubernetes.io/name: {{ include "crc.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
-{{/* Labels on every object: the same two as deploy/kustomization.yaml, plus Helm's. */}}
+{{/* Labels on every object: the selector pair, what deploy/kustomization.yaml adds, and Helm's. */}}
 {{- define "crc.labels" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}
-app.kubernetes.io/part-of: cloud-route-controller
-app.kubernetes.io/instance: {{ .Release.Name }}
+{{ include "crc.selectorLabels" . }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: route-controller
+app.kubernetes.io/part-of: cloud-route-controller
 app.kubernetes.io/managed-by: {{ .Release.Service }}
-helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end -}}
+
+{{/* The ServiceAccount the pods run as. */}}
+{{- define "crc.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "crc.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- required "serviceAccount.name must name an existing ServiceAccount when serviceAccount.create is false" .Values.serviceAccount.name -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The credentials Secret's name, or "" when no credentials come from a Secret. */}}
@@ -33,9 +51,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 {{- end -}}
 
-{{/* Whether the ConfigMap (cloudConfig) is rendered: always, unless a Secret alone holds the config. */}}
+{{/* Whether the ConfigMap (cloudConfig) is rendered: always, unless an existing Secret or ConfigMap alone holds the config. */}}
 {{- define "crc.configMap" -}}
-{{- if or (not .Values.cloudConfigSecret.existingSecret) .Values.cloudConfig -}}
+{{- if or (not (or .Values.cloudConfigSecret.existingSecret .Values.cloudConfigConfigMap.existingConfigMap)) .Values.cloudConfig -}}
 true
 {{- end -}}
 {{- end -}}
@@ -52,8 +70,19 @@ true
 {{- if gt (len .Values.clusterCIDRs) 2 -}}
 {{- fail (printf "clusterCIDRs takes one CIDR, or one IPv4 and one IPv6 CIDR; got %d" (len .Values.clusterCIDRs)) -}}
 {{- end -}}
-{{- if and (gt (int .Values.replicas) 1) (not .Values.leaderElection.enabled) -}}
-{{- fail (printf "replicas is %d but leaderElection.enabled is false: several replicas without a Lease would all change routes" (int .Values.replicas)) -}}
+{{- if hasKey .Values "replicas" -}}
+{{- fail "replicas was renamed replicaCount, as in Helm's own charts" -}}
+{{- end -}}
+{{- if and (gt (int .Values.replicaCount) 1) (not .Values.leaderElection.enabled) -}}
+{{- fail (printf "replicaCount is %d but leaderElection.enabled is false: several replicas without a Lease would all change routes" (int .Values.replicaCount)) -}}
+{{- end -}}
+{{- if and .Values.cloudConfigSecret.existingSecret .Values.cloudConfigConfigMap.existingConfigMap -}}
+{{- fail "cloudConfigSecret.existingSecret and cloudConfigConfigMap.existingConfigMap both name the provider's own config file: set one" -}}
+{{- end -}}
+{{- if .Values.cloudConfigConfigMap.existingConfigMap -}}
+{{- if not (regexMatch "^[-._a-zA-Z0-9]+$" (toString .Values.cloudConfigConfigMap.key)) -}}
+{{- fail (printf "cloudConfigConfigMap.key must be a ConfigMap key (letters, digits, '-', '_', '.'); got %q" (toString .Values.cloudConfigConfigMap.key)) -}}
+{{- end -}}
 {{- end -}}
 {{- if and .Values.credentials.create .Values.credentials.existingSecret -}}
 {{- fail "credentials: set either create: true (with data) or existingSecret, not both" -}}
@@ -74,8 +103,10 @@ true
 {{- fail (printf "cloudConfigSecret.key must be a Secret key (letters, digits, '-', '_', '.'), the file's name in /etc/cloud-route-controller-secret; got %q" (toString .Values.cloudConfigSecret.key)) -}}
 {{- end -}}
 {{- end -}}
-{{- if hasKey .Values.podLabels "app" -}}
-{{- fail "podLabels must not set \"app\": it is the Deployment's pod selector" -}}
+{{- range $k, $_ := .Values.podLabels -}}
+{{- if has $k (list "app.kubernetes.io/name" "app.kubernetes.io/instance") -}}
+{{- fail (printf "podLabels must not set %q: it is part of the Deployment's pod selector" $k) -}}
+{{- end -}}
 {{- end -}}
 {{- $names := list "POD_NAME" "POD_NAMESPACE" -}}
 {{- range concat .Values.credentials.env .Values.extraEnv -}}
@@ -87,7 +118,7 @@ true
 {{- end -}}
 {{- $names = append $names .name -}}
 {{- end -}}
-{{- $volumes := list "cloud-config" "cloud-config-secret" -}}
+{{- $volumes := list "cloud-config" "cloud-config-secret" "cloud-config-configmap" "serving-cert" -}}
 {{- range .Values.extraVolumes -}}
 {{- if has .name $volumes -}}
 {{- fail (printf "extraVolumes: the volume name %s is taken (the chart's own, or listed twice)" (toString .name)) -}}
