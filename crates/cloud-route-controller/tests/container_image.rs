@@ -233,7 +233,6 @@ fn check_sbom(sbom: &Value) {
         "criterion",
         "test-cluster",
         "test-server",
-        "rcgen",
         "cc",
         "cmake",
     ] {

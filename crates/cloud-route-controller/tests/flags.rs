@@ -523,3 +523,60 @@ fn help_lists_every_flag() {
         );
     }
 }
+
+/// The flags README's flag table names: every backticked `--flag` in the
+/// first column of its rows.
+fn readme_flags() -> std::collections::BTreeSet<String> {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
+        .expect("read README.md");
+    let table = readme
+        .split("| flag | default | |")
+        .nth(1)
+        .expect("README's flag table");
+    let mut flags = std::collections::BTreeSet::new();
+    for row in table.lines().skip(1).take_while(|l| l.starts_with('|')) {
+        let first = row.split('|').nth(1).unwrap_or("");
+        for token in first.split('`').skip(1).step_by(2) {
+            if token.starts_with("--") {
+                flags.insert(token.to_string());
+            }
+        }
+    }
+    flags
+}
+
+/// README's flag table and `run --help` name the same flags: none missing
+/// from the table, none in it that the binary does not take.
+#[test]
+fn the_readme_flag_table_names_every_flag_of_run_and_no_other() {
+    let home = TempDir::new("flags-readme");
+    let help = help_of(&home, &["run", "--help"]);
+    let mut helped = std::collections::BTreeSet::new();
+    for line in help.lines() {
+        let l = line.trim_start();
+        let l = l.strip_prefix("-v, ").unwrap_or(l);
+        let l = l.strip_prefix("-h, ").unwrap_or(l);
+        if let Some(rest) = l.strip_prefix("--") {
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .collect();
+            if name != "help" {
+                helped.insert(format!("--{name}"));
+            }
+        }
+    }
+    let documented = readme_flags();
+    let missing: Vec<&String> = helped.difference(&documented).collect();
+    assert!(missing.is_empty(), "README's flag table lacks {missing:?}");
+    // Aliases (--log-format) and --version are in the top-level help.
+    let top = help_of(&home, &["--help"]);
+    let unknown: Vec<&String> = documented
+        .difference(&helped)
+        .filter(|f| !top.contains(f.as_str()))
+        .collect();
+    assert!(
+        unknown.is_empty(),
+        "README's flag table names flags the binary lacks: {unknown:?}"
+    );
+}

@@ -1893,3 +1893,188 @@ fn the_chart_monitoring_objects_select_the_release_and_scrape_its_secure_port() 
         );
     }
 }
+
+/// The chart as it was before its selector became Helm's pair (the last
+/// commit with `app: <fullname>`): what an existing release runs today.
+const PREVIOUS_CHART_COMMIT: &str = "5454565";
+
+/// An existing release of the previous chart upgrades as the chart README's
+/// upgrade notes say: `helm upgrade` alone is refused (a Deployment's
+/// selector is immutable), deleting the Deployment first lets it through,
+/// and the new Deployment selects with `app.kubernetes.io/name` +
+/// `/instance`; the ServiceAccount, RBAC and Lease role are kept.
+#[tokio::test]
+async fn a_release_of_the_previous_chart_upgrades_after_its_deployment_is_deleted() {
+    let c = TestCluster::acquire()
+        .await
+        .expect("the local control plane");
+    let kubeconfig = c.kubeconfig_path().to_owned();
+    let helm = helm();
+    let dir = TempDir::new("helm-upgrade");
+    let previous = dir.path().join("previous");
+    std::fs::create_dir_all(&previous).expect("mkdir");
+    let archive = dir.path().join("previous.tar");
+    run(Command::new("git")
+        .arg("-C")
+        .arg(common::repo())
+        .args(["archive", "--format=tar", "-o"])
+        .arg(&archive)
+        .arg(PREVIOUS_CHART_COMMIT)
+        .arg("deploy/helm/cloud-route-controller"));
+    run(Command::new("tar")
+        .arg("-xf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(&previous));
+    let previous_chart = previous.join("deploy/helm/cloud-route-controller");
+    let helm_cmd = |args: &[&str]| {
+        let mut cmd = Command::new(&helm);
+        cmd.args(args)
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .env("HELM_CACHE_HOME", dir.path().join("cache"))
+            .env("HELM_CONFIG_HOME", dir.path().join("config"))
+            .env("HELM_DATA_HOME", dir.path().join("data"));
+        cmd
+    };
+    let path = |p: &Path| p.to_str().expect("utf-8 path").to_string();
+    let old_values = path(&previous_chart.join("examples/hcloud.yaml"));
+    run(&mut helm_cmd(&[
+        "install",
+        RELEASE,
+        &path(&previous_chart),
+        "-n",
+        NAMESPACE,
+        "-f",
+        &old_values,
+    ]));
+    let checked = std::panic::AssertUnwindSafe(async {
+        let deployments: kube::Api<k8s_openapi::api::apps::v1::Deployment> =
+            kube::Api::namespaced(c.client(), NAMESPACE);
+        let before = deployments.get(RELEASE).await.expect("the old Deployment");
+        let old_selector = before
+            .spec
+            .expect("spec")
+            .selector
+            .match_labels
+            .unwrap_or_default();
+        assert_eq!(
+            old_selector.get("app").map(String::as_str),
+            Some(RELEASE),
+            "the previous chart's selector"
+        );
+        let new_values = path(&example("hcloud"));
+        let chart_dir = path(&chart());
+        let refused = helm_cmd(&[
+            "upgrade",
+            RELEASE,
+            &chart_dir,
+            "-n",
+            NAMESPACE,
+            "-f",
+            &new_values,
+        ])
+        .output()
+        .expect("run helm");
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(
+            !refused.status.success(),
+            "upgraded over an immutable selector"
+        );
+        assert!(stderr.contains("field is immutable"), "{stderr}");
+        // The upgrade note's step: routes stay as they are while no replica
+        // runs; nothing deletes them.
+        run(Command::new(kubectl_bin())
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args([
+                "-n",
+                NAMESPACE,
+                "delete",
+                "deployment",
+                RELEASE,
+                "--wait=true",
+            ]));
+        run(&mut helm_cmd(&[
+            "upgrade",
+            RELEASE,
+            &chart_dir,
+            "-n",
+            NAMESPACE,
+            "-f",
+            &new_values,
+        ]));
+        let after = deployments.get(RELEASE).await.expect("the new Deployment");
+        let selector = after
+            .spec
+            .expect("spec")
+            .selector
+            .match_labels
+            .unwrap_or_default();
+        assert_eq!(
+            selector.get("app.kubernetes.io/name").map(String::as_str),
+            Some("cloud-route-controller")
+        );
+        assert_eq!(
+            selector
+                .get("app.kubernetes.io/instance")
+                .map(String::as_str),
+            Some(RELEASE)
+        );
+        assert!(!selector.contains_key("app"));
+        let sas: kube::Api<k8s_openapi::api::core::v1::ServiceAccount> =
+            kube::Api::namespaced(c.client(), NAMESPACE);
+        sas.get(RELEASE).await.expect("the ServiceAccount is kept");
+        let status = run(&mut helm_cmd(&["status", RELEASE, "-n", NAMESPACE]));
+        assert!(status.contains("STATUS: deployed"), "{status}");
+    });
+    let result = futures::FutureExt::catch_unwind(checked).await;
+    run(&mut helm_cmd(&["uninstall", RELEASE, "-n", NAMESPACE]));
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// The chart README's values table is what `scripts/chart-readme.py` makes
+/// of values.yaml now, and every value in it says what it does.
+#[test]
+fn the_chart_readme_values_table_is_generated_from_values_yaml_and_describes_every_value() {
+    let out = Command::new("python3")
+        .arg(common::repo().join("scripts/chart-readme.py"))
+        .arg("--check")
+        .output()
+        .expect("run scripts/chart-readme.py");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let readme = std::fs::read_to_string(chart().join("README.md")).expect("the chart's README");
+    let table = readme
+        .split("<!-- values:begin -->")
+        .nth(1)
+        .and_then(|t| t.split("<!-- values:end -->").next())
+        .expect("the values table");
+    let rows: Vec<&str> = table.lines().filter(|l| l.starts_with("| `")).collect();
+    assert!(rows.len() > 40, "{table}");
+    for row in &rows {
+        let description = row.rsplit('|').nth(1).unwrap_or("").trim();
+        assert!(
+            !description.is_empty(),
+            "a value without a description: {row}"
+        );
+    }
+    let values: Value = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(chart().join("values.yaml")).expect("values.yaml"),
+    )
+    .expect("values.yaml is YAML");
+    for key in values.as_object().expect("a map").keys() {
+        assert!(
+            rows.iter()
+                .any(|r| r.starts_with(&format!("| `{key}`"))
+                    || r.starts_with(&format!("| `{key}."))),
+            "{key} is not in the chart README's table"
+        );
+    }
+}
