@@ -568,8 +568,18 @@ mod tests {
 
     #[test]
     fn defaults_match_the_cloud_controller_manager() {
-        let r = run(&["--cluster-cidr", "10.244.0.0/16"]);
+        let r = run(&["--cluster-cidr", "10.244.0.0/16", "--cloud-provider", "aws"]);
         assert_eq!(r.cluster.cluster_name, "kubernetes");
+        assert_eq!(r.serving.secure_port, 10260);
+        assert_eq!(
+            r.serving.authorization_always_allow_paths,
+            "/healthz,/readyz,/livez"
+        );
+        assert_eq!(
+            r.plain_metrics_address().unwrap(),
+            None,
+            "no plain HTTP unless asked"
+        );
         assert_eq!(r.route_reconciliation_period, Duration::from_secs(10));
         assert_eq!(r.min_resync_period, Duration::from_secs(12 * 3600));
         assert_eq!(r.route_target_discovery_period, Duration::from_secs(300));
@@ -620,7 +630,9 @@ mod tests {
     #[test]
     fn cluster_cidr_rules() {
         for ok in ["10.244.0.0/16", "10.244.0.0/16,fd00::/48"] {
-            run(&["--cluster-cidr", ok]).validate().unwrap();
+            run(&["--cluster-cidr", ok, "--cloud-provider", "memory"])
+                .validate()
+                .unwrap();
         }
         for bad in [
             "",
@@ -631,6 +643,32 @@ mod tests {
             assert!(run(&["--cluster-cidr", bad]).validate().is_err(), "{bad:?}");
         }
         assert!(run(&[]).validate().is_err(), "--cluster-cidr is required");
+    }
+
+    #[test]
+    fn no_cloud_provider_is_refused_and_a_bare_metrics_port_binds_loopback() {
+        let e = run(&["--cluster-cidr", "10.0.0.0/8"])
+            .validate()
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("--cloud-provider is required"),
+            "{e}"
+        );
+        let r = run(&["--metrics-bind-address", "10261"]);
+        assert_eq!(
+            r.plain_metrics_address().unwrap(),
+            Some("127.0.0.1:10261".parse().unwrap())
+        );
+        let r = run(&[
+            "--cluster-cidr",
+            "10.0.0.0/8",
+            "--cloud-provider",
+            "memory",
+            "--metrics-bind-address",
+            "0.0.0.0:10260",
+        ]);
+        let e = r.validate().unwrap_err();
+        assert!(e.to_string().contains("name the same port"), "{e}");
     }
 
     #[test]
