@@ -411,6 +411,10 @@ const OPERATOR_CRDS: &[(&str, &str)] = &[
         "monitoring.coreos.com_podmonitors.yaml",
         "podmonitors.monitoring.coreos.com",
     ),
+    (
+        "monitoring.coreos.com_servicemonitors.yaml",
+        "servicemonitors.monitoring.coreos.com",
+    ),
 ];
 
 /// The directory of the prometheus-operator module (downloaded on first use).
@@ -533,6 +537,63 @@ async fn the_prometheusrule_and_podmonitor_apply_against_the_operators_crds() {
     assert!(ok, "{out}");
     let (ok, out) = kubectl(&[&["delete"][..], &files[..]].concat());
     assert!(ok, "{out}");
+
+    // The chart's monitoring objects, rendered with every toggle on, apply
+    // against the same CRDs.
+    let rendered = Command::new(common::gotool("helm"))
+        .args(["template", "cloud-route-controller"])
+        .arg(common::repo().join("deploy/helm/cloud-route-controller"))
+        .args([
+            "-n",
+            "kube-system",
+            "--show-only",
+            "templates/podmonitor.yaml",
+            "--show-only",
+            "templates/servicemonitor.yaml",
+            "--show-only",
+            "templates/prometheusrule.yaml",
+            "--show-only",
+            "templates/metrics-reader.yaml",
+            "--set",
+            "monitoring.podMonitor.enabled=true",
+            "--set",
+            "monitoring.podMonitor.tokenSecret=scrape-token",
+            "--set",
+            "monitoring.serviceMonitor.enabled=true",
+            "--set",
+            "monitoring.prometheusRule.enabled=true",
+            "--set",
+            "monitoring.metricsReader.enabled=true",
+            "--set",
+            "monitoring.metricsReader.subjects[0].name=prometheus",
+            "--set",
+            "monitoring.metricsReader.subjects[0].namespace=monitoring",
+        ])
+        .output()
+        .expect("run helm");
+    assert!(
+        rendered.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rendered.stderr)
+    );
+    let chart_dir = TempDir::new("chart-monitoring");
+    let chart_file = chart_dir.path().join("monitoring.yaml");
+    std::fs::write(&chart_file, &rendered.stdout).expect("write");
+    let chart_file = chart_file.to_str().expect("utf-8 path");
+    let (ok, out) = kubectl(&["apply", "--dry-run=server", "-f", chart_file]);
+    assert!(ok, "{out}");
+    for object in [
+        "podmonitor.monitoring.coreos.com/cloud-route-controller",
+        "servicemonitor.monitoring.coreos.com/cloud-route-controller",
+        "prometheusrule.monitoring.coreos.com/cloud-route-controller",
+        "service/cloud-route-controller-metrics",
+        "clusterrole.rbac.authorization.k8s.io/cloud-route-controller-metrics-reader",
+    ] {
+        assert!(
+            out.contains(&format!("{object} created (server dry run)")),
+            "{object}: {out}"
+        );
+    }
 
     // The CRD's schema is really applied: a rule whose `for` is no duration is refused.
     let dir = TempDir::new("bad-promrule");
