@@ -29,7 +29,12 @@ fn paths(text: &str) -> Vec<&str> {
 
 #[test]
 fn every_path_the_docs_name_exists() {
-    for doc in ["CONTRIBUTING.md", "README.md"] {
+    for doc in [
+        "CONTRIBUTING.md",
+        "README.md",
+        "docs/troubleshooting.md",
+        "deploy/helm/cloud-route-controller/README.md",
+    ] {
         let text = std::fs::read_to_string(root().join(doc)).expect("read the doc");
         let named = paths(&text);
         assert!(!named.is_empty(), "{doc} names no paths?");
@@ -106,4 +111,73 @@ fn every_test_the_ownership_table_names_is_defined_where_it_says() {
         }
     }
     assert!(pinned >= 5, "every provider's row names a test: {pinned}");
+}
+
+/// The anchors GitHub gives the headings of a Markdown text.
+fn anchors(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix('#'))
+        .map(|h| {
+            h.trim_start_matches('#')
+                .trim()
+                .to_lowercase()
+                .chars()
+                .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
+                .map(|c| if c == ' ' { '-' } else { c })
+                .collect()
+        })
+        .collect()
+}
+
+/// The troubleshooting page answers every condition reason, every Warning
+/// reason and every alert, each alert's `runbook_url` points at its
+/// section, and every in-page link lands on a heading.
+#[test]
+fn troubleshooting_covers_every_reason_warning_and_alert_and_runbook_urls_land_on_it() {
+    let page = std::fs::read_to_string(root().join("docs/troubleshooting.md")).expect("read it");
+    let headings = anchors(&page);
+    for c in route_core::NetworkCondition::ALL {
+        assert!(
+            headings.contains(&c.reason().to_lowercase()),
+            "docs/troubleshooting.md has no section for the condition reason {}",
+            c.reason()
+        );
+    }
+    for r in route_controller::warnings::Reason::ALL {
+        assert!(
+            page.contains(&format!("| `{}` |", r.as_str())),
+            "docs/troubleshooting.md's Warning table lacks {}",
+            r.as_str()
+        );
+    }
+    for file in [
+        "deploy/monitoring/alerts.rules.yaml",
+        "deploy/monitoring/prometheusrule.yaml",
+    ] {
+        let rules = std::fs::read_to_string(root().join(file)).expect("read the rules");
+        let mut alerts = 0;
+        for alert in rules
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("- alert: "))
+        {
+            alerts += 1;
+            let url = format!(
+                "runbook_url: https://github.com/cloud-route-controller/cloud-route-controller/blob/main/docs/troubleshooting.md#{}",
+                alert.to_lowercase()
+            );
+            assert!(rules.contains(&url), "{file}: {alert} lacks {url}");
+            assert!(
+                headings.contains(&alert.to_lowercase()),
+                "docs/troubleshooting.md has no section for {alert}"
+            );
+        }
+        assert!(alerts >= 9, "{file}: {alerts} alerts");
+    }
+    for link in page.split("](#").skip(1) {
+        let anchor = link.split(')').next().unwrap_or("");
+        assert!(
+            headings.iter().any(|h| h == anchor),
+            "docs/troubleshooting.md links to #{anchor}, which is no heading"
+        );
+    }
 }
