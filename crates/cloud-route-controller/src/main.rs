@@ -7,7 +7,6 @@ mod duration;
 mod health;
 mod http;
 mod kube_client;
-mod leader;
 mod logging;
 mod plan_command;
 mod providers;

@@ -8,6 +8,7 @@ use std::sync::atomic::AtomicBool;
 
 use prometheus_client::registry::Registry;
 use route_cloud::BootClock;
+use route_controller::leader::{self, KubeLeases, LeaseConfig};
 use route_controller::{
     BackoffConfig, Controller, ControllerConfig, Fence, KubeStatusWriter, Metrics, NodeStore,
     Timing, pick_resync,
@@ -19,7 +20,6 @@ use tracing::{error, info, warn};
 
 use crate::cli::RunArgs;
 use crate::health::Health;
-use crate::leader::{self, LeaseConfig};
 use crate::{http, kube_client, providers, secure};
 
 /// KEP-5237's least time between two full passes.
@@ -102,8 +102,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         // `leader-election` client: its own rate limit and connections, so
         // no amount of status, Event or watch traffic queues a renewal.
         let lease_client = kube_client::client(&args.cluster).await?;
+        let leases = KubeLeases::new(lease_client, &cfg.namespace, &cfg.name);
         Some(tokio::spawn(leader::run(
-            lease_client,
+            leases,
             cfg,
             leader_tx.clone(),
             fence.clone(),

@@ -25,6 +25,7 @@ pub mod execute;
 pub mod forwarding;
 pub mod gate;
 pub mod latency;
+pub mod leader;
 pub mod metrics;
 pub mod nodes;
 #[cfg(test)]

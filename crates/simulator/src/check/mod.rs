@@ -8,8 +8,10 @@
 //! renewals, refusals for stopped instances, API-server outages, lost
 //! forwarding prerequisites, route tables tagged and untagged, quotas,
 //! whole-table writes that meet another writer, a Node watch held back or
-//! relisting from a stale cache, and a second live replica sharing the
-//! Lease — each class switched on or off by [`Faults`]. [`run_case`] plays it, on tokio's paused
+//! relisting from a stale cache, a second live replica sharing the
+//! Lease, and Lease requests answered slowly while the binary's own
+//! election runs against them ([`lease`]) — each class switched on or off
+//! by [`Faults`]. [`run_case`] plays it, on tokio's paused
 //! clock, against the unchanged [`Controller`] in the seed's mode, with the
 //! memory cloud behind a wrapper ([`cloud`]) that checks every call:
 //!
@@ -32,7 +34,9 @@
 //!   repaired within [`FORWARDING_REPAIR_SLACK`] past the drift period;
 //! * no Node reads `RouteCreated` for longer than the drift period plus
 //!   [`DRIFT_SLACK`] while a route it claims, removed behind the
-//!   controller's back, is missing from the cloud.
+//!   controller's back, is missing from the cloud;
+//! * the election keeps a Lease nobody else wants while every Lease request
+//!   is answered within a quarter of the renew deadline.
 //!
 //! After every step the foreign routes must still be there, unchanged. Once
 //! the last step and the last fault are over, the run goes on for a stated
@@ -45,6 +49,7 @@
 
 pub mod cloud;
 pub mod expect;
+pub mod lease;
 pub mod steps;
 
 use std::collections::BTreeMap;
@@ -211,6 +216,10 @@ pub enum Kind {
     /// route it claims was removed behind the controller's back, and the
     /// route was still missing.
     RouteCreatedPastDrift,
+    /// The election lost its Lease although every Lease request was
+    /// answered within a quarter of the renew deadline and nobody else
+    /// wanted it (`slow_lease_api`).
+    LeaseLostToSlowAnswers,
 }
 
 /// One broken invariant.
@@ -373,6 +382,7 @@ enum Window {
     ApiOutage,
     Quota,
     Watch(CatchUp),
+    LeaseSlow,
 }
 
 #[derive(Debug, Clone)]
@@ -435,6 +445,8 @@ struct Driver<'a> {
     resync: Duration,
     /// The controller's drift period; zero with the drift check off.
     drift: Duration,
+    /// The latency of the `slow_lease_api` election's Lease store.
+    lease_latency: Arc<std::sync::atomic::AtomicU64>,
 }
 
 fn view_of(spec: &NodeSpec) -> NodeView {
@@ -658,6 +670,9 @@ impl Driver<'_> {
                 Window::ApiOutage => self.api.set_outage(false),
                 Window::Quota => self.cloud.set_max_routes(None),
                 Window::Watch(end) => self.api.release_watch(end),
+                Window::LeaseSlow => self
+                    .lease_latency
+                    .store(lease::BASE_LATENCY_MS, std::sync::atomic::Ordering::SeqCst),
             },
             Act::LeaseExpires => lock(&self.world).lease_held = false,
             Act::Regain => {
@@ -908,6 +923,11 @@ impl Driver<'_> {
             Step::Slow { ms, duration } => {
                 self.set_latency(ms);
                 self.later(at + duration, Act::End(Window::Slow));
+            }
+            Step::LeaseSlow { ms, duration } => {
+                self.lease_latency
+                    .store(ms, std::sync::atomic::Ordering::SeqCst);
+                self.later(at + duration, Act::End(Window::LeaseSlow));
             }
             Step::ApiOutage { duration } => {
                 self.api.set_outage(true);
@@ -1487,7 +1507,20 @@ async fn drive(case: &Case, options: &Options) -> Outcome {
         extras: 0,
         resync,
         drift: options.drift.unwrap_or(DRIFT),
+        lease_latency: Arc::new(std::sync::atomic::AtomicU64::new(lease::BASE_LATENCY_MS)),
     };
+    // The binary's election against slow Lease answers, when the case has them.
+    let election_stop = CancellationToken::new();
+    let election = case
+        .steps
+        .iter()
+        .any(|s| matches!(s.step, Step::LeaseSlow { .. }))
+        .then(|| {
+            lease::start(
+                lease::SlowLeases::new(d.lease_latency.clone()),
+                election_stop.clone(),
+            )
+        });
     for i in 0..case.steps.len() {
         d.later(case.steps[i].at, Act::Step(i));
     }
@@ -1596,6 +1629,25 @@ async fn drive(case: &Case, options: &Options) -> Outcome {
     tokio::time::sleep_until(start + checked_at).await;
     d.check_final();
     stop.cancel();
+    if let Some(e) = election {
+        let lost = e.lost.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some((when, why)) = lost {
+            lock(&world).violations.push(Violation {
+                at: when.saturating_duration_since(start),
+                kind: Kind::LeaseLostToSlowAnswers,
+                detail: format!(
+                    "the election ended ({why}) though no Lease request took more than {} ms",
+                    lease::MAX_LATENCY_MS
+                ),
+            });
+        } else if !e.won.load(std::sync::atomic::Ordering::SeqCst) {
+            lock(&world).violation(
+                Kind::LeaseLostToSlowAnswers,
+                "the election never won the Lease nobody else wanted".into(),
+            );
+        }
+    }
+    election_stop.cancel();
 
     let minimum = d.minimum.values().sum();
     let mut w = lock(&world);

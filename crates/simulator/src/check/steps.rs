@@ -93,11 +93,16 @@ pub struct Faults {
     /// leader's renewals stall past the lease duration, and the rival's
     /// own renewals stall too.
     pub rival: bool,
+    /// Windows in which every Lease request takes 0.3 s up to a quarter of
+    /// the renew deadline, as an API server busy with the leader's own
+    /// condition burst answers: the binary's election runs against them
+    /// and must keep the Lease ([`super::lease`]).
+    pub slow_lease_api: bool,
 }
 
 impl Faults {
     /// Every class, by its name on the command line.
-    pub const NAMES: [&'static str; 23] = [
+    pub const NAMES: [&'static str; 24] = [
         "recreate",
         "new_instance",
         "late_data",
@@ -121,6 +126,7 @@ impl Faults {
         "batch",
         "watch_delay",
         "rival",
+        "slow_lease_api",
     ];
 
     /// No fault class: Nodes come and go, nothing else happens.
@@ -148,6 +154,7 @@ impl Faults {
         batch: false,
         watch_delay: false,
         rival: false,
+        slow_lease_api: false,
     };
 
     /// Every fault class.
@@ -175,6 +182,7 @@ impl Faults {
         batch: true,
         watch_delay: true,
         rival: true,
+        slow_lease_api: true,
     };
 
     fn slot(&mut self, name: &str) -> Option<&mut bool> {
@@ -202,6 +210,7 @@ impl Faults {
             "batch" => &mut self.batch,
             "watch_delay" => &mut self.watch_delay,
             "rival" => &mut self.rival,
+            "slow_lease_api" => &mut self.slow_lease_api,
             _ => return None,
         })
     }
@@ -453,6 +462,13 @@ pub enum Step {
         /// Time without a renewal.
         stall: Duration,
     },
+    /// Every Lease request takes `ms` milliseconds, for a while.
+    LeaseSlow {
+        /// Latency of each Lease read and write.
+        ms: u64,
+        /// How long.
+        duration: Duration,
+    },
     /// The Node watch delivers nothing for `duration`; then `end` happens.
     WatchDelay {
         /// How long events are held back.
@@ -477,7 +493,8 @@ impl Step {
             | Step::RivalStall { stall: duration }
             | Step::ApiOutage { duration }
             | Step::Quota { duration, .. }
-            | Step::WatchDelay { duration, .. } => Some(*duration),
+            | Step::WatchDelay { duration, .. }
+            | Step::LeaseSlow { duration, .. } => Some(*duration),
             Step::Timeouts { .. } => Some(Duration::ZERO),
             _ => None,
         }
@@ -583,6 +600,9 @@ impl fmt::Display for Step {
                 f,
                 "the next {n} whole-table writes meet another writer (412) and must read again"
             ),
+            Step::LeaseSlow { ms, duration } => {
+                write!(f, "every Lease request takes {ms}ms for {duration:?}")
+            }
             Step::WatchDelay { duration, end } => write!(
                 f,
                 "the Node watch delivers nothing for {duration:?}, then {}",
@@ -694,7 +714,7 @@ struct Gen {
     ips: u32,
     extras: u32,
     /// Per window kind, when the current window ends (windows of one kind never overlap).
-    busy: [Duration; 12],
+    busy: [Duration; 13],
     /// The run's forwarding style (`forwarding_lost`).
     forwarding: Option<ForwardingStyle>,
     /// Instances numbered up to this one have had their prerequisite drawn.
@@ -972,6 +992,7 @@ impl Gen {
             (f.batch, 11),
             (f.watch_delay, 12),
             (self.rival, 13),
+            (f.slow_lease_api, 14),
         ] {
             if on {
                 choices.push(c);
@@ -1100,6 +1121,14 @@ impl Gen {
                 }
                 self.push(at, Step::RivalStall { stall });
             }
+            14 => {
+                let duration = self.secs(10, 60);
+                if !self.window(12, at, duration) {
+                    return;
+                }
+                let ms = self.rng.random_range(300..=super::lease::MAX_LATENCY_MS);
+                self.push(at, Step::LeaseSlow { ms, duration });
+            }
             _ => {
                 let duration = self.secs(1, 30);
                 if !self.window(10, at, duration) {
@@ -1177,7 +1206,7 @@ pub fn generate(seed: u64, faults: Faults, mode: Option<Mode>) -> Case {
         instances: 0,
         ips: 0,
         extras: 0,
-        busy: [Duration::ZERO; 12],
+        busy: [Duration::ZERO; 13],
         forwarding: None,
         drawn: 0,
         forwarding_off: Vec::new(),

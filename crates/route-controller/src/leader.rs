@@ -13,6 +13,11 @@
 //! again. The leader that cannot renew within the renew deadline reports the
 //! loss; the binary then exits so it restarts clean.
 
+//!
+//! The Lease is read and written through a [`LeaseStore`]: [`KubeLeases`]
+//! on the API server, an in-memory store with answers as slow as a fault
+//! says in the model checker.
+
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -29,32 +34,102 @@ use tracing::{info, warn};
 /// Settings (the `--leader-elect-*` flags).
 #[derive(Debug, Clone)]
 pub struct LeaseConfig {
+    /// `--leader-elect-resource-namespace`.
     pub namespace: String,
+    /// `--leader-elect-resource-name`.
     pub name: String,
+    /// `--leader-elect-identity`: this replica's name in the Lease.
     pub identity: String,
+    /// `--leader-elect-lease-duration`: how long others wait for a renewal.
     pub lease_duration: Duration,
+    /// `--leader-elect-renew-deadline`: how long the leader keeps trying.
     pub renew_deadline: Duration,
+    /// `--leader-elect-retry-period`: how often it renews.
     pub retry_period: Duration,
 }
 
 /// Why leadership ended.
 #[derive(Debug, thiserror::Error)]
 pub enum LeaderError {
+    /// No renewal succeeded within the renew deadline, or another holds the Lease.
     #[error("lost leadership: could not renew the Lease {0} within the renew deadline")]
     Lost(String),
+}
+
+/// Why a Lease request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// 409: someone wrote the Lease since it was read (or it exists already).
+    #[error("conflict")]
+    Conflict,
+    /// Anything else: the API server could not be asked, refused, timed out.
+    #[error("{0}")]
+    Other(String),
+}
+
+/// Reads and writes the one Lease of an election.
+pub trait LeaseStore: Send + Sync {
+    /// The Lease, or `None` when it does not exist.
+    fn get(&self) -> impl Future<Output = Result<Option<Lease>, StoreError>> + Send;
+    /// Creates it; [`StoreError::Conflict`] when it exists.
+    fn create(&self, lease: &Lease) -> impl Future<Output = Result<Lease, StoreError>> + Send;
+    /// Replaces it if its `resourceVersion` is still the one read;
+    /// [`StoreError::Conflict`] otherwise.
+    fn replace(&self, lease: &Lease) -> impl Future<Output = Result<Lease, StoreError>> + Send;
+}
+
+/// The Lease `name` in `namespace` on the API server.
+pub struct KubeLeases {
+    api: Api<Lease>,
+    name: String,
+}
+
+impl KubeLeases {
+    /// The Lease `name` in `namespace`, through `client`.
+    pub fn new(client: kube::Client, namespace: &str, name: &str) -> Self {
+        Self {
+            api: Api::namespaced(client, namespace),
+            name: name.to_string(),
+        }
+    }
+}
+
+fn store_error(e: kube::Error) -> StoreError {
+    match e {
+        kube::Error::Api(a) if a.code == 409 => StoreError::Conflict,
+        e => StoreError::Other(e.to_string()),
+    }
+}
+
+impl LeaseStore for KubeLeases {
+    async fn get(&self) -> Result<Option<Lease>, StoreError> {
+        self.api.get_opt(&self.name).await.map_err(store_error)
+    }
+    async fn create(&self, lease: &Lease) -> Result<Lease, StoreError> {
+        self.api
+            .create(&PostParams::default(), lease)
+            .await
+            .map_err(store_error)
+    }
+    async fn replace(&self, lease: &Lease) -> Result<Lease, StoreError> {
+        // `replace` sends metadata.resourceVersion: a concurrent writer makes it fail.
+        self.api
+            .replace(&self.name, &PostParams::default(), lease)
+            .await
+            .map_err(store_error)
+    }
 }
 
 /// Runs the election until `shutdown`; publishes leadership on `tx` and
 /// extends `fence` (a [`Fence::leased`]) on every renewal. Returns `Err` if
 /// leadership, once held, was lost.
 pub async fn run(
-    client: kube::Client,
+    api: impl LeaseStore,
     cfg: LeaseConfig,
     tx: watch::Sender<bool>,
     fence: Fence,
     shutdown: CancellationToken,
 ) -> Result<(), LeaderError> {
-    let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
     let mut observed: Option<(String, Option<MicroTime>, Option<i32>)> = None;
     let mut observed_at = Instant::now();
     // On the fence's clock, which counts time this process was stopped.
@@ -151,14 +226,14 @@ enum Round {
 
 /// One round: whether this process holds the Lease after it.
 async fn try_acquire_or_renew(
-    api: &Api<Lease>,
+    api: &impl LeaseStore,
     cfg: &LeaseConfig,
     observed: &mut Observed,
     observed_at: &mut Instant,
-) -> Result<Round, kube::Error> {
+) -> Result<Round, StoreError> {
     let now = MicroTime(Timestamp::now());
     let secs = i32::try_from(cfg.lease_duration.as_secs()).unwrap_or(i32::MAX);
-    let current = match api.get_opt(&cfg.name).await? {
+    let current = match api.get().await? {
         Some(l) => l,
         None => {
             let lease = Lease {
@@ -176,9 +251,9 @@ async fn try_acquire_or_renew(
                     ..Default::default()
                 }),
             };
-            return match api.create(&PostParams::default(), &lease).await {
+            return match api.create(&lease).await {
                 Ok(_) => Ok(Round::Holds),
-                Err(kube::Error::Api(e)) if e.code == 409 => Ok(Round::Conflict),
+                Err(StoreError::Conflict) => Ok(Round::Conflict),
                 Err(e) => Err(e),
             };
         }
@@ -209,8 +284,7 @@ async fn try_acquire_or_renew(
     s.renew_time = Some(now);
     s.lease_duration_seconds = Some(secs);
     next.spec = Some(s);
-    // `replace` sends metadata.resourceVersion: a concurrent writer makes it fail.
-    match api.replace(&cfg.name, &PostParams::default(), &next).await {
+    match api.replace(&next).await {
         Ok(l) => {
             let sp = l.spec.unwrap_or_default();
             *observed = Some((
@@ -221,14 +295,14 @@ async fn try_acquire_or_renew(
             *observed_at = Instant::now();
             Ok(Round::Holds)
         }
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(Round::Conflict),
+        Err(StoreError::Conflict) => Ok(Round::Conflict),
         Err(e) => Err(e),
     }
 }
 
 /// Gives the Lease up on clean shutdown so another replica takes over at once.
-async fn release(api: &Api<Lease>, cfg: &LeaseConfig) {
-    let Ok(Some(mut l)) = api.get_opt(&cfg.name).await else {
+async fn release(api: &impl LeaseStore, cfg: &LeaseConfig) {
+    let Ok(Some(mut l)) = api.get().await else {
         return;
     };
     let Some(s) = l.spec.as_mut() else { return };
@@ -238,7 +312,7 @@ async fn release(api: &Api<Lease>, cfg: &LeaseConfig) {
     s.holder_identity = None;
     s.renew_time = Some(MicroTime(Timestamp::now()));
     s.lease_duration_seconds = Some(1);
-    match api.replace(&cfg.name, &PostParams::default(), &l).await {
+    match api.replace(&l).await {
         Ok(_) => info!(lease = %cfg.name, "released the Lease"),
         Err(e) => warn!(error = %e, lease = %cfg.name, "could not release the Lease"),
     }
@@ -249,14 +323,14 @@ mod tests {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
 
+    use crate::{
+        BackoffConfig, Controller, ControllerConfig, Mode, NodeEvent, NodeStore,
+        RecordingStatusWriter, Timing,
+    };
     use http::{Request, Response, StatusCode};
     use kube::client::Body;
     use provider_memory::{MemoryCloud, Operation};
     use route_cloud::{CloudRoutes, TokioClock};
-    use route_controller::{
-        BackoffConfig, Controller, ControllerConfig, Mode, NodeEvent, NodeStore,
-        RecordingStatusWriter, Timing,
-    };
     use route_core::{NodeAddress, NodeView, PlanConfig, parse_cluster_cidrs};
 
     use super::*;
@@ -323,7 +397,11 @@ mod tests {
         let shutdown = CancellationToken::new();
         let t0 = Instant::now();
         let election = tokio::spawn(run(
-            lease_api(stall.clone()),
+            KubeLeases::new(
+                lease_api(stall.clone()),
+                "kube-system",
+                "cloud-route-controller",
+            ),
             cfg,
             tx,
             fence.clone(),
@@ -350,12 +428,12 @@ mod tests {
                     period: Duration::from_secs(10),
                     min_interval: Duration::from_secs(10),
                     resync: Duration::from_secs(3600),
-                    discovery: route_controller::schedule::DEFAULT_DISCOVERY_PERIOD,
+                    discovery: crate::schedule::DEFAULT_DISCOVERY_PERIOD,
                     drift: std::time::Duration::ZERO,
                 },
                 backoff: BackoffConfig::default(),
                 status_concurrency: 4,
-                deletion_grace: route_controller::controller::DEFAULT_DELETION_GRACE,
+                deletion_grace: crate::controller::DEFAULT_DELETION_GRACE,
             },
             nodes.clone(),
             Arc::new(cloud.clone()) as Arc<dyn CloudRoutes>,
@@ -467,7 +545,11 @@ mod tests {
         let (tx, rx) = watch::channel(false);
         let shutdown = CancellationToken::new();
         let election = tokio::spawn(run(
-            slow_lease_api(Duration::from_millis(800)),
+            KubeLeases::new(
+                slow_lease_api(Duration::from_millis(800)),
+                "kube-system",
+                "cloud-route-controller",
+            ),
             cfg,
             tx,
             fence.clone(),
