@@ -1790,6 +1790,8 @@ async fn malformed_and_truncated_provider_answers_are_clear_errors() {
                     "--leader-elect=false",
                     "--metrics-bind-address",
                     "0",
+                    // The test's Node is the hcloud case's (hcloud://1).
+                    "--unsafe-memory-provider-on-cloud-nodes",
                 ]
                 .iter()
                 .map(|s| s.to_string())
