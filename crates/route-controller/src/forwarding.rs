@@ -36,10 +36,28 @@ use crate::warnings::Warning;
 pub const RECHECK: Duration = Duration::from_secs(300);
 
 /// A Node asked about: when its prerequisite, found disabled, is read
-/// again (whether it is disabled lives on the Node's view).
+/// again (whether it is disabled lives on the Node's view), and what the
+/// Node said about its instance when it was asked ([`data_stamp`]).
 #[derive(Debug, Clone, Copy)]
 struct Known {
     recheck: Option<Instant>,
+    data: u64,
+}
+
+/// What a provider finds a Node's instance by: its `spec.providerID` and
+/// addresses. A Node asked before they arrived (the external cloud
+/// provider sets them seconds after registration) got no answer; once they
+/// change it is asked again, or its first route would read `RouteCreated`
+/// on a prerequisite nobody read.
+fn data_stamp(n: &NodeView) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    n.provider_id.hash(&mut h);
+    for a in &n.addresses {
+        a.kind.hash(&mut h);
+        a.address.hash(&mut h);
+    }
+    h.finish()
 }
 
 /// The Nodes one pass asks about.
@@ -117,6 +135,13 @@ impl Prerequisites {
             .iter()
             .filter(|n| !n.pod_cidrs.is_empty() && !n.deleting)
         {
+            if self
+                .known
+                .get(&n.uid)
+                .is_some_and(|k| k.data != data_stamp(n))
+            {
+                self.known.remove(&n.uid);
+            }
             let known = self.known.get_mut(&n.uid);
             let recheck = known
                 .as_ref()
@@ -160,6 +185,7 @@ impl Prerequisites {
         for n in by_name.values() {
             self.known.entry(n.uid.clone()).or_insert(Known {
                 recheck: n.forwarding_disabled.then_some(now + RECHECK),
+                data: data_stamp(n),
             });
         }
         let mut out = Findings::default();
@@ -201,9 +227,7 @@ impl Prerequisites {
                     true
                 }
             };
-            *known = Known {
-                recheck: disabled.then_some(now + RECHECK),
-            };
+            known.recheck = disabled.then_some(now + RECHECK);
             if disabled != was {
                 out.changed.push((n.name.clone(), n.uid.clone(), disabled));
             }
@@ -290,6 +314,36 @@ mod tests {
         );
         let due = p.due(&nodes, |_| true, now + Duration::from_secs(7200));
         assert_eq!(due.fresh.len(), 1, "routed now: read at the resync");
+    }
+
+    /// Found by the checker (seed 3334 of 10,000, every class): a Node
+    /// registered without its providerID was asked once (the provider could
+    /// not answer), counted as asked, and never asked again; once its
+    /// providerID arrived and a freed pod CIDR got it a route, it read
+    /// `RouteCreated` on an instance whose prerequisite was off, until the
+    /// next full read.
+    #[tokio::test(start_paused = true)]
+    async fn a_node_asked_before_its_provider_id_arrived_is_asked_again_once_it_has_one() {
+        let mut p = Prerequisites::new(Duration::from_secs(3600));
+        let now = Instant::now();
+        let bare = node("a");
+        let due = p.due(std::slice::from_ref(&bare), |_| false, now);
+        assert_eq!(due.new.len(), 1);
+        p.absorb(&due, vec![], |_| false, now);
+        assert!(
+            p.due(
+                std::slice::from_ref(&bare),
+                |_| false,
+                now + Duration::from_secs(10)
+            )
+            .is_empty(),
+            "unchanged: not asked again"
+        );
+        let with_id = Arc::new((*bare).clone().with_provider_id("gce://p/z/a"));
+        let due = p.due(&[with_id.clone()], |_| false, now + Duration::from_secs(20));
+        assert_eq!(due.new.len(), 1, "its instance is known now: asked again");
+        let found = p.absorb(&due, vec![("a".into(), disabled())], |_| true, now);
+        assert_eq!(found.changed, [("a".into(), "uid-a".into(), true)]);
     }
 
     /// Found by the checker (seed 842): a Node found disabled whose route

@@ -699,8 +699,13 @@ impl Driver<'_> {
                         self.fence.renewed(self.fence.mark(), RENEW_DEADLINE);
                     }
                     // The latest pass had changes cut off and none started since.
-                    w.cut_off_pass
-                        .filter(|p| *p == w.passes_started && w.checked.told_leader)
+                    // Only if the answer reopened the fence: in a rival run the
+                    // answer of a renewal sent before a long stall comes back
+                    // past its own deadline (the fence counts from the send),
+                    // and the replica must not write again (seed 174 of 10,000).
+                    w.cut_off_pass.filter(|p| {
+                        *p == w.passes_started && w.checked.told_leader && self.fence.is_open()
+                    })
                 };
                 if let Some(pass) = check {
                     self.later(at + REDO_BOUND, Act::CheckRedo(at, pass));
