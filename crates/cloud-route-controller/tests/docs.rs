@@ -1,6 +1,7 @@
-//! The contributor docs point at real things: every path CONTRIBUTING.md and
-//! README.md name exists, and every test CONTRIBUTING.md says checks a row
-//! is defined where it says.
+//! The docs point at real things: every path CONTRIBUTING.md, README.md and
+//! docs/ name exists, every relative link lands on a file (and a heading),
+//! and every test CONTRIBUTING.md says checks a row is defined where it
+//! says.
 
 use std::path::Path;
 
@@ -29,15 +30,21 @@ fn paths(text: &str) -> Vec<&str> {
 
 #[test]
 fn every_path_the_docs_name_exists() {
-    for doc in [
+    let mut docs: Vec<String> = [
         "CONTRIBUTING.md",
         "README.md",
-        "docs/troubleshooting.md",
+        "CHANGELOG.md",
+        "SECURITY.md",
         "deploy/helm/cloud-route-controller/README.md",
-    ] {
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    docs.extend(markdown_in("docs"));
+    for doc in &docs {
+        let doc = doc.as_str();
         let text = std::fs::read_to_string(root().join(doc)).expect("read the doc");
         let named = paths(&text);
-        assert!(!named.is_empty(), "{doc} names no paths?");
         let missing: Vec<&str> = named
             .into_iter()
             .filter(|p| !root().join(p).exists())
@@ -73,14 +80,15 @@ fn every_check_contributing_names_is_a_test_that_exists() {
     );
 }
 
-/// README's table of which routes each provider can ever delete names, per
-/// row, the tests that pin it; each is defined in the file named beside it.
+/// docs/operating.md's table of which routes each provider can ever delete
+/// names, per row, the tests that pin it; each is defined in the file
+/// named beside it.
 #[test]
 fn every_test_the_ownership_table_names_is_defined_where_it_says() {
-    let text = std::fs::read_to_string(root().join("README.md")).expect("read the doc");
+    let text = std::fs::read_to_string(root().join("docs/operating.md")).expect("read the doc");
     let table = text
         .split_once("| provider | deleted when inside `--cluster-cidr`")
-        .expect("README's ownership table")
+        .expect("docs/operating.md's ownership table")
         .1;
     let mut pinned = 0;
     for row in table
@@ -180,4 +188,66 @@ fn troubleshooting_covers_every_reason_warning_and_alert_and_runbook_urls_land_o
             "docs/troubleshooting.md links to #{anchor}, which is no heading"
         );
     }
+}
+
+/// The Markdown files under `dir` (relative to the repository).
+fn markdown_in(dir: &str) -> Vec<String> {
+    let mut out: Vec<String> = std::fs::read_dir(root().join(dir))
+        .expect("the docs directory")
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "md"))
+        .map(|p| {
+            format!(
+                "{dir}/{}",
+                p.file_name().unwrap_or_default().to_string_lossy()
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Every relative Markdown link of README.md, CONTRIBUTING.md and docs/
+/// lands on a file, and on a heading of it when it names one.
+#[test]
+fn every_relative_link_of_the_docs_lands_on_a_file_and_heading() {
+    let mut docs: Vec<String> = [
+        "README.md",
+        "CONTRIBUTING.md",
+        "CHANGELOG.md",
+        "SECURITY.md",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    docs.extend(markdown_in("docs"));
+    let mut broken = Vec::new();
+    for doc in &docs {
+        let text = std::fs::read_to_string(root().join(doc)).expect("read the doc");
+        let dir = Path::new(doc).parent().unwrap_or(Path::new(""));
+        for link in text.split("](").skip(1) {
+            let target = link.split(')').next().unwrap_or("");
+            if target.contains("://") || target.starts_with("mailto:") || target.contains(' ') {
+                continue;
+            }
+            let (file, anchor) = target.split_once('#').unwrap_or((target, ""));
+            let path = if file.is_empty() {
+                root().join(doc)
+            } else {
+                root().join(dir).join(file)
+            };
+            if !path.exists() {
+                broken.push(format!("{doc}: {target} (no such file)"));
+                continue;
+            }
+            if !anchor.is_empty() && path.extension().is_some_and(|x| x == "md") {
+                let linked = std::fs::read_to_string(&path).expect("read the linked doc");
+                if !anchors(&linked).iter().any(|a| a == anchor) {
+                    broken.push(format!("{doc}: {target} (no such heading)"));
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
 }

@@ -524,15 +524,16 @@ fn help_lists_every_flag() {
     }
 }
 
-/// The flags README's flag table names: every backticked `--flag` in the
+/// The flags docs/flags.md's flag table names: every backticked `--flag` in the
 /// first column of its rows.
 fn readme_flags() -> std::collections::BTreeSet<String> {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
-        .expect("read README.md");
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/flags.md"))
+            .expect("read docs/flags.md");
     let table = readme
         .split("| flag | default | |")
         .nth(1)
-        .expect("README's flag table");
+        .expect("docs/flags.md's flag table");
     let mut flags = std::collections::BTreeSet::new();
     for row in table.lines().skip(1).take_while(|l| l.starts_with('|')) {
         let first = row.split('|').nth(1).unwrap_or("");
@@ -545,7 +546,7 @@ fn readme_flags() -> std::collections::BTreeSet<String> {
     flags
 }
 
-/// README's flag table and `run --help` name the same flags: none missing
+/// docs/flags.md's flag table and `run --help` name the same flags: none missing
 /// from the table, none in it that the binary does not take.
 #[test]
 fn the_readme_flag_table_names_every_flag_of_run_and_no_other() {
@@ -568,7 +569,10 @@ fn the_readme_flag_table_names_every_flag_of_run_and_no_other() {
     }
     let documented = readme_flags();
     let missing: Vec<&String> = helped.difference(&documented).collect();
-    assert!(missing.is_empty(), "README's flag table lacks {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "docs/flags.md's flag table lacks {missing:?}"
+    );
     // Aliases (--log-format) and --version are in the top-level help.
     let top = help_of(&home, &["--help"]);
     let unknown: Vec<&String> = documented
@@ -577,6 +581,6 @@ fn the_readme_flag_table_names_every_flag_of_run_and_no_other() {
         .collect();
     assert!(
         unknown.is_empty(),
-        "README's flag table names flags the binary lacks: {unknown:?}"
+        "docs/flags.md's flag table names flags the binary lacks: {unknown:?}"
     );
 }

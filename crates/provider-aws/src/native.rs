@@ -2,7 +2,7 @@
 //! `[Global]` section and `[ServiceOverride "N"]` sections live in),
 //! translated into [`AwsConfig`]'s keys. Key meanings follow
 //! kubernetes/cloud-provider-aws `pkg/providers/v1/config/config.go` and
-//! `aws.go`; the README's table lists each key and what it does here.
+//! `aws.go`; docs/providers.md's table lists each key and what it does here.
 
 use ccm_config::{Ini, NativeConfig, Reader};
 

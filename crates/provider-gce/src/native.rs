@@ -1,7 +1,7 @@
 //! cloud-provider-gcp's own `--cloud-config` (`gce.conf`, the gcfg INI file
 //! whose `[global]` section it reads), translated into [`GceConfig`]'s keys.
 //! Key meanings follow kubernetes/cloud-provider-gcp `providers/gce/gce.go`
-//! (`ConfigGlobal`, `GenerateCloudConfig`, `CreateGCECloud`); the README's
+//! (`ConfigGlobal`, `GenerateCloudConfig`, `CreateGCECloud`); docs/providers.md's
 //! table lists each key and what it does here.
 //!
 //! [`GceConfig`]: crate::GceConfig

@@ -4,7 +4,7 @@
 //! kubernetes/cloud-provider-openstack `pkg/client/client.go` (`AuthOpts`),
 //! `pkg/openstack/openstack.go` and its
 //! `docs/openstack-cloud-controller-manager/using-openstack-cloud-controller-manager.md`;
-//! the README's table lists each key and what it does here.
+//! docs/providers.md's table lists each key and what it does here.
 //!
 //! `use-clouds` keeps its meaning: the entry of a `clouds.yaml` fills what
 //! `[Global]` leaves unset ([`CloudsYaml`], read by the provider at start).

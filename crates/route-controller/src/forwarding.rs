@@ -340,7 +340,11 @@ mod tests {
             "unchanged: not asked again"
         );
         let with_id = Arc::new((*bare).clone().with_provider_id("gce://p/z/a"));
-        let due = p.due(&[with_id.clone()], |_| false, now + Duration::from_secs(20));
+        let due = p.due(
+            std::slice::from_ref(&with_id),
+            |_| false,
+            now + Duration::from_secs(20),
+        );
         assert_eq!(due.new.len(), 1, "its instance is known now: asked again");
         let found = p.absorb(&due, vec![("a".into(), disabled())], |_| true, now);
         assert_eq!(found.changed, [("a".into(), "uid-a".into(), true)]);

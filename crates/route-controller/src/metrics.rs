@@ -10,7 +10,7 @@
 //! [`route_cloud::RequestStats`] at scrape time, so they count real API
 //! requests (an action poll is a request too), not controller intentions.
 //! Every metric is in base units (seconds) and listed, with its type and
-//! labels, in the README's metrics table, which a test checks against
+//! labels, in docs/operating.md's metrics table, which a test checks against
 //! what `/metrics` renders.
 
 use std::fmt::Write as _;
@@ -616,7 +616,7 @@ mod tests {
         families
     }
 
-    /// The README's metrics table: metric, type and label names per row.
+    /// docs/operating.md's metrics table: metric, type and label names per row.
     fn documented() -> BTreeMap<String, (String, BTreeSet<String>)> {
         crate::readme::table("| metric | type | labels | what it counts |")
             .into_iter()
@@ -663,7 +663,7 @@ mod tests {
         assert_eq!(
             rendered(&text),
             documented(),
-            "README.md's metrics table must match what /metrics renders:\n{text}"
+            "docs/operating.md's metrics table must match what /metrics renders:\n{text}"
         );
     }
 

@@ -1,13 +1,13 @@
-//! Test support: the tables of the project's README, which tests check
-//! against the code (the Warning reasons, the metrics).
+//! Test support: the tables of the operator docs (`docs/operating.md`),
+//! which tests check against the code (the Warning reasons, the metrics).
 
-/// The rows of the README table whose header row is `header`, each as its
+/// The rows of the docs/operating.md table whose header row is `header`, each as its
 /// trimmed cells.
 pub(crate) fn table(header: &str) -> Vec<Vec<String>> {
-    let readme = include_str!("../../../README.md");
+    let readme = include_str!("../../../docs/operating.md");
     let start = readme
         .find(header)
-        .unwrap_or_else(|| panic!("README.md has no table headed {header:?}"));
+        .unwrap_or_else(|| panic!("docs/operating.md has no table headed {header:?}"));
     readme[start..]
         .lines()
         .map(str::trim_start)

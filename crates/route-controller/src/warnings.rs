@@ -1,6 +1,6 @@
 //! Warning Events: every one the controller can emit is built here.
 //!
-//! [`Reason`] lists them all, with the sentence the README's Warning table
+//! [`Reason`] lists them all, with the sentence docs/operating.md's Warning table
 //! shows for each (a test checks the table against this type). A
 //! [`Warning`] is built by one constructor per reason, so the wording of a
 //! reason lives in one place; the status step emits them
@@ -56,7 +56,7 @@ pub enum Reason {
 }
 
 impl Reason {
-    /// Every reason, in the order of the README's table.
+    /// Every reason, in the order of docs/operating.md's table.
     pub const ALL: [Reason; 12] = [
         Reason::FailedToCreateRoute,
         Reason::FailedToDeleteRoute,
@@ -539,7 +539,7 @@ mod tests {
             .collect();
         assert_eq!(
             rows, expected,
-            "README.md's Warning Events table must list Reason::ALL with Reason::when"
+            "docs/operating.md's Warning Events table must list Reason::ALL with Reason::when"
         );
     }
 }
