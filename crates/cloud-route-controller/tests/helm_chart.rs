@@ -68,6 +68,19 @@ fn helm() -> PathBuf {
     common::gotool("helm")
 }
 
+/// `helm <args>` against the cluster of `kubeconfig`, its caches and
+/// repository config in `dir` (the test's), not the user's.
+fn helm_against(helm: &Path, kubeconfig: &Path, dir: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(helm);
+    cmd.args(args)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .env("HELM_CACHE_HOME", dir.join("cache"))
+        .env("HELM_CONFIG_HOME", dir.join("config"))
+        .env("HELM_DATA_HOME", dir.join("data"));
+    cmd
+}
+
 /// Runs a command; its stdout, or a panic with both streams.
 fn run(cmd: &mut Command) -> String {
     let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
@@ -1584,17 +1597,7 @@ async fn helm_install_creates_the_release_and_helm_uninstall_removes_it() {
     let kubeconfig = c.kubeconfig_path().to_owned();
     let helm = helm();
     let dir = TempDir::new("helm-install");
-    let helm_cmd = |args: &[&str]| {
-        let mut cmd = Command::new(&helm);
-        cmd.args(args)
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            // Helm's caches and repository config stay in the test's directory.
-            .env("HELM_CACHE_HOME", dir.path().join("cache"))
-            .env("HELM_CONFIG_HOME", dir.path().join("config"))
-            .env("HELM_DATA_HOME", dir.path().join("data"));
-        cmd
-    };
+    let helm_cmd = |args: &[&str]| helm_against(&helm, &kubeconfig, dir.path(), args);
     let values = example("hcloud");
     let values = values.to_str().expect("utf-8 path");
     let chart_dir = chart();
@@ -1927,16 +1930,7 @@ async fn a_release_of_the_previous_chart_upgrades_after_its_deployment_is_delete
         .arg("-C")
         .arg(&previous));
     let previous_chart = previous.join("deploy/helm/cloud-route-controller");
-    let helm_cmd = |args: &[&str]| {
-        let mut cmd = Command::new(&helm);
-        cmd.args(args)
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .env("HELM_CACHE_HOME", dir.path().join("cache"))
-            .env("HELM_CONFIG_HOME", dir.path().join("config"))
-            .env("HELM_DATA_HOME", dir.path().join("data"));
-        cmd
-    };
+    let helm_cmd = |args: &[&str]| helm_against(&helm, &kubeconfig, dir.path(), args);
     let path = |p: &Path| p.to_str().expect("utf-8 path").to_string();
     let old_values = path(&previous_chart.join("examples/hcloud.yaml"));
     run(&mut helm_cmd(&[

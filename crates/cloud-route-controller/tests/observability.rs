@@ -410,6 +410,36 @@ async fn metrics_and_logs_after_a_scripted_scenario() {
     );
 }
 
+/// A copy of `kubeconfig` in `dir` whose server is a free loopback port, for
+/// a TCP forwarder to the real API server (its certificate is for
+/// 127.0.0.1, so TLS still verifies): the new kubeconfig, that port, and
+/// the real server's address.
+fn via_proxy(
+    kubeconfig: &std::path::Path,
+    dir: &std::path::Path,
+) -> (std::path::PathBuf, u16, String) {
+    let original = std::fs::read_to_string(kubeconfig).expect("read the test kubeconfig");
+    let server_line = original
+        .lines()
+        .find(|l| l.trim_start().starts_with("server: https://127.0.0.1:"))
+        .expect("a loopback server in the test kubeconfig");
+    let upstream = server_line
+        .trim()
+        .trim_start_matches("server: https://")
+        .to_string();
+    let proxy_port = free_port();
+    let path = dir.join("kubeconfig");
+    std::fs::write(
+        &path,
+        original.replace(
+            server_line,
+            &server_line.replace(&upstream, &format!("127.0.0.1:{proxy_port}")),
+        ),
+    )
+    .expect("write the proxied kubeconfig");
+    (path, proxy_port, upstream)
+}
+
 /// Forwards every connection on `listener` to `upstream`.
 async fn forward(listener: TcpListener, upstream: String) {
     while let Ok((mut inbound, _)) = listener.accept().await {
@@ -435,25 +465,7 @@ async fn readyz_waits_for_the_node_cache_and_healthz_does_not() {
     // The controller's kubeconfig names a loopback port where nothing listens
     // yet; later a plain TCP forwarder to the real API server opens there
     // (the server certificate is for 127.0.0.1, so TLS still verifies).
-    let original = std::fs::read_to_string(c.kubeconfig_path()).unwrap();
-    let server_line = original
-        .lines()
-        .find(|l| l.trim_start().starts_with("server: https://127.0.0.1:"))
-        .expect("a loopback server in the test kubeconfig");
-    let upstream = server_line
-        .trim()
-        .trim_start_matches("server: https://")
-        .to_string();
-    let proxy_port = free_port();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        original.replace(
-            server_line,
-            &server_line.replace(&upstream, &format!("127.0.0.1:{proxy_port}")),
-        ),
-    )
-    .unwrap();
+    let (kubeconfig, proxy_port, upstream) = via_proxy(c.kubeconfig_path(), dir.path());
 
     let addr = format!("127.0.0.1:{}", free_port());
     let base = format!("http://{addr}");
@@ -615,25 +627,7 @@ async fn secure_port_401_without_a_token_403_without_rbac_200_with_it_503_withou
     let stranger = kubectl(&["create", "token", "stranger", "-n", "default"]);
 
     // The controller reaches the API server through a proxy it can lose.
-    let original = std::fs::read_to_string(c.kubeconfig_path()).unwrap();
-    let server_line = original
-        .lines()
-        .find(|l| l.trim_start().starts_with("server: https://127.0.0.1:"))
-        .expect("a loopback server in the test kubeconfig");
-    let upstream = server_line
-        .trim()
-        .trim_start_matches("server: https://")
-        .to_string();
-    let proxy_port = free_port();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        original.replace(
-            server_line,
-            &server_line.replace(&upstream, &format!("127.0.0.1:{proxy_port}")),
-        ),
-    )
-    .unwrap();
+    let (kubeconfig, proxy_port, upstream) = via_proxy(c.kubeconfig_path(), dir.path());
     let proxy = Switch::start(proxy_port, upstream).await;
 
     let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
