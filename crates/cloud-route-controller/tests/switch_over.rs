@@ -530,11 +530,47 @@ async fn hcloud_routes_upstream_made_are_taken_over_with_the_ccms_env_and_no_rou
         "configured by the CCM's environment: {log}"
     );
     assert_eq!(routes(), made, "the network is as upstream left it");
-    // No roll-back here: the baseline's hcloud route code, restarted on
-    // routes it made itself and with nothing of ours in between, deletes
-    // and re-adds them (60 delete_route and 58 add_route for 20 Nodes on
-    // the fake, measured), so a roll-back would only measure that: its
-    // server cache (hcloudroutes/servercache.go, the CCM's "all" mode)
-    // counts an empty cache as fresh, so the first list after a start maps
-    // no gateway to a server and every route looks like a blackhole.
+
+    // Rolling back: ours stopped, upstream takes the routes back as they
+    // are, with no route added or deleted in two of its passes. (Its server
+    // cache refreshes when empty, as the CCM's does since #1269: before,
+    // the first list after a start mapped no gateway to a server and every
+    // route looked like a blackhole, deleted and added again.)
+    let before_again = fake.requests();
+    let upstream = Upstream::start(
+        dir.path(),
+        c.kubeconfig_path(),
+        &[
+            "--cloud=hcloud",
+            &format!("--hcloud-endpoint={endpoint}"),
+            &format!("--hcloud-network={NETWORK_NAME}"),
+        ],
+        &env[..1],
+    );
+    let network_reads = |r: &BTreeMap<String, u64>| {
+        r.iter()
+            .filter(|(k, _)| k.contains("network") && !k.contains("route"))
+            .map(|(_, n)| *n)
+            .sum::<u64>()
+    };
+    // Its start reads the network twice (by name, then by id), each pass once.
+    let reads_before = network_reads(&before_again);
+    wait_until(
+        Duration::from_secs(60),
+        "upstream again: its start and two passes over the network",
+        || async { (network_reads(&fake.requests()) >= reads_before + 4).then_some(()) },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", upstream.log_text()));
+    let stats = upstream.stop();
+    let by_upstream_again = by(&fake.requests(), &before_again);
+    eprintln!("rolled back: upstream sent {by_upstream_again:?} (exit stats {stats})");
+    for action in ["add_route", "delete_route"] {
+        assert_eq!(
+            by_upstream_again.get(action).copied().unwrap_or(0),
+            0,
+            "upstream changed what this controller kept: {by_upstream_again:?}"
+        );
+    }
+    assert_eq!(routes(), made, "the network is as it was");
 }

@@ -11,8 +11,11 @@ import (
 // serverCache is the CCM's shared server cache in its default mode "all":
 // a miss or a stale entry refetches every server (GET /servers, 50 a page).
 // Its quirks are kept because they decide the request count:
-//   - All() takes the age of the oldest entry, and an empty cache counts as
-//     fresh, so it refetches only once something was cached;
+//   - All() takes the age of the oldest entry, starting from the zero time,
+//     so an empty cache is refetched (the CCM's internal/cache since
+//     hcloud-cloud-controller-manager #1269, 2026-06-18; before it an empty
+//     cache counted as fresh and the first list after a start mapped no
+//     gateway to a server);
 //   - a lookup that misses after the refresh answers (nil, nil).
 type serverCache struct {
 	client        *hcloud.Client
@@ -52,9 +55,9 @@ func (c *serverCache) All(ctx context.Context, maxAge time.Duration) ([]*hcloud.
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.now()
-	oldest := now
+	var oldest time.Time
 	for _, e := range c.byID {
-		if e.refreshedAt.Before(oldest) {
+		if oldest.IsZero() || e.refreshedAt.Before(oldest) {
 			oldest = e.refreshedAt
 		}
 	}
