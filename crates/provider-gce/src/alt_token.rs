@@ -162,55 +162,7 @@ impl CredentialsProvider for AltToken {
 /// `2026-12-02T10:00:00Z`, `2026-12-02T10:00:00.123456789+01:00`: the
 /// instant, or `None`.
 pub fn parse_rfc3339(s: &str) -> Option<SystemTime> {
-    let (date, rest) = s.split_once(['T', 't'])?;
-    let mut d = date.splitn(3, '-');
-    let (y, m, day): (i64, u32, u32) = (
-        d.next()?.parse().ok()?,
-        d.next()?.parse().ok()?,
-        d.next()?.parse().ok()?,
-    );
-    let (clock, offset_secs) = if let Some(c) = rest.strip_suffix(['Z', 'z']) {
-        (c, 0i64)
-    } else {
-        let at = rest.rfind(['+', '-'])?;
-        let (c, off) = rest.split_at(at);
-        let sign = if off.starts_with('-') { -1 } else { 1 };
-        let (h, mi) = off[1..].split_once(':')?;
-        let (h, mi): (i64, i64) = (h.parse().ok()?, mi.parse().ok()?);
-        if h > 23 || mi > 59 {
-            return None;
-        }
-        (c, sign * (h * 3600 + mi * 60))
-    };
-    let (hms, frac) = clock.split_once('.').unwrap_or((clock, ""));
-    let mut t = hms.splitn(3, ':');
-    let (h, mi, sec): (i64, i64, i64) = (
-        t.next()?.parse().ok()?,
-        t.next()?.parse().ok()?,
-        t.next()?.parse().ok()?,
-    );
-    if !(1..=12).contains(&m) || !(1..=31).contains(&day) || h > 23 || mi > 59 || sec > 60 {
-        return None;
-    }
-    if !frac.chars().all(|c| c.is_ascii_digit()) {
-        return None;
-    }
-    let nanos: u32 = format!("{:0<9}", &frac[..frac.len().min(9)]).parse().ok()?;
-    let days = days_from_civil(y, m, day);
-    let secs = days * 86_400 + h * 3600 + mi * 60 + sec - offset_secs;
-    let secs = u64::try_from(secs).ok()?;
-    Some(SystemTime::UNIX_EPOCH + Duration::new(secs, nanos))
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date.
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let m = i64::from(m);
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(d) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+    s.parse::<jiff::Timestamp>().ok().map(SystemTime::from)
 }
 
 #[cfg(test)]

@@ -231,27 +231,12 @@ fn timestamp() -> String {
     rfc3339(unix_now())
 }
 
-/// An instant (since the Unix epoch) as RFC 3339 with milliseconds.
+/// An instant (since the Unix epoch) as RFC 3339 with milliseconds, in the
+/// `-00:00` form Compute Engine writes.
 fn rfc3339(now: Duration) -> String {
-    let secs = now.as_secs();
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = i64::try_from(days).unwrap_or(0) + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}-00:00",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        now.subsec_millis()
-    )
+    let t = jiff::Timestamp::try_from(SystemTime::UNIX_EPOCH + now)
+        .unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+    format!("{}-00:00", t.strftime("%Y-%m-%dT%H:%M:%S%.3f"))
 }
 
 fn error(status: StatusCode, reason: &str, message: impl Into<String>) -> (StatusCode, Value) {

@@ -414,28 +414,18 @@ fn token_lifetime(doc: &Value) -> Option<Duration> {
         .map(Duration::from_secs)
 }
 
-/// Seconds since the epoch of an ISO 8601 UTC time such as
-/// `2026-11-29T16:20:46.000000Z` (fractions and offsets other than Z ignored).
+/// Seconds since the epoch of an ISO 8601 time such as
+/// `2026-11-29T16:20:46.000000Z`; one without an offset is UTC, as
+/// Keystone means it.
 fn unix_seconds(s: &str) -> Option<i64> {
-    let (date, time) = s.split_once('T')?;
-    let mut d = date.split('-').map(|p| p.parse::<i64>().ok());
-    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
-    let time = time.trim_end_matches('Z');
-    let time = time.split(['.', '+']).next()?;
-    let mut t = time.split(':').map(|p| p.parse::<i64>().ok());
-    let (hh, mm, ss) = (t.next()??, t.next()??, t.next().flatten().unwrap_or(0));
-    if !(1..=12).contains(&m) || !(1..=31).contains(&day) {
-        return None;
-    }
-    // Days from civil (Howard Hinnant's algorithm).
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some(days * 86_400 + hh * 3600 + mm * 60 + ss)
+    let t = s.parse::<jiff::Timestamp>().ok().or_else(|| {
+        let civil: jiff::civil::DateTime = s.parse().ok()?;
+        civil
+            .to_zoned(jiff::tz::TimeZone::UTC)
+            .ok()
+            .map(|z| z.timestamp())
+    })?;
+    Some(t.as_second())
 }
 
 fn retry_after(h: &reqwest::header::HeaderMap) -> Option<Duration> {
