@@ -256,9 +256,7 @@ pub(crate) fn classify(
 }
 
 fn retry_after_header(resp: &reqwest::Response) -> Option<Duration> {
-    let v = resp.headers().get(reqwest::header::RETRY_AFTER)?;
-    let secs: u64 = v.to_str().ok()?.trim().parse().ok()?;
-    Some(Duration::from_secs(secs))
+    provider_kit::retry_after_header(resp.headers())
 }
 
 fn lost_answer(mutating: bool, message: String) -> CloudError {
@@ -272,19 +270,7 @@ fn lost_answer(mutating: bool, message: String) -> CloudError {
 }
 
 pub(crate) fn transport_error(e: &reqwest::Error, mutating: bool) -> CloudError {
-    if e.is_connect() {
-        return CloudError::new(
-            ErrorKind::Transient,
-            format!("cannot reach the memory cloud: {e}"),
-        );
-    }
-    if e.is_timeout() {
-        return CloudError::new(
-            ErrorKind::Timeout,
-            format!("no answer from the memory cloud in time: {e}"),
-        );
-    }
-    lost_answer(mutating, format!("the memory cloud connection failed: {e}"))
+    provider_kit::transport_error("the memory cloud", e, mutating)
 }
 
 #[async_trait]

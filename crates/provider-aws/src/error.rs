@@ -91,10 +91,9 @@ fn kind_of_status(status: u16) -> ErrorKind {
 /// A server-sent `Retry-After` in seconds (EC2 itself does not send one;
 /// proxies and some endpoints do).
 fn retry_after(resp: &HttpResponse) -> Option<Duration> {
-    resp.headers()
-        .get("retry-after")
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .map(|s| Duration::from_secs(s.min(3600)))
+    let v = resp.headers().get("retry-after")?;
+    provider_kit::retry_after(v, std::time::SystemTime::now())
+        .map(|d| d.min(Duration::from_secs(3600)))
 }
 
 /// The credential chain's failure behind an error, if that is what it was.

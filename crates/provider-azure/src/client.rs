@@ -10,7 +10,7 @@
 //! `error_description`.
 
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use reqwest::header::{HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode, Url};
@@ -459,36 +459,22 @@ pub(crate) fn classify(status: StatusCode, headers: &HeaderMap, body: &Value) ->
     }
 }
 
-/// `Retry-After`: delta-seconds or an HTTP date (RFC 9110 §10.2.3); ARM
-/// sends seconds, the upstream client accepts both.
+/// `Retry-After`: delta-seconds or an HTTP date; ARM sends seconds, the
+/// upstream client accepts both.
 pub(crate) fn retry_after(h: &HeaderMap) -> Option<Duration> {
-    let v = h.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?.trim();
-    if let Ok(s) = v.parse::<u64>() {
-        return Some(Duration::from_secs(s));
-    }
-    let at = httpdate::parse_http_date(v).ok()?;
-    // A date has whole seconds: round up, or the retry lands just before
-    // the moment the server meant.
-    let left = at
-        .duration_since(SystemTime::now())
-        .unwrap_or(Duration::ZERO);
-    Some(Duration::from_secs(
-        left.as_secs() + u64::from(left.subsec_nanos() > 0),
-    ))
+    provider_kit::retry_after_header(h)
 }
 
+/// A failure before an answer: ARM writes are whole-table `PUT`s under an
+/// ETag, so retrying one whose answer was lost is safe.
 fn transport_error(e: &reqwest::Error) -> CloudError {
-    if e.is_timeout() {
-        CloudError::new(ErrorKind::Timeout, format!("no answer in time: {e}"))
-    } else if e.is_builder() {
-        CloudError::new(ErrorKind::Permanent, format!("bad request: {e}"))
-    } else {
-        CloudError::new(ErrorKind::Transient, format!("network error: {e}"))
-    }
+    provider_kit::transport_error("ARM request", e, false)
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::SystemTime;
+
     use super::*;
     use serde_json::json;
 

@@ -216,25 +216,7 @@ fn header_f64(headers: &HeaderMap, name: &str) -> Option<f64> {
 /// A failure before an answer arrived. A request that may have reached the
 /// server (anything but a refused connection) is uncertain for a change.
 fn transport_error(op: &str, e: &reqwest::Error, idempotent: bool) -> CloudError {
-    // The token travels in a header, never in the URL, so the error text
-    // (URL and causes) is safe to show.
-    let mut text = format!("{op}: {e}");
-    let mut cause = std::error::Error::source(e);
-    while let Some(c) = cause {
-        text.push_str(": ");
-        text.push_str(&c.to_string());
-        cause = c.source();
-    }
-    if e.is_timeout() {
-        CloudError::new(ErrorKind::Timeout, text)
-    } else if e.is_connect() || idempotent {
-        CloudError::new(ErrorKind::Transient, text)
-    } else {
-        CloudError::new(
-            ErrorKind::Timeout,
-            format!("{text} (the change may have happened)"),
-        )
-    }
+    provider_kit::transport_error(op, e, !idempotent)
 }
 
 /// Classifies an error answer by its API error code, then by HTTP status.

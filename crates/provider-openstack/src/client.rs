@@ -429,23 +429,13 @@ fn unix_seconds(s: &str) -> Option<i64> {
 }
 
 fn retry_after(h: &reqwest::header::HeaderMap) -> Option<Duration> {
-    h.get(reqwest::header::RETRY_AFTER)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse::<u64>()
-        .ok()
-        .map(Duration::from_secs)
+    provider_kit::retry_after_header(h)
 }
 
+/// A failure before an answer: router and port writes carry `If-Match`, so
+/// retrying one whose answer was lost is safe.
 fn transport_error(e: &reqwest::Error) -> CloudError {
-    if e.is_timeout() {
-        CloudError::new(ErrorKind::Timeout, format!("no answer in time: {e}"))
-    } else if e.is_builder() {
-        CloudError::new(ErrorKind::Permanent, format!("bad request URL: {e}"))
-    } else {
-        CloudError::new(ErrorKind::Transient, format!("network error: {e}"))
-    }
+    provider_kit::transport_error("OpenStack request", e, false)
 }
 
 /// The `NeutronError` of an answer: (type, message).
