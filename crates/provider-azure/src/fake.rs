@@ -22,6 +22,7 @@
 //! | `GET /metadata/identity/oauth2/token?api-version=2018-02-01&resource=` with `Metadata: true`; `expires_in` as a string | "How to use managed identities for Azure resources on an Azure VM to acquire an access token" (IMDS) |
 //! | `400 MissingApiVersionParameter` without `api-version`, `401 InvalidAuthenticationToken` without a valid bearer token | ARM's common error answers |
 //! | `GET .../providers/Microsoft.Compute/virtualMachines/{name}?api-version=`: `properties.networkProfile.networkInterfaces[]` as `{id, properties: {primary}}` (`primary` left out when the VM has one NIC), `vmId`, `hardwareProfile`, `provisioningState`; `404 ResourceNotFound` | Azure REST API reference, Compute, "Virtual Machines - Get" (`NetworkInterfaceReference`) |
+//! | `GET .../resourceGroups/{rg}/providers/Microsoft.Network/networkInterfaces?api-version=`: `{value: [NIC, ...]}` as each NIC's `GET` answers it, in one page (no `nextLink`); an empty list for another group | Azure REST API reference, Virtual Network, "Network Interfaces - List" |
 //! | `GET .../providers/Microsoft.Network/networkInterfaces/{name}?api-version=`: `etag`, `properties.enableIPForwarding` (on unless [`FakeAzure::set_ip_forwarding`] turned it off), `primary`, `virtualMachine.id`, `ipConfigurations[].properties.{privateIPAddress, primary, privateIPAddressVersion}`; `404 ResourceNotFound` | Azure REST API reference, Virtual Network, "Network Interfaces - Get" |
 //!
 //! The wire format is checked by the official Azure SDK for Go, not only by
@@ -813,6 +814,16 @@ fn endpoint_of(method: &Method, path: &str, s: &FakeState) -> (&'static str, Opt
                 ("get_nic", name)
             }
         }
+        (&Method::GET, ["", subs, sub, rgs, rg, providers, ns, kind])
+            if eq(subs, "subscriptions")
+                && eq(rgs, "resourceGroups")
+                && eq(providers, "providers")
+                && eq(ns, "Microsoft.Network")
+                && eq(kind, "networkInterfaces") =>
+        {
+            let here = eq(sub, &s.config.subscription) && eq(rg, &s.config.resource_group);
+            ("list_nics", here.then(String::new))
+        }
         (&Method::GET, ["", subs, _, providers, ns, locations, _, operations, id])
             if eq(subs, "subscriptions")
                 && eq(providers, "providers")
@@ -1078,6 +1089,16 @@ fn answer(
             )
             .into(),
         },
+        // Every NIC of the group in one page ("Network Interfaces - List");
+        // another group has none here.
+        "list_nics" => {
+            let value: Vec<Value> = if target.is_some() {
+                s.nics.values().map(|nic| s.nic_json(nic)).collect()
+            } else {
+                Vec::new()
+            };
+            (StatusCode::OK, json!({ "value": value })).into()
+        }
         "get_operation" => {
             let Some(op) = target.as_ref().and_then(|id| s.operations.get(id)) else {
                 return err(StatusCode::NOT_FOUND, "NotFound", "no such operation").into();

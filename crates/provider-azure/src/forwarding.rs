@@ -11,10 +11,12 @@
 //! - one `GET` of the VM the first time, remembered for the life of the
 //!   process (Azure does not let a running VM lose its primary NIC), read
 //!   again only when its NIC turns out to be gone;
-//! - one `GET` of the NIC the first time; a NIC found with forwarding on is
-//!   not read again, one found with it off is read again only when the
-//!   controller asks afresh (every few minutes for disabled Nodes, and at
-//!   every resync), so the condition clears soon after the operator's fix;
+//! - one `GET` of the NIC the first time; when the controller asks afresh
+//!   (at every drift check, and every few minutes for disabled Nodes) every
+//!   NIC read before is read again by listing its resource group's NICs,
+//!   one request per group and page rather than one per Node, so IP
+//!   forwarding turned off behind the controller's back is found within a
+//!   drift period and the condition clears soon after the operator's fix;
 //! - nothing is ever changed: a NIC's settings belong to whoever built the
 //!   Node (the cluster's IaC or the node pool), and this controller's
 //!   identity needs no write access to NICs.
@@ -43,6 +45,9 @@ pub const PROVIDER_ID_PREFIX: &str = "azure://";
 
 /// How many reads are in flight at once.
 const CONCURRENT_READS: usize = 8;
+
+/// At most this many pages of one resource group's NICs per fresh check.
+const MAX_NIC_PAGES: usize = 100;
 
 /// A VM as its providerID names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -135,6 +140,12 @@ impl NicRef {
     fn key(&self) -> String {
         self.id.to_ascii_lowercase()
     }
+
+    /// `/subscriptions/<s>/resourceGroups/<rg>`: where its group's NICs are listed.
+    fn group_path(&self) -> Option<String> {
+        let at = self.id.to_ascii_lowercase().find("/providers/")?;
+        Some(self.id[..at].to_string())
+    }
 }
 
 /// The primary NIC of a VM as "Virtual Machines - Get" answers it: the
@@ -222,6 +233,75 @@ impl AzureRoutes {
         Ok(())
     }
 
+    /// Reads again every NIC of `of_node` read before, by listing the NICs
+    /// of their resource groups: one request per group and page. A NIC the
+    /// list no longer has is gone: its VM is read again next time.
+    async fn reread_nics(&self, of_node: &[(&str, VmRef)]) -> Result<(), CloudError> {
+        let known: Vec<NicRef> = {
+            let m = lock(&self.forwarding);
+            let mut seen = HashSet::new();
+            of_node
+                .iter()
+                .filter_map(|(_, vm)| m.nic_of_vm.get(&vm.key()))
+                .filter(|nic| m.forwarding.contains_key(&nic.key()) && seen.insert(nic.key()))
+                .cloned()
+                .collect()
+        };
+        let mut groups: Vec<String> = known.iter().filter_map(NicRef::group_path).collect();
+        groups.sort();
+        groups.dedup();
+        for group in groups {
+            let mut listed: HashMap<String, bool> = HashMap::new();
+            let mut next = Some(format!(
+                "{group}/providers/Microsoft.Network/networkInterfaces"
+            ));
+            let mut pages = 0;
+            while let Some(path) = next.take() {
+                pages += 1;
+                let answer = self
+                    .http
+                    .call(crate::ops::LIST_NICS, Method::GET, &path, None, None)
+                    .await?;
+                for nic in answer.body["value"].as_array().into_iter().flatten() {
+                    if let Some(r) = nic["id"].as_str().and_then(NicRef::from_id) {
+                        // An absent field is ARM's way of writing false.
+                        let on = nic["properties"]["enableIPForwarding"]
+                            .as_bool()
+                            .unwrap_or(false);
+                        listed.insert(r.key(), on);
+                    }
+                }
+                // ARM pages with an absolute `nextLink`; its path and query
+                // go to the same endpoint.
+                next = answer.body["nextLink"]
+                    .as_str()
+                    .and_then(|l| reqwest::Url::parse(l).ok())
+                    .map(|u| match u.query() {
+                        Some(q) => format!("{}?{q}", u.path()),
+                        None => u.path().to_string(),
+                    })
+                    .filter(|_| pages < MAX_NIC_PAGES);
+            }
+            let mut m = lock(&self.forwarding);
+            for nic in known
+                .iter()
+                .filter(|n| n.group_path().as_deref() == Some(group.as_str()))
+            {
+                match listed.get(&nic.key()) {
+                    Some(on) => {
+                        m.forwarding.insert(nic.key(), *on);
+                    }
+                    None => {
+                        debug!(nic = %nic.id, "azure: the VM's primary NIC is gone; reading the VM again next time");
+                        m.forwarding.remove(&nic.key());
+                        m.nic_of_vm.retain(|_, n| n.key() != nic.key());
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// [`route_cloud::CloudRoutes::check_forwarding`] for Azure.
     pub(crate) async fn check_ip_forwarding(
         &self,
@@ -270,17 +350,17 @@ impl AzureRoutes {
         )
         .await?;
 
-        // The NICs never read, and with a fresh check those found off.
+        if check.fresh {
+            self.reread_nics(&of_node).await?;
+        }
+        // The NICs never read.
         let nics: Vec<NicRef> = {
             let m = lock(&self.forwarding);
             let mut seen = HashSet::new();
             of_node
                 .iter()
                 .filter_map(|(_, vm)| m.nic_of_vm.get(&vm.key()))
-                .filter(|nic| match m.forwarding.get(&nic.key()) {
-                    None => true,
-                    Some(on) => !on && check.fresh,
-                })
+                .filter(|nic| !m.forwarding.contains_key(&nic.key()))
                 .filter(|nic| seen.insert(nic.key()))
                 .cloned()
                 .collect()

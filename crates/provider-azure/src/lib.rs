@@ -83,6 +83,9 @@ pub mod ops {
     pub const GET_VM: &str = "get_vm";
     /// `GET` of a Node's primary NIC, for `enableIPForwarding`.
     pub const GET_NIC: &str = "get_nic";
+    /// `GET` of every NIC of a resource group (a page of them), for a fresh
+    /// forwarding check of the NICs read before.
+    pub const LIST_NICS: &str = "list_nics";
 }
 
 /// The next hop type of every route this controller writes.

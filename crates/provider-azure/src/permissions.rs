@@ -69,6 +69,13 @@ pub const REQUESTS: &[RequestKind] = &[
         call: "GET .../providers/Microsoft.Network/networkInterfaces/{nic}",
         access: Access::Read,
         permissions: &["Microsoft.Network/networkInterfaces/read"],
-        note: "the forwarding check: enableIPForwarding of the primary NIC, once (again while found off)",
+        note: "the forwarding check: enableIPForwarding of the primary NIC, the first time",
+    },
+    RequestKind {
+        name: ops::LIST_NICS,
+        call: "GET .../resourceGroups/{rg}/providers/Microsoft.Network/networkInterfaces",
+        access: Access::Read,
+        permissions: &["Microsoft.Network/networkInterfaces/read"],
+        note: "the forwarding check afresh (every drift check): every NIC read before, one list per resource group and page",
     },
 ];

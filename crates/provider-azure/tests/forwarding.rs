@@ -115,21 +115,49 @@ async fn after_the_first_check_remembered_checks_cost_no_request() {
 }
 
 #[tokio::test]
-async fn a_fresh_check_reads_again_only_the_disabled_nics() {
+async fn a_fresh_check_reads_every_nic_again_in_one_list_of_the_resource_group() {
     let (f, p, nodes) = setup(4).await;
     f.set_ip_forwarding("node-1-nic", false);
     f.set_ip_forwarding("node-3-nic", false);
     p.check_forwarding("k8s", &nodes, FRESH).await.unwrap();
-    assert_eq!((f.count("get_vm"), f.count("get_nic")), (4, 4));
+    assert_eq!(
+        (f.count("get_vm"), f.count("get_nic"), f.count("list_nics")),
+        (4, 4, 0),
+        "the first check reads each VM and NIC once"
+    );
     let answers = sorted(p.check_forwarding("k8s", &nodes, FRESH).await.unwrap());
     assert_eq!(
-        (f.count("get_vm"), f.count("get_nic")),
-        (4, 6),
-        "the NICs of node-1 and node-3 only, and no VM"
+        (f.count("get_vm"), f.count("get_nic"), f.count("list_nics")),
+        (4, 4, 1),
+        "again: one list for the group, no VM, no NIC on its own"
     );
     assert_eq!(answers[1], ("node-1".to_string(), disabled("node-1")));
     assert_eq!(answers[2], ("node-2".to_string(), Forwarding::Ready));
-    assert_eq!(counted(&p, ops::GET_NIC), 6);
+    assert_eq!(counted(&p, ops::LIST_NICS), 1);
+}
+
+/// Regression: a NIC found with IP forwarding on was never read again, so
+/// one someone turned off later left its Node `RouteCreated` while Azure
+/// dropped its pods' traffic, for the life of the process.
+#[tokio::test]
+async fn ip_forwarding_turned_off_after_it_was_read_on_is_found_by_the_next_fresh_check() {
+    let (f, p, nodes) = setup(2).await;
+    let first = sorted(p.check_forwarding("k8s", &nodes, FRESH).await.unwrap());
+    assert!(
+        first.iter().all(|(_, a)| *a == Forwarding::Ready),
+        "{first:?}"
+    );
+    assert!(f.set_ip_forwarding("node-0-nic", false));
+    let remembered = sorted(p.check_forwarding("k8s", &nodes, REMEMBERED).await.unwrap());
+    assert_eq!(remembered, first, "a remembered check answers from memory");
+    let fresh = sorted(p.check_forwarding("k8s", &nodes, FRESH).await.unwrap());
+    assert_eq!(
+        fresh,
+        [
+            ("node-0".to_string(), disabled("node-0")),
+            ("node-1".to_string(), Forwarding::Ready),
+        ]
+    );
 }
 
 #[tokio::test]
@@ -143,7 +171,10 @@ async fn a_nic_turned_on_later_is_ready_at_the_next_fresh_check() {
     assert_eq!(remembered, first, "a remembered check answers from memory");
     let fresh = p.check_forwarding("k8s", &nodes, FRESH).await.unwrap();
     assert_eq!(fresh, [("node-0".to_string(), Forwarding::Ready)]);
-    assert_eq!((f.count("get_vm"), f.count("get_nic")), (1, 2));
+    assert_eq!(
+        (f.count("get_vm"), f.count("get_nic"), f.count("list_nics")),
+        (1, 1, 1)
+    );
 }
 
 #[tokio::test]

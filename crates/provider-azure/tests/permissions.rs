@@ -27,6 +27,7 @@ fn counted_as(endpoint: &str) -> &'static [&'static str] {
         "get_operation" => &[ops::POLL],
         "get_vm" => &[ops::GET_VM],
         "get_nic" => &[ops::GET_NIC],
+        "list_nics" => &[ops::LIST_NICS],
         _ => &[],
     }
 }
@@ -95,6 +96,19 @@ async fn every_request_sent_to_the_fake_has_an_entry_and_every_entry_is_sent() {
         .await
         .unwrap();
     assert_eq!(checked.len(), 2, "{checked:?}");
+    // Afresh again: the NICs read before are listed by their group.
+    let again = p
+        .check_forwarding(
+            "c",
+            &nodes,
+            ForwardingCheck {
+                fresh: true,
+                repair: true,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(again.len(), 2, "{again:?}");
 
     let mut served: BTreeMap<String, u64> = BTreeMap::new();
     for ((endpoint, _), n) in f.answers() {
