@@ -260,6 +260,15 @@ const NATIVE: &[&str] = &["aws", "openstack", "gce", "hcloud"];
 /// by `translate`) and at most one of ours, plus what the environment says
 /// natively (`env`, hcloud). Returns our YAML schema's value of the two
 /// joined, or `None` when nothing was given.
+#[cfg_attr(
+    not(any(
+        feature = "aws",
+        feature = "hcloud",
+        feature = "openstack",
+        feature = "gce"
+    )),
+    allow(dead_code, reason = "only the providers with a native config read it")
+)]
 pub fn joined_config<T: DeserializeOwned>(
     provider: &str,
     configs: &[PathBuf],
