@@ -19,8 +19,8 @@ log "building cloud-route-controller and real-api-bench (release)"
 # Two invocations: built together, Cargo would unify features and compile
 # provider-aws's `testing` proxy (real-api-bench needs it) into the
 # controller binary.
-cargo build --quiet --release --manifest-path "$root/Cargo.toml" -p cloud-route-controller
-cargo build --quiet --release --manifest-path "$root/Cargo.toml" -p real-api-bench
+cargo build --release --manifest-path "$root/Cargo.toml" -p cloud-route-controller
+cargo build --release --manifest-path "$root/Cargo.toml" -p real-api-bench
 # The control-plane binaries are built (or found in the cache) on first use
 # by real-api-bench itself, through scripts/build-controlplane.sh.
 

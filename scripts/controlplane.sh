@@ -15,6 +15,6 @@ case "${1:-}" in
   *) echo "usage: $0 up|down|status|restart-apiserver" >&2; exit 2 ;;
 esac
 
-# Build output goes to stderr so stdout stays eval-able.
-cargo build --quiet --manifest-path "$root/Cargo.toml" -p test-cluster --bin crc-controlplane >&2
+# Build output (cargo's progress) goes to stderr so stdout stays eval-able.
+cargo build --manifest-path "$root/Cargo.toml" -p test-cluster --bin crc-controlplane >&2
 exec "$CARGO_TARGET_DIR/debug/crc-controlplane" "$1"
