@@ -170,28 +170,27 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         info!(
             "waiting for the first Node list to check that no Node runs on a real cloud (--cloud-provider=memory)"
         );
-        tokio::select! {
-            () = nodes.wait_synced() => {}
+        // `Some` ends the process before the first pass: a signal, or a refusal.
+        let early_end = tokio::select! {
+            () = nodes.wait_synced() => {
+                let views = nodes.snapshot();
+                let ids = views
+                    .iter()
+                    .filter_map(|n| Some((n.name.as_str(), n.provider_id.as_deref()?)));
+                providers::memory_refusal(ids).map(|why| Err(anyhow::anyhow!(why)))
+            }
             s = wait_for_signal() => {
                 info!(signal = s, "shutting down before the first pass");
-                shutdown.cancel();
-                if let Some(t) = leader_task {
-                    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), t).await;
-                }
-                return Ok(ExitCode::SUCCESS);
+                Some(Ok(ExitCode::SUCCESS))
             }
-        }
-        let views = nodes.snapshot();
-        let ids = views
-            .iter()
-            .filter_map(|n| Some((n.name.as_str(), n.provider_id.as_deref()?)));
-        if let Some(why) = providers::memory_refusal(ids) {
+        };
+        if let Some(end) = early_end {
             shutdown.cancel();
             if let Some(t) = leader_task {
                 // Gives the Lease up if it was won meanwhile.
                 let _ = tokio::time::timeout(std::time::Duration::from_secs(5), t).await;
             }
-            anyhow::bail!(why);
+            return end;
         }
     }
     let controller = Controller::new(cfg, nodes, cloud, status, fence.clone(), Some(metrics))

@@ -79,8 +79,7 @@ const AWS_ENV: [(&str, &str); 3] = [
 
 /// The Lease's renewTime, as text.
 async fn renew_time(leases: &Api<Lease>) -> Option<String> {
-    let spec = leases.get_opt(LEASE).await.ok()??.spec?;
-    Some(format!("{:?}", spec.renew_time?))
+    common::lease_renew_time(leases, LEASE).await
 }
 
 /// Stops the replica for `pause` right after it renewed its Lease (so no
@@ -487,39 +486,6 @@ async fn a_terminated_instance_whose_replacement_ec2_refuses_costs_at_most_3_rep
     plane.stop().expect("stop the control plane");
 }
 
-/// Samples the Lease's renewTime every 100 ms until `done`, and returns the
-/// gaps between consecutive renewals that no pause of ours explains.
-async fn renewal_gaps(
-    leases: &Api<Lease>,
-    pauses: &std::sync::Mutex<Vec<(Instant, Instant)>>,
-    done: &std::sync::atomic::AtomicBool,
-) -> Vec<Duration> {
-    let mut gaps = Vec::new();
-    let mut last: Option<(String, Instant)> = None;
-    while !done.load(std::sync::atomic::Ordering::SeqCst) {
-        if let Some(now) = renew_time(leases).await {
-            let seen = Instant::now();
-            match &last {
-                Some((t, at)) if *t != now => {
-                    let paused = pauses
-                        .lock()
-                        .expect("not poisoned")
-                        .iter()
-                        .any(|(from, to)| *from < seen && *to + Duration::from_secs(1) > *at);
-                    if !paused {
-                        gaps.push(seen - *at);
-                    }
-                    last = Some((now, seen));
-                }
-                None => last = Some((now, seen)),
-                _ => {}
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    gaps
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sole_replica_with_a_short_lease_paused_three_times_during_100_creations_under_ec2_buckets_keeps_its_lease()
  {
@@ -559,7 +525,7 @@ async fn a_sole_replica_with_a_short_lease_paused_three_times_during_100_creatio
     let leases: Api<Lease> = Api::namespaced(c.client(), NAMESPACE);
     let pauses = std::sync::Mutex::new(Vec::new());
     let done = std::sync::atomic::AtomicBool::new(false);
-    let sampling = renewal_gaps(&leases, &pauses, &done);
+    let sampling = common::lease_renewal_gaps(&leases, LEASE, &pauses, &done);
     let scenario = async {
         wait_until(Duration::from_secs(60), "the first CreateRoute", || async {
             e.proxy
@@ -602,22 +568,16 @@ async fn a_sole_replica_with_a_short_lease_paused_three_times_during_100_creatio
         tokio::time::sleep(Duration::from_secs(8)).await;
         done.store(true, std::sync::atomic::Ordering::SeqCst);
     };
-    let (mut gaps, ()) = tokio::join!(sampling, scenario);
+    let (gaps, ()) = tokio::join!(sampling, scenario);
     let log = ctl.log_text();
     assert!(
         ctl.is_running(),
         "the leader exited outside its pauses: {log}"
     );
     assert!(!log.contains("lost leadership"), "{log}");
-    gaps.sort();
-    let p99 = gaps
-        .get((gaps.len() * 99 / 100).min(gaps.len().saturating_sub(1)))
-        .copied()
-        .unwrap_or_default();
-    let max = gaps.last().copied().unwrap_or_default();
+    let (n, p99, max) = common::gap_stats(gaps);
     eprintln!(
-        "Lease renewals outside the pauses: {} gaps, p99 {p99:?}, max {max:?} (retry period 1 s, renew deadline 4 s)",
-        gaps.len()
+        "Lease renewals outside the pauses: {n} gaps, p99 {p99:?}, max {max:?} (retry period 1 s, renew deadline 4 s)"
     );
     assert_eq!(ctl.stop(), Some(0), "{log}");
 }

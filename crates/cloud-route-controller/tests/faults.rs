@@ -1514,25 +1514,7 @@ async fn memory_provider_against_nodes_with_aws_provider_ids_is_refused_unless_t
     wait_until(
         Duration::from_secs(60),
         "the 4 Nodes read RouteCreated",
-        || async {
-            let list = nodes.list(&ListParams::default()).await.ok()?;
-            let routed = list
-                .items
-                .iter()
-                .filter(|n| {
-                    n.status
-                        .as_ref()
-                        .and_then(|s| s.conditions.as_ref())
-                        .is_some_and(|cs| {
-                            cs.iter().any(|c| {
-                                c.type_ == "NetworkUnavailable"
-                                    && c.reason.as_deref() == Some("RouteCreated")
-                            })
-                        })
-                })
-                .count();
-            (routed == 4).then_some(())
-        },
+        || async { (common::route_created_count(&nodes).await == 4).then_some(()) },
     )
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));

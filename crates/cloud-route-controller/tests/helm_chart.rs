@@ -1813,23 +1813,10 @@ fn the_cloud_config_can_come_from_the_ccms_existing_configmap() {
 fn the_chart_monitoring_objects_select_the_release_and_scrape_its_secure_port() {
     let helm = helm();
     let args = [
-        "--set",
-        "monitoring.labels.release=kube-prometheus-stack",
-        "--set",
-        "monitoring.podMonitor.enabled=true",
-        "--set",
-        "monitoring.podMonitor.tokenSecret=scrape-token",
-        "--set",
-        "monitoring.serviceMonitor.enabled=true",
-        "--set",
-        "monitoring.prometheusRule.enabled=true",
-        "--set",
-        "monitoring.metricsReader.enabled=true",
-        "--set",
-        "monitoring.metricsReader.subjects[0].name=prometheus",
-        "--set",
-        "monitoring.metricsReader.subjects[0].namespace=monitoring",
-    ];
+        &["--set", "monitoring.labels.release=kube-prometheus-stack"][..],
+        common::CHART_MONITORING_ON,
+    ]
+    .concat();
     let out = run(Command::new(&helm)
         .args([
             "template",

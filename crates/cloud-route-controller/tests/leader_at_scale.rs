@@ -18,12 +18,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use cloud_sim::{AdminClient, SimServer};
-use common::{Controller, TempDir, sim_cloud_config};
+use common::{Controller, TempDir, route_created_count, sim_cloud_config};
 use futures::StreamExt as _;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Node;
 use kube::Api;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use provider_memory::MemoryConfig;
 use test_cluster::{ClusterGuard, TestCluster, TestNode, wait_until};
 
@@ -43,27 +42,6 @@ async fn create_nodes(c: &ClusterGuard) {
         .buffer_unordered(32)
         .collect::<Vec<_>>()
         .await;
-}
-
-/// How many Nodes read `RouteCreated`.
-async fn routed(nodes: &Api<Node>) -> usize {
-    let Ok(list) = nodes.list(&ListParams::default()).await else {
-        return 0;
-    };
-    list.items
-        .iter()
-        .filter(|n| {
-            n.status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|cs| {
-                    cs.iter().any(|c| {
-                        c.type_ == "NetworkUnavailable"
-                            && c.reason.as_deref() == Some("RouteCreated")
-                    })
-                })
-        })
-        .count()
 }
 
 /// Removes every Node's conditions, as on Nodes whose routes exist but
@@ -87,40 +65,6 @@ async fn clear_conditions(c: &ClusterGuard) {
         .buffer_unordered(32)
         .collect::<Vec<_>>()
         .await;
-}
-
-/// The gaps between consecutive renewals seen while `done` is false.
-async fn renewal_gaps(leases: &Api<Lease>, done: &AtomicBool) -> Vec<Duration> {
-    let mut gaps = Vec::new();
-    let mut last: Option<(String, Instant)> = None;
-    while !done.load(Ordering::SeqCst) {
-        if let Ok(l) = leases.get(LEASE).await
-            && let Some(t) = l.spec.and_then(|s| s.renew_time)
-        {
-            let t = format!("{t:?}");
-            let seen = Instant::now();
-            match &last {
-                Some((prev, at)) if *prev != t => {
-                    gaps.push(seen - *at);
-                    last = Some((t, seen));
-                }
-                None => last = Some((t, seen)),
-                _ => {}
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    gaps
-}
-
-fn p99(mut gaps: Vec<Duration>) -> (usize, Duration, Duration) {
-    gaps.sort();
-    let n = gaps.len();
-    let p = gaps
-        .get((n * 99 / 100).min(n.saturating_sub(1)))
-        .copied()
-        .unwrap_or_default();
-    (n, p, gaps.last().copied().unwrap_or_default())
 }
 
 /// Runs the controller with `lease` flags until every Node reads
@@ -156,7 +100,7 @@ async fn phase(
         wait_until(
             Duration::from_secs(300),
             &format!("RouteCreated on all {NODES} Nodes"),
-            || async { (routed(&nodes).await == NODES).then_some(()) },
+            || async { (route_created_count(&nodes).await == NODES).then_some(()) },
         )
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
@@ -166,11 +110,13 @@ async fn phase(
         done.store(true, Ordering::SeqCst);
         converged
     };
-    let (gaps, converged) = tokio::join!(renewal_gaps(&leases, &done), scenario);
+    let no_pauses = std::sync::Mutex::new(Vec::new());
+    let sampling = common::lease_renewal_gaps(&leases, LEASE, &no_pauses, &done);
+    let (gaps, converged) = tokio::join!(sampling, scenario);
     let log = ctl.log_text();
     assert!(ctl.is_running(), "{name}: the leader exited: {log}");
     assert!(!log.contains("lost leadership"), "{name}: {log}");
-    let (n, p, max) = p99(gaps);
+    let (n, p, max) = common::gap_stats(gaps);
     eprintln!(
         "{name}: {NODES} Nodes RouteCreated {converged:?} after the start; {n} Lease renewals, gap p99 {p:?}, max {max:?} (flags {lease:?})"
     );
@@ -199,7 +145,11 @@ async fn burst_then_restart(lease: &[&str], renew_deadline: Duration) {
     assert_eq!(routes, NODES, "one route per Node");
 
     clear_conditions(&c).await;
-    assert_eq!(routed(&c.nodes()).await, 0, "conditions cleared");
+    assert_eq!(
+        route_created_count(&c.nodes()).await,
+        0,
+        "conditions cleared"
+    );
     let (n, p, _) = phase(&c, &dir, &config, "restart", lease).await;
     assert!(n > 0, "no renewal seen");
     assert!(

@@ -554,21 +554,8 @@ async fn the_prometheusrule_and_podmonitor_apply_against_the_operators_crds() {
             "templates/prometheusrule.yaml",
             "--show-only",
             "templates/metrics-reader.yaml",
-            "--set",
-            "monitoring.podMonitor.enabled=true",
-            "--set",
-            "monitoring.podMonitor.tokenSecret=scrape-token",
-            "--set",
-            "monitoring.serviceMonitor.enabled=true",
-            "--set",
-            "monitoring.prometheusRule.enabled=true",
-            "--set",
-            "monitoring.metricsReader.enabled=true",
-            "--set",
-            "monitoring.metricsReader.subjects[0].name=prometheus",
-            "--set",
-            "monitoring.metricsReader.subjects[0].namespace=monitoring",
         ])
+        .args(common::CHART_MONITORING_ON)
         .output()
         .expect("run helm");
     assert!(

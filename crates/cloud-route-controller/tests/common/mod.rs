@@ -412,3 +412,93 @@ pub async fn https_get(
         .to_string();
     Ok((code, body))
 }
+
+/// How many of the cluster's Nodes read `NetworkUnavailable` with reason
+/// `RouteCreated` (0 when the list fails).
+pub async fn route_created_count(nodes: &kube::Api<k8s_openapi::api::core::v1::Node>) -> usize {
+    let Ok(list) = nodes.list(&kube::api::ListParams::default()).await else {
+        return 0;
+    };
+    list.items
+        .iter()
+        .filter(|n| {
+            test_cluster::condition(n, test_cluster::NETWORK_UNAVAILABLE)
+                .is_some_and(|c| c.reason.as_deref() == Some("RouteCreated"))
+        })
+        .count()
+}
+
+/// Every monitoring toggle of the chart on, as `helm template` flags: the
+/// PodMonitor with a token Secret, the ServiceMonitor, the PrometheusRule
+/// and the metrics reader bound to `monitoring/prometheus`.
+pub const CHART_MONITORING_ON: &[&str] = &[
+    "--set",
+    "monitoring.podMonitor.enabled=true",
+    "--set",
+    "monitoring.podMonitor.tokenSecret=scrape-token",
+    "--set",
+    "monitoring.serviceMonitor.enabled=true",
+    "--set",
+    "monitoring.prometheusRule.enabled=true",
+    "--set",
+    "monitoring.metricsReader.enabled=true",
+    "--set",
+    "monitoring.metricsReader.subjects[0].name=prometheus",
+    "--set",
+    "monitoring.metricsReader.subjects[0].namespace=monitoring",
+];
+
+/// The renewTime of the Lease `name` in `leases`, as text.
+pub async fn lease_renew_time(
+    leases: &kube::Api<k8s_openapi::api::coordination::v1::Lease>,
+    name: &str,
+) -> Option<String> {
+    let spec = leases.get_opt(name).await.ok()??.spec?;
+    Some(format!("{:?}", spec.renew_time?))
+}
+
+/// Samples the renewTime of the Lease `name` every 100 ms until `done`, and
+/// returns the gaps between consecutive renewals that none of `pauses`
+/// (from, to) explains.
+pub async fn lease_renewal_gaps(
+    leases: &kube::Api<k8s_openapi::api::coordination::v1::Lease>,
+    name: &str,
+    pauses: &std::sync::Mutex<Vec<(std::time::Instant, std::time::Instant)>>,
+    done: &std::sync::atomic::AtomicBool,
+) -> Vec<Duration> {
+    let mut gaps = Vec::new();
+    let mut last: Option<(String, std::time::Instant)> = None;
+    while !done.load(std::sync::atomic::Ordering::SeqCst) {
+        if let Some(now) = lease_renew_time(leases, name).await {
+            let seen = std::time::Instant::now();
+            match &last {
+                Some((t, at)) if *t != now => {
+                    let paused = pauses
+                        .lock()
+                        .expect("not poisoned")
+                        .iter()
+                        .any(|(from, to)| *from < seen && *to + Duration::from_secs(1) > *at);
+                    if !paused {
+                        gaps.push(seen - *at);
+                    }
+                    last = Some((now, seen));
+                }
+                None => last = Some((now, seen)),
+                _ => {}
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    gaps
+}
+
+/// (how many, p99, max) of `gaps`.
+pub fn gap_stats(mut gaps: Vec<Duration>) -> (usize, Duration, Duration) {
+    gaps.sort();
+    let n = gaps.len();
+    let p99 = gaps
+        .get((n * 99 / 100).min(n.saturating_sub(1)))
+        .copied()
+        .unwrap_or_default();
+    (n, p99, gaps.last().copied().unwrap_or_default())
+}
