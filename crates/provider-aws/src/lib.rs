@@ -33,6 +33,11 @@
 //!   `ModifyNetworkInterfaceAttribute` on a multi-NIC instance's primary
 //!   interface) `SourceDestCheck=false`.
 //! - delete: 1 `DeleteRoute`.
+//! - forwarding check at the drift check: 1 `DescribeInstances` per 200
+//!   routed instances, filtered by `source-dest-check=true` for instances
+//!   whose check this process last saw off, so each answer carries only the
+//!   offenders; instances never seen, or routed through an interface, are
+//!   described whole. 1 write per check found on again.
 //!
 //! The SDK's own retries are off: every request goes through this crate's
 //! token buckets and counters exactly once, throttling pauses the bucket of
@@ -951,19 +956,31 @@ impl Ec2Routes {
     /// EC2 shows, with what a route to it targets: the instance's own
     /// attribute, or its primary interface's when it has several (the one
     /// the route points at). One `DescribeInstances` for up to
-    /// [`MAX_FILTER_VALUES`] instances.
+    /// [`MAX_FILTER_VALUES`] instances. With `only_on`, EC2 answers only the
+    /// instances whose check is on, so the answer grows with the offenders,
+    /// not with the Nodes: for instances whose own attribute a route
+    /// depends on and that were last seen off.
     async fn source_dest_checks(
         &self,
         ids: &[&str],
+        only_on: bool,
     ) -> Result<Vec<(String, (RouteTarget, bool))>, CloudError> {
         // A filter, not InstanceIds: an id EC2 does not know must not fail
         // the others.
-        let req = self.client.describe_instances().filters(
+        let mut req = self.client.describe_instances().filters(
             Filter::builder()
                 .name("instance-id")
                 .set_values(Some(ids.iter().map(|s| s.to_string()).collect()))
                 .build(),
         );
+        if only_on {
+            req = req.filters(
+                Filter::builder()
+                    .name("source-dest-check")
+                    .values("true")
+                    .build(),
+            );
+        }
         let out = self.call(Op::DescribeInstances, || req.send()).await?;
         let mut found = Vec::new();
         for i in out.reservations().iter().flat_map(|r| r.instances()) {
@@ -1426,13 +1443,49 @@ impl CloudRoutes for Ec2Routes {
                 .map(|(n, _)| (n.to_string(), Forwarding::Ready))
                 .collect());
         }
-        let mut found = HashMap::new();
         let mut ids: Vec<&str> = of_node.iter().map(|(_, i)| *i).collect();
         ids.sort_unstable();
         ids.dedup();
-        for chunk in ids.chunks(MAX_FILTER_VALUES) {
-            for (id, on) in self.source_dest_checks(chunk).await? {
+        // An instance whose own check was last seen off (turned off or read
+        // off by this process) is asked only whether it is on again: an
+        // instance the answer leaves out is as last seen. The others (never
+        // seen, or routed through an interface, whose attribute the
+        // instance filter does not read) are described whole.
+        let last_off: HashSet<&str> = {
+            let st = self.state();
+            ids.iter()
+                .copied()
+                .filter(|i| {
+                    st.prepared.get(*i).and_then(|c| c.get())
+                        == Some(&RouteTarget::Instance(i.to_string()))
+                })
+                .collect()
+        };
+        let (known, unknown): (Vec<&str>, Vec<&str>) =
+            ids.iter().partition(|i| last_off.contains(*i));
+        let mut found = HashMap::new();
+        for id in &known {
+            found.insert(
+                id.to_string(),
+                (RouteTarget::Instance(id.to_string()), false),
+            );
+        }
+        for chunk in known.chunks(MAX_FILTER_VALUES) {
+            for (id, on) in self.source_dest_checks(chunk, true).await? {
                 found.insert(id, on);
+            }
+        }
+        for chunk in unknown.chunks(MAX_FILTER_VALUES) {
+            for (id, (target, on)) in self.source_dest_checks(chunk, false).await? {
+                if !on {
+                    // Seen off: the next check asks only whether it is on
+                    // again, and its first route needs no write.
+                    self.state().prepared.insert(
+                        id.clone(),
+                        Arc::new(tokio::sync::OnceCell::new_with(Some(target.clone()))),
+                    );
+                }
+                found.insert(id, (target, on));
             }
         }
         let mut out = Vec::new();

@@ -1011,6 +1011,9 @@ async fn a_dropped_leader_or_waiter_strands_no_other_lookup() {
 /// What a resync's forwarding check costs: one filtered `DescribeInstances`
 /// per 200 routed instances and no write while nothing was reset; one
 /// `ModifyInstanceAttribute` per instance whose check was turned back on.
+/// Once an instance was seen off, later checks ask EC2 only for the
+/// instances whose check is on (`source-dest-check=true`), so an answer
+/// carries the offenders, not every Node's instance.
 /// `CRC_FORWARDING_NODES` sets the cluster size (BENCHMARKS.md ran 1,000).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resyncs_forwarding_check_costs_one_describe_per_200_instances_and_one_write_per_reset() {
@@ -1031,7 +1034,8 @@ async fn a_resyncs_forwarding_check_costs_one_describe_per_200_instances_and_one
         let batch = (n - instances.len()).min(250) as i32;
         instances.extend(testing::run_instances(&ec2, &net, batch).await.unwrap());
     }
-    let p = testing::provider(&ep, config_for(Some(&net.route_table_id)))
+    let proxy = Proxy::start(&ep).await.unwrap();
+    let p = testing::provider(&proxy.url(), config_for(Some(&net.route_table_id)))
         .await
         .unwrap();
     let nodes: Vec<Arc<NodeView>> = instances
@@ -1067,14 +1071,54 @@ async fn a_resyncs_forwarding_check_costs_one_describe_per_200_instances_and_one
     let describes = sent("DescribeInstances", &before);
     assert_eq!(describes as usize, n.div_ceil(200));
     assert_eq!(sent("ModifyInstanceAttribute", &before), 0);
+    let asks_only_offenders = |l: &testing::Logged| {
+        (1..=2).any(|f| {
+            l.param(&format!("Filter.{f}.Name")) == "source-dest-check"
+                && l.param(&format!("Filter.{f}.Value.1")) == "true"
+        })
+    };
+    let first_read: Vec<_> = proxy
+        .log()
+        .into_iter()
+        .filter(|l| l.action == "DescribeInstances")
+        .collect();
+    assert!(
+        !first_read.iter().any(asks_only_offenders),
+        "instances never seen are described whole"
+    );
     // Two instances reset behind the controller's back: two writes, two Repaired.
     for inst in &instances[..2] {
         testing::set_source_dest_check(&ec2, &inst.id, true)
             .await
             .unwrap();
     }
+    proxy.reset_counts();
+    let logged_before = proxy.log().len();
     let before = p.stats().snapshot();
     let answers = p.check_forwarding("c", &nodes, fresh).await.unwrap();
+    let second_read: Vec<_> = proxy.log()[logged_before..]
+        .iter()
+        .filter(|l| l.action == "DescribeInstances")
+        .cloned()
+        .collect();
+    assert_eq!(second_read.len(), n.div_ceil(200));
+    assert!(
+        second_read.iter().all(asks_only_offenders),
+        "instances seen off are asked only whether their check is on: {:?}",
+        second_read
+            .iter()
+            .map(|l| l.body.chars().take(120).collect::<String>())
+            .collect::<Vec<_>>()
+    );
+    // Every other Node is as last seen.
+    assert_eq!(answers.len(), n);
+    assert_eq!(
+        answers
+            .iter()
+            .filter(|(_, f)| *f == Forwarding::Ready)
+            .count(),
+        n - 2
+    );
     let repaired: Vec<&str> = answers
         .iter()
         .filter(|(_, f)| matches!(f, Forwarding::Repaired { .. }))
