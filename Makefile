@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/cloud-route-controller/target
 
-.PHONY: test demo image bench bench-aws simulate fuzz controlplane controlplane-down build fmt lint
+.PHONY: test demo image bench bench-aws simulate fuzz controlplane controlplane-down build fmt lint reference
 
 # The one test command (README, .ci/run).
 test:
@@ -32,7 +32,7 @@ bench-aws:
 
 # The three modes on a virtual clock (no cloud provider crates needed).
 simulate:
-	cargo run --release -p cloud-route-controller --no-default-features -- simulate crates/simulator/scenarios/autoscaling-5000.toml
+	cargo run --release -p cloud-route-controller --no-default-features --features lab -- simulate crates/simulator/scenarios/autoscaling-5000.toml
 
 # Real coverage-guided fuzzing (needs a nightly toolchain); `make test` replays the targets on stable.
 fuzz:
@@ -48,9 +48,17 @@ controlplane:
 controlplane-down:
 	scripts/controlplane.sh down
 
+# The generated reference pages (docs/reference/: the command line, the
+# metrics, the conditions and Events) and the chart README's values table,
+# written from the code; make test fails while a committed page differs.
+reference:
+	CRC_WRITE_REFERENCE=1 cargo test -p cloud-route-controller --features lab --test reference
+	scripts/chart-readme.py
+
 fmt:
 	cargo fmt --all
 
 lint:
 	cargo fmt --all -- --check
-	cargo clippy --workspace --all-targets -- -D warnings
+	cargo clippy --workspace --all-targets --features cloud-route-controller/lab -- -D warnings
+	cargo clippy -p cloud-route-controller -- -D warnings

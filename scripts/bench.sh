@@ -19,7 +19,8 @@ log "building cloud-route-controller and real-api-bench (release)"
 # Two invocations: built together, Cargo would unify features and compile
 # provider-aws's `testing` proxy (real-api-bench needs it) into the
 # controller binary.
-cargo build --release --manifest-path "$root/Cargo.toml" -p cloud-route-controller
+# The lab build: the benchmark's default cloud is the simulated one.
+cargo build --release --manifest-path "$root/Cargo.toml" -p cloud-route-controller --features lab
 cargo build --release --manifest-path "$root/Cargo.toml" -p real-api-bench
 # The control-plane binaries are built (or found in the cache) on first use
 # by real-api-bench itself, through scripts/build-controlplane.sh.

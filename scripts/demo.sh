@@ -14,11 +14,12 @@ export GOTOOLCHAIN=${GOTOOLCHAIN:-local} CGO_ENABLED=0
 echo "Building the control plane (the first run on a machine builds kube-apiserver and etcd, about 8 minutes) ..." >&2
 CRC_CONTROLPLANE_BIN_DIR=$(scripts/build-controlplane.sh | tail -n 1)
 export CRC_CONTROLPLANE_BIN_DIR
-# Only what the demo runs: the controller with the simulated cloud alone
-# (`memory` is always built in; no AWS, OpenStack or Hetzner crates), the
-# simulated cloud and the demo driver. Cargo's progress stays visible.
+# Only what the demo runs: the controller's lab build with the simulated
+# cloud alone (no AWS, OpenStack or Hetzner crates), the simulated cloud and
+# the demo driver. Cargo's progress stays visible.
 echo "Building the controller (memory provider only), cloud-sim and the demo driver ..." >&2
-cargo build --no-default-features -p cloud-route-controller -p cloud-sim -p crc-demo \
+cargo build --no-default-features --features cloud-route-controller/lab \
+  -p cloud-route-controller -p cloud-sim -p crc-demo \
   --bin cloud-route-controller --bin cloud-sim --bin crc-demo
 
 bin=$CARGO_TARGET_DIR/debug

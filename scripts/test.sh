@@ -98,7 +98,12 @@ fi
 # that it reuses this build instead of compiling the workspace again.
 export RUSTC_WORKSPACE_WRAPPER=$clippy_driver
 export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
-cargo build --workspace --all-targets --locked
+# The lab build of the binary (the simulated cloud, simulate and check), which
+# the integration tests run; every cargo call below names the same features
+# so that it reuses this build. tests/supply_chain.rs checks that the release
+# build (no lab) links none of it.
+lab=(--features cloud-route-controller/lab)
+cargo build --workspace --all-targets --locked "${lab[@]}"
 
 step "waiting for the control-plane binaries, helm, promtool and azure-wire-check"
 if ! wait "$cp_pid"; then
@@ -130,7 +135,7 @@ step "the upstream route controller, its Go tests and the switch-over test, star
 # so they run beside them (niced) rather than beside the workspace build,
 # whose Go builds already outlast it; build progress lines are prefixed
 # [upstream-baseline], and the tests' output follows the Rust tests'.
-switch_bin=$(cargo test --workspace --locked --test switch_over --no-run --message-format=json \
+switch_bin=$(cargo test --workspace --locked "${lab[@]}" --test switch_over --no-run --message-format=json \
   | python3 -c 'import json, sys
 for line in sys.stdin:
     m = json.loads(line)
@@ -169,7 +174,7 @@ slow_logs=()
 skips=()
 for entry in "${slow_tests[@]}"; do
   read -r slow_target slow_test <<<"$entry"
-  slow_bin=$(cargo test --workspace --locked --test "$slow_target" --no-run --message-format=json \
+  slow_bin=$(cargo test --workspace --locked "${lab[@]}" --test "$slow_target" --no-run --message-format=json \
     | SLOW_TARGET="$slow_target" python3 -c 'import json, os, sys
 for line in sys.stdin:
     m = json.loads(line)
@@ -191,7 +196,7 @@ done
 # about 2 (1,000 Nodes' conditions at 20 QPS, twice).
 own_plane_targets=(faults e2e_aws_drift leader_at_scale)
 for target in "${own_plane_targets[@]}"; do
-  target_bin=$(cargo test --workspace --locked --test "$target" --no-run --message-format=json \
+  target_bin=$(cargo test --workspace --locked "${lab[@]}" --test "$target" --no-run --message-format=json \
     | TARGET="$target" python3 -c 'import json, os, sys
 for line in sys.stdin:
     m = json.loads(line)
@@ -212,7 +217,7 @@ done
 # Run by the upstream job above, once its binary is built.
 skips+=(--skip aws_routes_upstream_made_are_taken_over --skip hcloud_routes_upstream_made_are_taken_over)
 rust_status=0
-cargo test --workspace --locked --no-fail-fast -- "${skips[@]}" || rust_status=$?
+cargo test --workspace --locked "${lab[@]}" --no-fail-fast -- "${skips[@]}" || rust_status=$?
 
 slow_status=0
 for i in "${!slow_pids[@]}"; do

@@ -52,8 +52,10 @@ pub enum Command {
     /// Remove every route this cluster owns from every route table (teardown, or switching route controllers); prints them, and deletes only with --yes. Stop the controller first.
     Cleanup(CleanupArgs),
     /// Simulate a scenario in every mode on a virtual clock (a day in seconds): cloud calls, node-to-route latency, a chart. Needs no cluster and no cloud.
+    #[cfg(feature = "lab")]
     Simulate(simulator::SimulateArgs),
     /// Model-check the reconcile loop: seeded random Node changes and cloud faults on a virtual clock, invariants checked after every call; a failing seed prints its replay command and a shrunk sequence.
+    #[cfg(feature = "lab")]
     Check(simulator::check::CheckArgs),
 }
 
@@ -377,6 +379,12 @@ impl ClusterArgs {
                 crate::providers::choices()
             )));
         };
+        if provider == "memory" && !crate::providers::PROVIDERS.contains(&provider) {
+            return Err(FlagError::Invalid(format!(
+                "--cloud-provider memory: the simulated cloud is not part of this build (a release build carries only the real clouds); build with `--features lab` (as make demo does) to use it, or choose one of {}",
+                crate::providers::choices()
+            )));
+        }
         if !crate::providers::PROVIDERS.contains(&provider) {
             return Err(FlagError::Invalid(format!(
                 "--cloud-provider {provider:?} is not known; this build supports: {}",
@@ -560,6 +568,23 @@ impl RunArgs {
 mod tests {
     use super::*;
 
+    /// A provider this build knows, for tests about other flags.
+    const ANY_PROVIDER: &str = crate::providers::PROVIDERS[0];
+
+    /// A release build has no simulated cloud, and says how to get one.
+    #[cfg(not(feature = "lab"))]
+    #[test]
+    fn the_memory_provider_outside_the_lab_build_is_refused_with_how_to_get_it() {
+        let e = run(&["--cluster-cidr", "10.0.0.0/8", "--cloud-provider", "memory"])
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("not part of this build") && e.contains("--features lab"),
+            "{e}"
+        );
+    }
+
     fn run(args: &[&str]) -> RunArgs {
         let mut v = vec!["cloud-route-controller"];
         v.extend_from_slice(args);
@@ -630,7 +655,7 @@ mod tests {
     #[test]
     fn cluster_cidr_rules() {
         for ok in ["10.244.0.0/16", "10.244.0.0/16,fd00::/48"] {
-            run(&["--cluster-cidr", ok, "--cloud-provider", "memory"])
+            run(&["--cluster-cidr", ok, "--cloud-provider", ANY_PROVIDER])
                 .validate()
                 .unwrap();
         }
@@ -663,7 +688,7 @@ mod tests {
             "--cluster-cidr",
             "10.0.0.0/8",
             "--cloud-provider",
-            "memory",
+            ANY_PROVIDER,
             "--metrics-bind-address",
             "0.0.0.0:10260",
         ]);

@@ -31,6 +31,7 @@ fn main() -> ExitCode {
     let (command, cluster) = match cli.command {
         // The simulator builds its own paused-clock runtimes and needs no
         // cluster flags, so it runs before (and outside) everything below.
+        #[cfg(feature = "lab")]
         Some(cli::Command::Simulate(s)) => {
             return match simulator::simulate(s) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -40,6 +41,7 @@ fn main() -> ExitCode {
                 }
             };
         }
+        #[cfg(feature = "lab")]
         Some(cli::Command::Check(c)) => {
             return if simulator::check::check(c) {
                 ExitCode::SUCCESS

@@ -20,6 +20,7 @@ use tracing::{info, warn};
 
 /// The providers this build knows.
 pub const PROVIDERS: &[&str] = &[
+    #[cfg(feature = "lab")]
     "memory",
     #[cfg(feature = "aws")]
     "aws",
@@ -41,10 +42,10 @@ pub fn choices() -> String {
         .copied()
         .filter(|p| *p != "memory")
         .collect();
-    if real.is_empty() {
-        "memory (a simulated cloud)".into()
-    } else {
-        format!("{}, or memory (a simulated cloud)", real.join(", "))
+    match (real.is_empty(), PROVIDERS.contains(&"memory")) {
+        (true, _) => "memory (a simulated cloud)".into(),
+        (false, true) => format!("{}, or memory (a simulated cloud)", real.join(", ")),
+        (false, false) => real.join(", "),
     }
 }
 
@@ -116,6 +117,7 @@ pub async fn build(
 ) -> anyhow::Result<Arc<dyn CloudRoutes>> {
     let config = single(name, configs)?;
     match name {
+        #[cfg(feature = "lab")]
         "memory" => {
             // With `endpoint:` the simulated cloud is a separate `cloud-sim`
             // process (shared by replicas, surviving restarts); without it,
@@ -388,6 +390,7 @@ mod tests {
         assert_eq!(memory_refusal([]), None);
     }
 
+    #[cfg(feature = "lab")]
     #[test]
     fn choices_name_the_simulated_cloud_last_and_as_such() {
         assert!(

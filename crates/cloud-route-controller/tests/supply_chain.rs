@@ -147,3 +147,65 @@ fn a_licence_allowed_for_one_crate_only_fails_on_another() {
         "{all}"
     );
 }
+
+/// What `cargo tree -e normal` shows the release binary made of (default
+/// features, this package only): the crate names, and the features turned on.
+fn release_tree(extra: &[&str]) -> String {
+    let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .current_dir(common::repo())
+        .args([
+            "tree",
+            "--locked",
+            "-p",
+            "cloud-route-controller",
+            "-e",
+            "normal,features",
+            "--prefix",
+            "none",
+        ])
+        .args(extra)
+        .output()
+        .expect("run cargo tree");
+    assert!(out.status.success(), "cargo tree failed:\n{}", text(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The released binary links the engine and the real clouds, and nothing
+/// that exists for testing: no simulator, no cloud-sim, no fault-injecting
+/// memory cloud, no provider's `testing` feature (fakes, proxies, servers).
+#[test]
+fn the_release_binary_links_no_simulator_no_cloud_sim_and_no_testing_feature() {
+    let lab_only = [
+        "simulator",
+        "cloud-sim",
+        "provider-memory",
+        "test-server",
+        "test-cluster",
+    ];
+    let release = release_tree(&[]);
+    for line in release.lines() {
+        let name = line.split_whitespace().next().unwrap_or("");
+        assert!(
+            !lab_only.contains(&name),
+            "the release binary links {name}: {line}"
+        );
+        assert!(
+            !line.contains("feature \"testing\""),
+            "the release binary turns on a testing feature: {line}"
+        );
+    }
+    for real in ["route-controller", "provider-aws", "provider-gce", "kube"] {
+        assert!(
+            release.lines().any(|l| l.starts_with(&format!("{real} v"))),
+            "the release binary lacks {real}"
+        );
+    }
+    // The check can fail: the lab build links what the release must not.
+    let lab = release_tree(&["--features", "lab"]);
+    for name in ["simulator", "cloud-sim", "provider-memory"] {
+        assert!(
+            lab.lines().any(|l| l.starts_with(&format!("{name} v"))),
+            "the lab build lacks {name}"
+        );
+    }
+}
