@@ -46,6 +46,22 @@ impl DriftKind {
             DriftKind::PrerequisiteLost => "prerequisite_lost",
         }
     }
+
+    /// What was found, for the operator reference.
+    pub fn meaning(self) -> &'static str {
+        match self {
+            DriftKind::RouteMissing => "a route of this cluster is gone from the table",
+            DriftKind::RouteForeign => {
+                "a route of this cluster now points at another Node, or at something that is not this cluster's"
+            }
+            DriftKind::RouteChanged => {
+                "a route of this cluster still names its Node but changed otherwise: its next hop, or it became a blackhole"
+            }
+            DriftKind::PrerequisiteLost => {
+                "a routed Node's forwarding prerequisite was found off (AWS source/destination check, OpenStack allowed-address pair, GCE canIpForward, Azure IP forwarding)"
+            }
+        }
+    }
 }
 
 /// One route found changed.

@@ -28,8 +28,7 @@ pub mod latency;
 pub mod leader;
 pub mod metrics;
 pub mod nodes;
-#[cfg(test)]
-mod readme;
+pub mod reference;
 pub mod retry;
 pub mod schedule;
 pub mod select;

@@ -9,9 +9,8 @@
 //! Cloud request counters are read from the provider's
 //! [`route_cloud::RequestStats`] at scrape time, so they count real API
 //! requests (an action poll is a request too), not controller intentions.
-//! Every metric is in base units (seconds) and listed, with its type and
-//! labels, in docs/operating.md's metrics table, which a test checks against
-//! what `/metrics` renders.
+//! Every metric is in base units (seconds); docs/reference/metrics.md is
+//! generated from this registry ([`crate::reference`]).
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -169,7 +168,7 @@ impl Metrics {
         );
         registry.register(
             "route_controller_route_sync",
-            "Reconcile passes by trigger (node_change, periodic) and outcome (changed, noop, error)",
+            "Reconcile passes by trigger (node_change, periodic, and drift_check for the drift check) and outcome (changed, noop, error); upstream's names and labels",
             m.route_sync.clone(),
         );
         registry.register(
@@ -204,7 +203,7 @@ impl Metrics {
         );
         registry.register(
             "route_controller_node_events",
-            "Node watch events by whether they triggered a reconcile or were absorbed",
+            "Node watch events by whether they triggered a pass (trigger) or were absorbed (absorbed: heartbeats, conditions, labels)",
             m.node_events.clone(),
         );
         registry.register(
@@ -229,12 +228,12 @@ impl Metrics {
         );
         registry.register(
             "route_controller_route_target",
-            "The route targets (route tables, routers) the controller keeps routes in, 1 each",
+            "The route targets (route tables, routers) the controller keeps routes in, 1 each; target=\"\" for a provider with one table",
             m.route_targets.clone(),
         );
         registry.register(
             "route_controller_route_table_routes",
-            "Routes in each route table after the last pass, per address family where the cloud limits the families apart",
+            "Routes in each route table after the last pass; family is IPv4/IPv6 where the cloud limits the families apart (AWS), any otherwise; only with a route limit",
             m.table_routes.clone(),
         );
         registry.register(
@@ -545,132 +544,12 @@ pub fn encode(registry: &Registry) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use async_trait::async_trait;
-    use route_cloud::{Capabilities, CloudError, RequestStats};
-    use route_core::Route;
-    use std::collections::{BTreeMap, BTreeSet};
-
-    /// A provider that answers nothing; only its request counters matter.
-    struct Counted(RequestStats);
-
-    #[async_trait]
-    impl CloudRoutes for Counted {
-        fn name(&self) -> &'static str {
-            "counted"
-        }
-        fn capabilities(&self) -> Capabilities {
-            Capabilities::default()
-        }
-        fn stats(&self) -> &RequestStats {
-            &self.0
-        }
-        async fn list_routes(&self, _: &str) -> Result<Vec<Route>, CloudError> {
-            Ok(Vec::new())
-        }
-        async fn create_route(&self, _: &str, _: &str, r: &Route) -> Result<Route, CloudError> {
-            Ok(r.clone())
-        }
-        async fn delete_route(&self, _: &str, _: &Route) -> Result<(), CloudError> {
-            Ok(())
-        }
-    }
-
-    /// Every metric the registry renders, with its type and label names
-    /// (`le` of histogram buckets left out), by the name a scrape shows:
-    /// counters with `_total`, info with `_info`.
-    fn rendered(text: &str) -> BTreeMap<String, (String, BTreeSet<String>)> {
-        let mut families: BTreeMap<String, (String, BTreeSet<String>)> = BTreeMap::new();
-        for line in text.lines() {
-            if let Some(rest) = line.strip_prefix("# TYPE ") {
-                let (name, kind) = rest.split_once(' ').unwrap();
-                let shown = match kind {
-                    "counter" => format!("{name}_total"),
-                    "info" => format!("{name}_info"),
-                    _ => name.to_string(),
-                };
-                families.insert(shown, (kind.to_string(), BTreeSet::new()));
-            } else if !line.starts_with('#') && !line.is_empty() {
-                let sample = line.split([' ', '{']).next().unwrap();
-                let family = families
-                    .keys()
-                    .filter(|f| {
-                        sample == f.as_str()
-                            || ["_bucket", "_sum", "_count"]
-                                .iter()
-                                .any(|s| sample == format!("{f}{s}"))
-                    })
-                    .max_by_key(|f| f.len())
-                    .cloned()
-                    .unwrap_or_else(|| panic!("sample {sample} of no family"));
-                if let Some((labels, _)) = line.split_once('{').and_then(|(_, l)| l.split_once('}'))
-                {
-                    for pair in labels.split(',') {
-                        let key = pair.split('=').next().unwrap();
-                        if key != "le" {
-                            families.get_mut(&family).unwrap().1.insert(key.into());
-                        }
-                    }
-                }
-            }
-        }
-        families
-    }
-
-    /// docs/operating.md's metrics table: metric, type and label names per row.
-    fn documented() -> BTreeMap<String, (String, BTreeSet<String>)> {
-        crate::readme::table("| metric | type | labels | what it counts |")
-            .into_iter()
-            .map(|cells| {
-                let labels = cells[2]
-                    .split(',')
-                    .map(|x| x.trim().trim_matches('`'))
-                    .filter(|x| !x.is_empty())
-                    .map(String::from)
-                    .collect();
-                (
-                    cells[0].trim_matches('`').to_string(),
-                    (cells[1].clone(), labels),
-                )
-            })
-            .collect()
-    }
-
-    #[test]
-    fn rendered_metrics_match_the_readme_table() {
-        let cloud = Arc::new(Counted(RequestStats::default()));
-        cloud.0.record("list", "ok");
-        let mut registry = Registry::default();
-        let m = MetricsHandle::from(Some(Metrics::register(&mut registry, cloud)));
-        Metrics::register_fence(&mut registry, Fence::new(true));
-        // Touch every labelled family once, so its label set is rendered.
-        m.targets(&["rtb-a".into()]);
-        m.fenced(1);
-        m.pass_finished(
-            SyncTrigger::NodeChange,
-            PassKind::Full,
-            PassOutcome::Noop,
-            0,
-            Duration::from_millis(3),
-        );
-        m.node_event(true);
-        m.warning("PodCIDRConflict");
-        m.route_confirmed(Duration::from_millis(40));
-        m.throttle_waited(Duration::from_millis(1500));
-        let used = std::collections::HashMap::from([(("rtb-a".into(), None), 41)]);
-        m.route_room(&used, 50);
-        m.nodes_by_reason(&[(route_core::NetworkCondition::RouteCreated, 3)]);
-        let text = encode(&registry);
-        assert_eq!(
-            rendered(&text),
-            documented(),
-            "docs/operating.md's metrics table must match what /metrics renders:\n{text}"
-        );
-    }
+    use route_cloud::RequestStats;
 
     #[test]
     fn throttle_waits_are_counted_in_seconds() {
         let mut registry = Registry::default();
-        let cloud = Arc::new(Counted(RequestStats::default()));
+        let cloud = Arc::new(crate::reference::Idle(RequestStats::default()));
         let m = MetricsHandle::from(Some(Metrics::register(&mut registry, cloud)));
         m.throttle_waited(Duration::from_millis(1500));
         m.throttle_waited(Duration::from_millis(500));

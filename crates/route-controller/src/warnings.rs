@@ -1,7 +1,7 @@
 //! Warning Events: every one the controller can emit is built here.
 //!
-//! [`Reason`] lists them all, with the sentence docs/operating.md's Warning table
-//! shows for each (a test checks the table against this type). A
+//! [`Reason`] lists them all, with the sentence the generated
+//! docs/reference/conditions-and-events.md shows for each. A
 //! [`Warning`] is built by one constructor per reason, so the wording of a
 //! reason lives in one place; the status step emits them
 //! ([`crate::status::emit`]), nothing else does.
@@ -56,7 +56,7 @@ pub enum Reason {
 }
 
 impl Reason {
-    /// Every reason, in the order of docs/operating.md's table.
+    /// Every reason, in the order of docs/reference/conditions-and-events.md.
     pub const ALL: [Reason; 12] = [
         Reason::FailedToCreateRoute,
         Reason::FailedToDeleteRoute,
@@ -90,7 +90,7 @@ impl Reason {
         }
     }
 
-    /// When it is emitted, as the README's Warning table says.
+    /// When it is emitted (docs/reference/conditions-and-events.md is generated from this).
     pub fn when(self) -> &'static str {
         match self {
             Reason::FailedToCreateRoute => {
@@ -522,24 +522,6 @@ mod tests {
         assert!(
             w.message
                 .contains("retrying as soon as the cloud accepts calls again")
-        );
-    }
-
-    /// The README's "Warning Events" table lists exactly [`Reason::ALL`],
-    /// in order, each with its [`Reason::when`].
-    #[test]
-    fn readme_warning_table_matches_the_reasons() {
-        let rows: Vec<(String, String)> = crate::readme::table("| reason | when it is emitted |")
-            .into_iter()
-            .map(|cells| (cells[0].trim_matches('`').to_string(), cells[1].clone()))
-            .collect();
-        let expected: Vec<(String, String)> = Reason::ALL
-            .iter()
-            .map(|r| (r.as_str().to_string(), r.when().to_string()))
-            .collect();
-        assert_eq!(
-            rows, expected,
-            "docs/operating.md's Warning Events table must list Reason::ALL with Reason::when"
         );
     }
 }

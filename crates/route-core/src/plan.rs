@@ -472,6 +472,43 @@ impl NetworkCondition {
         }
     }
 
+    /// When the controller writes it, as the operator reference says
+    /// (docs/reference/conditions-and-events.md is generated from this).
+    pub fn when(self) -> &'static str {
+        match self {
+            NetworkCondition::RouteCreated => {
+                "every pod CIDR of the Node has its route in every route target, and its forwarding prerequisite is not known to be off"
+            }
+            NetworkCondition::NoRouteCreated => {
+                "a creation failed (or was cut off, or waits behind a deletion that failed) and is retried with backoff; also a Node without pod CIDRs that some route targets"
+            }
+            NetworkCondition::ForwardingDisabled => {
+                "every route is in place, but the cloud drops the pod traffic the Node forwards (GCE `canIpForward`, Azure `enableIPForwarding` off); the `ForwardingDisabled` Warning names the fix"
+            }
+            NetworkCondition::AwaitingNodeData => {
+                "the provider needs `spec.providerID` or an `InternalIP` the Node does not have yet; routed in the pass it arrives. A dual-stack Node with an IPv4 `InternalIP` only (OpenStack, whose next hop is the Node's address of the route's family) reads this too, with its IPv4 route in place: its IPv6 pods are unreachable, so the Node is not `RouteCreated`, as upstream, which would fail the IPv6 route, says `NoRouteCreated`; `--route-ip-families=IPv4` routes such a cluster on purpose. The message says what kind of data is missing and `plan` names it per Node"
+            }
+            NetworkCondition::RouteQuotaExceeded => {
+                "the route table is at the cloud's route limit; routed as soon as room appears (a `RouteQuotaExceeded` Warning once)"
+            }
+            NetworkCondition::InstanceNotRunning => {
+                "the cloud refused the route because the Node's instance is stopped (EC2 `IncorrectInstanceState`); retried with backoff"
+            }
+            NetworkCondition::PodCidrConflict => {
+                "another Node claims the pod CIDR, or it overlaps a route that is provably another cluster's (a `PodCIDRConflict` or `PodCIDROverlap` Warning)"
+            }
+            NetworkCondition::InvalidPodCidr => {
+                "a pod CIDR is not a CIDR or lies outside every `--cluster-cidr`"
+            }
+            NetworkCondition::NodeExcluded => {
+                "the Node left `--node-selector` after a route controller routed it; its routes are gone. `False`, so the network-unavailable taint does not keep pods off a Node whose pod network is someone else's"
+            }
+            NetworkCondition::RouteUnverified => {
+                "the Node read `RouteCreated`, but no listing of the cloud's routes has succeeded for the drift check period plus one pass (a cloud API outage, revoked credentials), so a route deleted meanwhile would go unseen; the next successful listing writes the Node's condition again. `Unknown`, not `True`: the route is most likely still there, and only `True` makes the node lifecycle controller taint the Node"
+            }
+        }
+    }
+
     /// Which of two explanations a Node shows when several apply: the one
     /// an operator must act on first (a bad pod CIDR before a full table,
     /// a full table before a failure that retries by itself).
