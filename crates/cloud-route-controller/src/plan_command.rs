@@ -289,7 +289,7 @@ fn node_reasons(
     no_room: &std::collections::HashSet<route_core::OpKey>,
 ) -> Vec<NodeReason> {
     use route_core::NetworkCondition;
-    let planned: std::collections::HashMap<&str, &route_core::NodeOutcome> =
+    let planned: std::collections::HashMap<&str, &route_core::NodePlan> =
         plan.nodes.iter().map(|o| (o.node.as_str(), o)).collect();
     nodes
         .iter()

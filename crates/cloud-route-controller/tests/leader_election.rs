@@ -292,7 +292,7 @@ async fn only_the_leader_mutates_and_leadership_moves_on_stop_and_on_kill() {
 }
 
 /// A leader stopped (SIGSTOP) past its renew deadline, with a creation
-/// held at its throttle gate, is resumed (SIGCONT) after the gate's pause has
+/// held at its throttle, is resumed (SIGCONT) after the throttle's pause has
 /// run out and after a new leader took over: the timer of the held creation
 /// fires at once, well before the election loop's next Lease round trip could
 /// tell it that it lost. It must send nothing — its fence closed at the

@@ -55,7 +55,7 @@ pub(crate) struct Http {
     /// Checked after the budget wait of every changing request.
     pub(crate) fence: Fence,
     /// Set by a `429`: no request is sent before it (the upstream client's
-    /// throttle gate, `retryrepectthrottled`, fails fast instead; waiting
+    /// throttle, `retryrepectthrottled`, fails fast instead; waiting
     /// here keeps a retry that comes early from being refused again).
     throttled_until: Mutex<Option<Instant>>,
 }

@@ -687,7 +687,8 @@ impl AzureRoutes {
         .await?;
         results = decided_last;
         let state = match outcome {
-            route_cloud::Outcome::Unchanged(s) | route_cloud::Outcome::Written(s) => s,
+            route_cloud::ConditionalWrite::Unchanged(s)
+            | route_cloud::ConditionalWrite::Written(s) => s,
         };
         for (slot, name, prefix) in &deletions {
             // A creation of the same name and prefix in this batch (a new

@@ -683,7 +683,8 @@ impl OpenStackRoutes {
         )
         .await?;
         match outcome {
-            route_cloud::Outcome::Unchanged(s) | route_cloud::Outcome::Written(s) => Ok(s),
+            route_cloud::ConditionalWrite::Unchanged(s)
+            | route_cloud::ConditionalWrite::Written(s) => Ok(s),
         }
     }
 

@@ -19,7 +19,7 @@ use crate::{CloudError, ErrorKind};
 
 /// How a [`write_conditionally`] ended without an error.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome<S, W> {
+pub enum ConditionalWrite<S, W> {
     /// The change asked for nothing to be written: the resource as last read.
     Unchanged(S),
     /// The write's own result.
@@ -52,7 +52,7 @@ pub async fn write_conditionally<S, V, N, W, RF, WF>(
     mut change: impl FnMut(&S) -> Result<Option<N>, CloudError>,
     mut write: impl FnMut(N, V) -> WF,
     mut on_retry: impl FnMut(u32),
-) -> Result<Outcome<S, W>, CloudError>
+) -> Result<ConditionalWrite<S, W>, CloudError>
 where
     RF: Future<Output = Result<(S, V), CloudError>>,
     WF: Future<Output = Result<W, CloudError>>,
@@ -64,10 +64,10 @@ where
     let mut attempt = 0;
     loop {
         let Some(new) = change(&state)? else {
-            return Ok(Outcome::Unchanged(state));
+            return Ok(ConditionalWrite::Unchanged(state));
         };
         match write(new, version).await {
-            Ok(w) => return Ok(Outcome::Written(w)),
+            Ok(w) => return Ok(ConditionalWrite::Written(w)),
             Err(e) if e.kind == ErrorKind::Conflict && attempt < max_retries => {
                 attempt += 1;
                 on_retry(attempt);
@@ -124,7 +124,10 @@ mod tests {
         store: &RefCell<Store>,
         max_retries: u32,
         item: u32,
-    ) -> (Result<Outcome<Vec<u32>, u64>, CloudError>, Vec<u32>) {
+    ) -> (
+        Result<ConditionalWrite<Vec<u32>, u64>, CloudError>,
+        Vec<u32>,
+    ) {
         let mut retries = Vec::new();
         let out = write_conditionally(
             max_retries,
@@ -148,7 +151,7 @@ mod tests {
     async fn writes_once_when_nobody_else_writes() {
         let store = RefCell::new(Store::default());
         let (out, retries) = add(&store, 3, 7).await;
-        assert_eq!(out, Ok(Outcome::Written(1)));
+        assert_eq!(out, Ok(ConditionalWrite::Written(1)));
         assert!(retries.is_empty());
         let s = store.borrow();
         assert_eq!((s.reads, s.writes, s.value.clone()), (1, 1, vec![7]));
@@ -162,7 +165,7 @@ mod tests {
         });
         let started = tokio::time::Instant::now();
         let (out, retries) = add(&store, 3, 7).await;
-        assert_eq!(out, Ok(Outcome::Written(2)));
+        assert_eq!(out, Ok(ConditionalWrite::Written(2)));
         assert_eq!(retries, vec![1]);
         assert_eq!(started.elapsed(), conflict_pause(1));
         let s = store.borrow();
@@ -204,7 +207,7 @@ mod tests {
             ..Store::default()
         });
         let (out, retries) = add(&store, 3, 7).await;
-        assert_eq!(out, Ok(Outcome::Unchanged(vec![7])));
+        assert_eq!(out, Ok(ConditionalWrite::Unchanged(vec![7])));
         assert!(retries.is_empty());
         assert_eq!((store.borrow().reads, store.borrow().writes), (1, 0));
     }
@@ -222,14 +225,14 @@ mod tests {
             |_| {},
         )
         .await;
-        assert_eq!(out, Ok(Outcome::Written(1)));
+        assert_eq!(out, Ok(ConditionalWrite::Written(1)));
         assert_eq!((store.borrow().reads, store.borrow().writes), (0, 1));
     }
 
     #[tokio::test(start_paused = true)]
     async fn errors_other_than_a_conflict_are_not_retried() {
         let mut writes = 0;
-        let out: Result<Outcome<(), ()>, _> = write_conditionally(
+        let out: Result<ConditionalWrite<(), ()>, _> = write_conditionally(
             3,
             Some(((), ())),
             || async { Ok(((), ())) },
@@ -248,7 +251,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_refused_change_ends_the_loop_before_any_write() {
         let mut writes = 0;
-        let out: Result<Outcome<(), ()>, _> = write_conditionally(
+        let out: Result<ConditionalWrite<(), ()>, _> = write_conditionally(
             3,
             Some(((), ())),
             || async { Ok(((), ())) },

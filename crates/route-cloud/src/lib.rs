@@ -18,7 +18,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use route_core::{NodeView, Route, TargetNeeds};
 
-pub use conditional::{Outcome, write_conditionally};
+pub use conditional::{ConditionalWrite, write_conditionally};
 pub use error::{CloudError, ErrorKind};
 pub use fence::{BootClock, Clock, Fence, TokioClock};
 pub use permissions::{Access, RequestKind};

@@ -1,12 +1,14 @@
 //! The absorb step: folding a pass's outcome back into the loop's state.
 //!
-//! Pure bookkeeping, no I/O: results are folded by operation key, and each
-//! landed or failed operation updates the
+//! No I/O: results are folded by operation key, and each landed or failed
+//! operation updates the
 //! [`RetryBook`] (backoff), the [`Holds`] (deletion grace, blackhole
 //! repairs) and the [`RouteCache`]. It returns what the rest of the pass must
 //! act on: the Warnings the failures call for (emitted by the status step)
 //! and whether an answer made the cached table uncertain (the scheduler then
-//! asks for a full pass).
+//! asks for a full pass). It also applies part of what a cloud answer means:
+//! a deletion answered `NotFound` counts as done, and a refusal for a
+//! stopped instance or a full table warns once per Node, not per attempt.
 
 use rand::Rng;
 use route_cloud::ErrorKind;
@@ -14,7 +16,7 @@ use route_core::Plan;
 use tokio::time::Instant;
 use tracing::info;
 
-use crate::execute::{OpResult, Outcome};
+use crate::execute::{OpResult, OpResults};
 use crate::gate::Holds;
 use crate::nodes::NodeRef;
 use crate::nodes::NodeStore;
@@ -47,7 +49,7 @@ pub struct Absorbed {
 /// Warnings are about.
 pub fn absorb(
     plan: &Plan,
-    outcome: &Outcome,
+    outcome: &OpResults,
     state: State<'_>,
     nodes: &NodeStore,
     now: Instant,
@@ -99,8 +101,8 @@ pub fn absorb(
                 out.uncertain = true;
                 holds.deletion_landed(plan, &key, now);
             }
-            // Not sent: the loop redoes it (`Outcome::fenced`), nothing to fold.
-            OpResult::Cancelled | OpResult::Deferred | OpResult::Blocked => {}
+            // Not sent: the loop redoes it (`OpResults::fenced`), nothing to fold.
+            OpResult::Cancelled | OpResult::NotSent | OpResult::Blocked => {}
         }
     }
     for c in &plan.creations {
@@ -156,7 +158,7 @@ pub fn absorb(
                     holds.repaired(c, now);
                 }
             }
-            OpResult::Cancelled | OpResult::Deferred | OpResult::Blocked => {}
+            OpResult::Cancelled | OpResult::NotSent | OpResult::Blocked => {}
         }
     }
     if out.uncertain {
@@ -208,7 +210,7 @@ mod tests {
             }
         }
 
-        fn absorb(&mut self, plan: &Plan, outcome: &Outcome) -> Absorbed {
+        fn absorb(&mut self, plan: &Plan, outcome: &OpResults) -> Absorbed {
             let state = State {
                 book: &mut self.book,
                 holds: &mut self.holds,
@@ -234,8 +236,8 @@ mod tests {
     }
 
     /// The outcome of a plan of one deletion and one creation.
-    fn outcome(p: &Plan, deletion: OpResult, creation: OpResult) -> Outcome {
-        let mut o = Outcome::default();
+    fn outcome(p: &Plan, deletion: OpResult, creation: OpResult) -> OpResults {
+        let mut o = OpResults::default();
         o.set(p.deletions[0].key(), deletion);
         o.set(p.creations[0].key(), creation);
         o

@@ -7,7 +7,9 @@
 //! exactly one follow-up pass.
 //!
 //! [`Controller::pass`] is the driver: it calls one step per module, in the
-//! order data flows, and owns no logic of its own:
+//! order data flows. What it decides itself is only how the steps join: a
+//! pass whose listing failed or is too old to trust ends before planning, and
+//! an answer that made the cached table uncertain asks for a full pass:
 //!
 //! ```text
 //! snapshot ─► prerequisites ─► plan ─► gate ─► warn ─► execute ─► absorb ─► status ─► finish
@@ -38,7 +40,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
 use crate::absorb::{self, Absorbed};
-use crate::execute::{Executor, Fence, Outcome};
+use crate::execute::{Executor, Fence, OpResults};
 use crate::forwarding::Prerequisites;
 use crate::gate::{self, Gated, Holds, Pool, Room};
 use crate::metrics::{Metrics, MetricsHandle, PassOutcome};
@@ -85,7 +87,7 @@ pub struct PassReport {
     /// The plan (empty when listing failed).
     pub plan: Plan,
     /// Results of its operations.
-    pub outcome: Outcome,
+    pub outcome: OpResults,
     /// Listing failed with this error.
     pub list_error: Option<CloudError>,
     /// Conditions written.
@@ -427,7 +429,7 @@ impl Controller {
         &self,
         drift: &[crate::drift::RouteDrift],
         plan: &Plan,
-        outcome: &Outcome,
+        outcome: &OpResults,
     ) -> Vec<Warning> {
         let mut warnings = Vec::new();
         for d in drift {
@@ -488,7 +490,7 @@ impl Controller {
     /// Step 6b: how full each table is after the pass, as metrics, and a
     /// Warning on the Node whose new route took a table past 80 % of the
     /// cloud's limit (once per crossing).
-    fn headroom(&mut self, room: &Room, plan: &Plan, outcome: &Outcome) -> Vec<Warning> {
+    fn headroom(&mut self, room: &Room, plan: &Plan, outcome: &OpResults) -> Vec<Warning> {
         let Some(max) = room.max() else {
             return Vec::new();
         };
@@ -596,7 +598,7 @@ impl Controller {
     }
 
     /// Step 6; an uncertain answer makes the next pass a full one.
-    fn absorb(&mut self, plan: &Plan, outcome: &Outcome) -> Absorbed {
+    fn absorb(&mut self, plan: &Plan, outcome: &OpResults) -> Absorbed {
         let state = absorb::State {
             book: &mut self.book,
             holds: &mut self.holds,
@@ -655,7 +657,7 @@ impl Controller {
     async fn update_status(
         &mut self,
         plan: &Plan,
-        outcome: &Outcome,
+        outcome: &OpResults,
     ) -> Vec<(String, NetworkCondition)> {
         let fence = self.executor.fence();
         if !fence.is_open() {
@@ -720,7 +722,7 @@ impl Controller {
         &mut self,
         report: &mut PassReport,
         plan: Plan,
-        outcome: Outcome,
+        outcome: OpResults,
         gated: Gated,
         started: Instant,
     ) {
@@ -813,7 +815,7 @@ impl PassReport {
             kind,
             trigger,
             plan: Plan::default(),
-            outcome: Outcome::default(),
+            outcome: OpResults::default(),
             list_error: None,
             conditions: Vec::new(),
         }
@@ -957,7 +959,7 @@ mod tests {
         let r = f.ctl.pass(PassKind::Cached, SyncTrigger::NodeChange).await;
         assert_eq!(
             *r.outcome.creation(&r.plan.creations[0]),
-            crate::OpResult::Deferred
+            crate::OpResult::NotSent
         );
         tokio::time::advance(Duration::from_secs(2)).await;
         let r = f.ctl.pass(PassKind::Cached, SyncTrigger::NodeChange).await;

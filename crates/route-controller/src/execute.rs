@@ -1,14 +1,17 @@
 //! Executing a plan against the cloud.
 //!
-//! The executor owns no state between passes and decides nothing about
-//! *whether* an operation runs: the gate ([`crate::gate`]) gave each one its
-//! verdict, and the executor runs those whose verdict is
-//! [`Verdict::Run`](crate::gate::Verdict::Run). It runs the deletions and the
+//! The executor owns no state between passes. The gate ([`crate::gate`])
+//! gave each operation its verdict, and the executor runs those whose verdict
+//! is [`Verdict::Run`](crate::gate::Verdict::Run). Two results it decides
+//! itself, from the run: a creation whose deletion failed or did not run is
+//! [`OpResult::Blocked`], and a creation the gate found no room for is
+//! recorded as the quota refusal the cloud would have answered, so that the
+//! rest of the pass treats both alike. It runs the deletions and the
 //! creations that depend on nothing concurrently, bounded by the provider's
 //! `max_concurrent_operations`; a creation that must follow a deletion
 //! (address change, blackhole replacement) starts only after that deletion
 //! succeeded. Providers that take batches get the whole plan in one call. A
-//! throttled answer closes a shared [`ThrottleGate`] until its retry-after,
+//! throttled answer closes a shared [`Throttle`] until its retry-after,
 //! so the rest of the pass waits instead of piling more requests on the
 //! cloud. Results are keyed like the plan's operations ([`OpKey`]).
 
@@ -27,7 +30,7 @@ use tracing::{Instrument, info, info_span, warn};
 
 use crate::gate::{Gated, Verdict};
 use crate::metrics::MetricsHandle;
-use crate::throttle::{ThrottleGate, Ticket};
+use crate::throttle::{Throttle, Ticket};
 
 /// The result of one planned operation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,7 +40,7 @@ pub enum OpResult {
     /// The cloud refused or failed.
     Failed(CloudError),
     /// Held by the gate (backoff, grace, a repair's hold); not attempted.
-    Deferred,
+    NotSent,
     /// A deletion it depends on did not run or did not succeed in this pass.
     Blocked,
     /// Not sent: the fence was closed (leadership lost, renew deadline
@@ -62,14 +65,14 @@ impl OpResult {
 
 /// What a pass did: one result per planned operation, by key.
 #[derive(Debug, Default, Clone)]
-pub struct Outcome {
+pub struct OpResults {
     results: HashMap<OpKey, OpResult>,
 }
 
 /// The result of an operation the pass did not get to.
-static NOT_ATTEMPTED: OpResult = OpResult::Deferred;
+static NOT_ATTEMPTED: OpResult = OpResult::NotSent;
 
-impl Outcome {
+impl OpResults {
     /// The result of operation `key`.
     pub fn of(&self, key: &OpKey) -> &OpResult {
         self.results.get(key).unwrap_or(&NOT_ATTEMPTED)
@@ -122,14 +125,14 @@ impl Outcome {
 pub struct Executor {
     cloud: Arc<dyn CloudRoutes>,
     cluster: String,
-    gate: Arc<ThrottleGate>,
+    gate: Arc<Throttle>,
     fence: Fence,
     metrics: MetricsHandle,
 }
 
 impl Executor {
     /// An executor for `cluster` on `cloud`; it checks `fence` before every
-    /// call and reports its waits at the throttle gate to `metrics`.
+    /// call and reports its waits at the throttle to `metrics`.
     pub fn new(
         cloud: Arc<dyn CloudRoutes>,
         cluster: impl Into<String>,
@@ -139,7 +142,7 @@ impl Executor {
         Self {
             cloud,
             cluster: cluster.into(),
-            gate: Arc::new(ThrottleGate::default()),
+            gate: Arc::new(Throttle::default()),
             fence,
             metrics,
         }
@@ -155,7 +158,7 @@ impl Executor {
         &self.fence
     }
 
-    /// Lists the cloud's routes (through the throttle gate).
+    /// Lists the cloud's routes (through the throttle).
     pub async fn list(&self) -> Result<Vec<Route>, CloudError> {
         let ticket = self.wait_gate().await;
         let r = self.cloud.list_routes(&self.cluster).await;
@@ -163,7 +166,7 @@ impl Executor {
         r
     }
 
-    /// Looks up the route targets again (through the throttle gate); `None`
+    /// Looks up the route targets again (through the throttle); `None`
     /// when the provider's targets are fixed by configuration.
     pub async fn discover_targets(&self) -> Result<Option<Vec<route_core::Text>>, CloudError> {
         let ticket = self.wait_gate().await;
@@ -199,9 +202,9 @@ impl Executor {
 
     /// Executes the operations of `plan` that `gated` lets run; the others
     /// get the result their verdict calls for, without a request.
-    pub async fn execute(&self, plan: &Plan, gated: &Gated) -> Outcome {
+    pub async fn execute(&self, plan: &Plan, gated: &Gated) -> OpResults {
         let caps = self.cloud.capabilities();
-        let mut out = Outcome::default();
+        let mut out = OpResults::default();
         for key in plan
             .deletions
             .iter()
@@ -226,8 +229,8 @@ impl Executor {
                     out.set(key, OpResult::Failed(e));
                 }
                 Some(Verdict::Blocked { .. }) => out.set(key, OpResult::Blocked),
-                Some(Verdict::Deferred { .. } | Verdict::Held { .. }) | None => {
-                    out.set(key, OpResult::Deferred);
+                Some(Verdict::BackingOff { .. } | Verdict::Held { .. }) | None => {
+                    out.set(key, OpResult::NotSent);
                 }
             }
         }
@@ -239,7 +242,7 @@ impl Executor {
         out
     }
 
-    async fn execute_each(&self, plan: &Plan, gated: &Gated, out: &mut Outcome) {
+    async fn execute_each(&self, plan: &Plan, gated: &Gated, out: &mut OpResults) {
         let permits = Arc::new(Semaphore::new(
             self.cloud.capabilities().max_concurrent_operations.max(1),
         ));
@@ -290,7 +293,7 @@ impl Executor {
         }
     }
 
-    async fn execute_batch(&self, plan: &Plan, gated: &Gated, out: &mut Outcome) {
+    async fn execute_batch(&self, plan: &Plan, gated: &Gated, out: &mut OpResults) {
         // The gate blocked every creation whose deletions do not run, so a
         // dependent creation rides along with its deletions: a batch applies
         // deletions first.
@@ -316,7 +319,7 @@ impl Executor {
                 .map(|(_, c)| (c.node_uid.clone(), c.route.clone()))
                 .collect(),
         };
-        let all = |out: &mut Outcome, r: &OpResult| {
+        let all = |out: &mut OpResults, r: &OpResult| {
             for (k, _) in &deletions {
                 out.set(k.clone(), r.clone());
             }
@@ -653,10 +656,10 @@ mod tests {
         assert!(out.creation(&p.creations[0]).is_done());
         assert_eq!(
             *out.creation(&p.creations[1]),
-            OpResult::Deferred,
+            OpResult::NotSent,
             "in backoff"
         );
-        assert_eq!(*out.creation(&p.creations[2]), OpResult::Deferred, "held");
+        assert_eq!(*out.creation(&p.creations[2]), OpResult::NotSent, "held");
         assert_eq!(calls(&cloud, Operation::Create), 1);
     }
 

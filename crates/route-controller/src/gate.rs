@@ -7,7 +7,7 @@
 //! | verdict | why | ends |
 //! |---|---|---|
 //! | [`Verdict::Run`] | nothing holds it | |
-//! | [`Verdict::Deferred`] | it failed before and its retry backoff runs ([`RetryBook`]) | at the backoff's end |
+//! | [`Verdict::BackingOff`] | it failed before and its retry backoff runs ([`RetryBook`]) | at the backoff's end |
 //! | [`Verdict::Held`] [`Hold::DeletionGrace`] | its Node (or the Node's pod CIDR) just went from the view: a same-name re-creation or a stale relist explains that | after `--route-deletion-grace` |
 //! | [`Verdict::Held`] [`Hold::BlackholeRecurring`] | a blackhole came back after its repair: the instance is stopped | 60 s, doubling per recurrence, up to the backoff maximum |
 //! | [`Verdict::Held`] [`Hold::ReplacementWaits`] | a blackhole deleted only to be replaced, while its replacement waits | with its replacement |
@@ -15,7 +15,7 @@
 //! | [`Verdict::Blocked`] | it must follow deletions that do not run in this pass | with those deletions |
 //!
 //! Two things delay an operation after the gate and are not verdicts: the
-//! executor's throttle gate paces what runs when the cloud throttles (it
+//! executor's throttle paces what runs when the cloud throttles (it
 //! delays, never drops), and a creation whose deletion fails during the pass
 //! is reported blocked by the executor.
 //!
@@ -50,7 +50,7 @@ pub enum Verdict {
     /// Sent in this pass.
     Run,
     /// Failed before; its retry backoff ends at `until`.
-    Deferred {
+    BackingOff {
         /// When it is due.
         until: Instant,
     },
@@ -96,7 +96,7 @@ impl Verdict {
     /// Until when a verdict that ends by itself holds the operation.
     fn until(&self) -> Option<Instant> {
         match self {
-            Verdict::Deferred { until } | Verdict::Held { until, .. } => Some(*until),
+            Verdict::BackingOff { until } | Verdict::Held { until, .. } => Some(*until),
             _ => None,
         }
     }
@@ -109,7 +109,7 @@ impl Verdict {
         };
         match self {
             Verdict::Run => "runs in this pass".into(),
-            Verdict::Deferred { until } => {
+            Verdict::BackingOff { until } => {
                 format!("retry backoff after a failure, due in {}", wait(until))
             }
             Verdict::Held { until, why } => format!("{why}, for {} more", wait(until)),
@@ -458,7 +458,7 @@ pub fn gate(
     // Retry backoff, for every operation that failed before.
     for key in keys(plan) {
         let v = match book.due_at(&key, now) {
-            Some(until) => Verdict::Deferred { until },
+            Some(until) => Verdict::BackingOff { until },
             None => Verdict::Run,
         };
         g.verdicts.insert(key, v);
@@ -602,7 +602,7 @@ fn short_of_room<'p>(
         // released the moment one lands.
         if !matches!(
             g.verdict(&c.key()),
-            Some(Verdict::Run | Verdict::Deferred { .. })
+            Some(Verdict::Run | Verdict::BackingOff { .. })
         ) {
             continue;
         }
@@ -671,7 +671,7 @@ mod tests {
         let g = gate(&p, &mut holds(), &b, &Room::unlimited(), t0, false);
         assert_eq!(
             verdict(&g, &p.creations[0].key()),
-            Verdict::Deferred { until: due }
+            Verdict::BackingOff { until: due }
         );
         let g = gate(&p, &mut holds(), &b, &Room::unlimited(), due, false);
         assert_eq!(verdict(&g, &p.creations[0].key()), Verdict::Run);

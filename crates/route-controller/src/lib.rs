@@ -39,7 +39,7 @@ pub mod warnings;
 pub mod watch;
 
 pub use controller::{Controller, ControllerConfig, DEFAULT_DELETION_GRACE, PassReport};
-pub use execute::{Fence, OpResult, Outcome};
+pub use execute::{Fence, OpResult, OpResults};
 pub use metrics::{Metrics, MetricsHandle};
 pub use nodes::{NodeEvent, NodeRef, NodeStore, node_view};
 pub use retry::BackoffConfig;

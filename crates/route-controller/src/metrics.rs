@@ -3,7 +3,7 @@
 //! One [`Metrics`] per process, registered in an explicit registry (no global
 //! state, so tests can run side by side). Everything else reports through a
 //! [`MetricsHandle`], whose methods say *what happened* (a pass ended, a
-//! Node event was absorbed, a call waited at the throttle gate) and which
+//! Node event was absorbed, a call waited at the throttle) and which
 //! turns that into metric updates here; a handle without metrics (tests, the
 //! simulator) does nothing. The binary's HTTP server encodes the registry.
 //! Cloud request counters are read from the provider's
@@ -65,7 +65,7 @@ pub struct Metrics {
     node_events: Family<EventLabels, Counter>,
     /// Warning events emitted.
     warnings: Family<ReasonLabels, Counter>,
-    /// Seconds waited at the executor's throttle gate (server retry-after).
+    /// Seconds waited at the executor's throttle (server retry-after).
     throttle_wait: Counter<f64, AtomicU64>,
     /// Blackholes that came back after a repair and are retried with backoff.
     recurring_blackholes: Gauge,
@@ -213,7 +213,7 @@ impl Metrics {
         );
         registry.register(
             "route_controller_throttle_wait_seconds",
-            "Time cloud calls waited at the throttle gate because the cloud answered throttled",
+            "Time cloud calls waited at the throttle because the cloud answered throttled",
             m.throttle_wait.clone(),
         );
         registry.register(
@@ -339,7 +339,7 @@ impl MetricsHandle {
         }
     }
 
-    /// A cloud call waited this long at the throttle gate.
+    /// A cloud call waited this long at the throttle.
     pub fn throttle_waited(&self, waited: Duration) {
         if let Some(m) = &self.0 {
             m.throttle_wait.inc_by(waited.as_secs_f64());

@@ -6,7 +6,7 @@
 //! retried without waiting for another Node event or the next resync, which is
 //! what upstream's watch mode does. A throttled operation is the exception:
 //! the cloud refused the rate, not the route, so its backoff does not grow and
-//! it is due again at once — the executor's throttle gate holds it until the
+//! it is due again at once — the executor's throttle holds it until the
 //! cloud accepts calls again, and sends one probe per retry-after meanwhile.
 
 use std::collections::{HashMap, HashSet};

@@ -24,7 +24,7 @@ use route_cloud::ErrorKind;
 use route_core::{NetworkCondition, OpKey, Plan};
 use tracing::warn;
 
-use crate::execute::{Fence, OpResult, Outcome};
+use crate::execute::{Fence, OpResult, OpResults};
 use crate::metrics::MetricsHandle;
 use crate::nodes::{NodeRef, NodeStore};
 use crate::retry::RetryBook;
@@ -162,7 +162,7 @@ pub async fn mark_unverified(
 /// for room, or waiting out such a refusal, says `RouteQuotaExceeded`; one
 /// refused for a stopped instance `InstanceNotRunning`; any other failure,
 /// backoff or wait `NoRouteCreated` (upstream's reason).
-pub fn explain(outcome: &Outcome, book: &RetryBook, key: &OpKey) -> Option<NetworkCondition> {
+pub fn explain(outcome: &OpResults, book: &RetryBook, key: &OpKey) -> Option<NetworkCondition> {
     let cause = |kind: ErrorKind| match kind {
         ErrorKind::QuotaExceeded => NetworkCondition::RouteQuotaExceeded,
         ErrorKind::TargetUnavailable => NetworkCondition::InstanceNotRunning,
@@ -396,8 +396,8 @@ mod tests {
         )
     }
 
-    fn done(plan: &Plan) -> Outcome {
-        let mut o = Outcome::default();
+    fn done(plan: &Plan) -> OpResults {
+        let mut o = OpResults::default();
         for c in &plan.creations {
             o.set(c.key(), crate::OpResult::Done(None));
         }

@@ -69,7 +69,7 @@ const MIN_RATE: f64 = 1.0 / 3600.0;
 
 /// The gate. Shared by all calls of one executor.
 #[derive(Debug, Default)]
-pub struct ThrottleGate {
+pub struct Throttle {
     state: Mutex<GateState>,
     changed: Notify,
 }
@@ -128,14 +128,14 @@ impl Default for GateState {
     }
 }
 
-/// Permission for one call, from [`ThrottleGate::pass`]. Report its answer
+/// Permission for one call, from [`Throttle::pass`]. Report its answer
 /// with [`Ticket::succeeded`], [`Ticket::throttled`] or [`Ticket::answered`];
 /// a ticket dropped unreported (the call was abandoned) hands the probe on to
 /// the next caller.
 #[must_use = "report the call's answer"]
 #[derive(Debug)]
 pub struct Ticket<'a> {
-    gate: &'a ThrottleGate,
+    gate: &'a Throttle,
     probe: bool,
     started: Instant,
     /// Time spent held back by throttling (zero when the gate was open).
@@ -148,7 +148,7 @@ enum Wait {
     ProbeAnswer,
 }
 
-impl ThrottleGate {
+impl Throttle {
     fn lock(&self) -> std::sync::MutexGuard<'_, GateState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -365,7 +365,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn open_gate_does_not_wait() {
-        let g = ThrottleGate::default();
+        let g = Throttle::default();
         let t = g.pass().await;
         assert_eq!(t.held, Duration::ZERO);
         t.succeeded();
@@ -374,7 +374,7 @@ mod tests {
 
     /// Throttles unpaced traffic with `retry_after`, then refuses the probe
     /// with the same: a storm that is still going on.
-    async fn storm(g: &ThrottleGate, retry_after: Duration) {
+    async fn storm(g: &Throttle, retry_after: Duration) {
         g.pass().await.throttled(retry_after);
         for _ in 0..STORM_PROBES {
             let t = g.pass().await;
@@ -385,7 +385,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn after_the_pause_one_probe_goes_out_and_the_rest_wait_for_its_answer() {
-        let g = Arc::new(ThrottleGate::default());
+        let g = Arc::new(Throttle::default());
         g.pass().await.throttled(Duration::from_secs(5));
         let passed = Arc::new(AtomicU32::new(0));
         let waiters: Vec<_> = (0..10)
@@ -410,7 +410,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn refused_probes_back_off_to_eight_seconds_so_a_storm_costs_few_calls() {
-        let g = ThrottleGate::default();
+        let g = Throttle::default();
         g.pass().await.throttled(Duration::from_secs(2));
         let t0 = Instant::now();
         let mut probes = Vec::new();
@@ -423,7 +423,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_longer_retry_after_than_the_backoff_wins() {
-        let g = ThrottleGate::default();
+        let g = Throttle::default();
         g.pass().await.throttled(Duration::from_secs(1));
         let t0 = Instant::now();
         g.pass().await.throttled(Duration::from_secs(20));
@@ -433,7 +433,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn after_a_storm_the_first_successful_probe_ramps_up_to_unpaced_within_seconds() {
-        let g = ThrottleGate::default();
+        let g = Throttle::default();
         storm(&g, Duration::from_secs(10)).await;
         tokio::time::sleep(Duration::from_secs(10)).await;
         let t0 = Instant::now();
@@ -448,7 +448,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn after_a_refused_burst_the_rate_starts_at_the_retry_after_and_doubles_per_ten() {
-        let g = ThrottleGate::default();
+        let g = Throttle::default();
         g.pass().await.throttled(Duration::from_millis(200));
         tokio::time::sleep(Duration::from_millis(200)).await;
         for _ in 1..PACE_GROW_AFTER {
@@ -461,7 +461,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn paced_calls_are_spaced_by_the_rate() {
-        let g = ThrottleGate::default();
+        let g = Throttle::default();
         g.pass().await.throttled(Duration::from_millis(500));
         tokio::time::sleep(Duration::from_millis(500)).await;
         g.pass().await.succeeded(); // the probe
@@ -479,7 +479,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_slow_pace_grows_after_a_quiet_period_before_ten_successes() {
-        let g = ThrottleGate::default();
+        let g = Throttle::default();
         let t0 = Instant::now();
         g.pass().await.throttled(Duration::from_secs(2));
         tokio::time::sleep(Duration::from_secs(2)).await;
@@ -499,7 +499,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn throttled_paced_traffic_halves_the_rate_and_then_grows_carefully() {
-        let g = ThrottleGate::default();
+        let g = Throttle::default();
         storm(&g, Duration::from_millis(250)).await;
         tokio::time::sleep(Duration::from_millis(250)).await;
         g.pass().await.succeeded(); // the probe: 4/s -> 8/s
@@ -519,7 +519,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn throttled_paced_traffic_drops_to_the_rate_a_long_retry_after_implies() {
-        let g = ThrottleGate::default();
+        let g = Throttle::default();
         g.pass().await.throttled(Duration::from_millis(250));
         tokio::time::sleep(Duration::from_millis(250)).await;
         g.pass().await.succeeded(); // the probe, at 4/s
@@ -529,7 +529,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn probe_refused_with_a_much_shorter_retry_after_is_no_storm() {
-        let g = ThrottleGate::default();
+        let g = Throttle::default();
         g.pass().await.throttled(Duration::from_secs(1));
         g.pass().await.throttled(Duration::from_millis(1));
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -539,7 +539,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn abandoned_probe_hands_the_probe_to_the_next_caller() {
-        let g = ThrottleGate::default();
+        let g = Throttle::default();
         g.pass().await.throttled(Duration::from_secs(1));
         let probe = g.pass().await;
         drop(probe);

@@ -20,7 +20,7 @@ pub use model::{
 };
 pub use plan::{
     AwaitingNodeData, Conflict, Creation, CreationReason, Deletion, DeletionReason, InvalidPodCidr,
-    MissingNodeData, NetworkCondition, NodeOutcome, OpKey, OutsideCidr, Overlap, Plan, PlanConfig,
+    MissingNodeData, NetworkCondition, NodePlan, OpKey, OutsideCidr, Overlap, Plan, PlanConfig,
     TargetNeeds,
 };
 pub use planner::{is_responsible_for_route, plan, routable_pod_cidr, same_addresses};

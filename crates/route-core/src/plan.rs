@@ -552,7 +552,7 @@ impl NetworkCondition {
 /// without pod CIDRs that some route targets) and that this plan concerns:
 /// it has creations, or its condition is not yet what the plan gives it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NodeOutcome {
+pub struct NodePlan {
     /// Node name.
     pub node: String,
     /// Node UID.
@@ -565,7 +565,7 @@ pub struct NodeOutcome {
     /// CIDRs at all, a conflict with no existing route to this node, outside
     /// the cluster CIDRs, not a CIDR, Node data the provider needs missing).
     pub unroutable: bool,
-    /// Why the Node is [`NodeOutcome::unroutable`] (or, with
+    /// Why the Node is [`NodePlan::unroutable`] (or, with
     /// [`NetworkCondition::NodeExcluded`], that it is left out); `None`
     /// reads as `NoRouteCreated`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -578,7 +578,7 @@ pub struct NodeOutcome {
     pub forwarding_disabled: bool,
 }
 
-impl NodeOutcome {
+impl NodePlan {
     /// Every pod CIDR of the node has its route once the creations have run,
     /// given which of them failed.
     pub fn routed_after(&self, failed: impl Fn(&OpKey) -> bool) -> bool {
@@ -590,7 +590,7 @@ impl NodeOutcome {
         Self::planned_of(self.unroutable, self.cause, self.forwarding_disabled)
     }
 
-    /// [`NodeOutcome::planned`] from its parts, for a Node the planner has
+    /// [`NodePlan::planned`] from its parts, for a Node the planner has
     /// not built an outcome for (a settled one is left out without one).
     pub fn planned_of(
         unroutable: bool,
@@ -610,7 +610,7 @@ impl NodeOutcome {
         self.condition_given(|k| failed(k).then_some(NetworkCondition::NoRouteCreated))
     }
 
-    /// [`NodeOutcome::condition_after`], with each failed creation's own
+    /// [`NodePlan::condition_after`], with each failed creation's own
     /// explanation (`None`: it succeeded): a creation refused for room
     /// says `RouteQuotaExceeded`, one refused for a stopped instance
     /// `InstanceNotRunning`. The most pressing explanation wins.
@@ -653,7 +653,7 @@ pub struct Plan {
     /// that has creations or whose condition must change. A managed node
     /// left out is settled: every route in place and the condition saying
     /// `RouteCreated` (or, when it cannot be routed, `NoRouteCreated`).
-    pub nodes: Vec<NodeOutcome>,
+    pub nodes: Vec<NodePlan>,
     /// Pod CIDRs claimed by more than one node.
     pub conflicts: Vec<Conflict>,
     /// Pod CIDRs outside every cluster CIDR.
@@ -678,9 +678,7 @@ impl Plan {
     }
 
     /// The conditions to write if every creation succeeds.
-    pub fn conditions_if_all_succeed(
-        &self,
-    ) -> impl Iterator<Item = (&NodeOutcome, NetworkCondition)> {
+    pub fn conditions_if_all_succeed(&self) -> impl Iterator<Item = (&NodePlan, NetworkCondition)> {
         self.nodes
             .iter()
             .filter_map(|n| n.condition_after(|_| false).map(|c| (n, c)))

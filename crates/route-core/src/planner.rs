@@ -65,7 +65,7 @@ use crate::cidr::Cidr;
 use crate::model::{Destination, NodeAddress, NodeView, PodCidr, Route};
 use crate::plan::{
     AwaitingNodeData, Conflict, Creation, CreationReason, Deletion, DeletionReason, InvalidPodCidr,
-    MissingNodeData, NetworkCondition, NodeOutcome, OpKey, OutsideCidr, Overlap, Plan, PlanConfig,
+    MissingNodeData, NetworkCondition, NodePlan, OpKey, OutsideCidr, Overlap, Plan, PlanConfig,
 };
 use crate::text::Text;
 
@@ -855,7 +855,7 @@ fn create_and_report<N: Borrow<NodeView>, R: Borrow<Route>>(
             // the deletions of its routes succeeded; one never ours is not
             // touched.
             if n.leaving() {
-                plan.nodes.push(NodeOutcome {
+                plan.nodes.push(NodePlan {
                     node: n.name.clone(),
                     uid: n.uid.clone(),
                     creations: leaving.get(&(ni as u32)).cloned().unwrap_or_default(),
@@ -940,7 +940,7 @@ fn create_and_report<N: Borrow<NodeView>, R: Borrow<Route>>(
         // Decided before an outcome is built: a settled cluster's plan
         // allocates nothing per Node.
         let settled = creations.is_empty()
-            && NodeOutcome::planned_of(unroutable, cause, n.forwarding_disabled)
+            && NodePlan::planned_of(unroutable, cause, n.forwarding_disabled)
                 .already_set(n.network_unavailable.as_ref());
         let managed = !n.pod_cidrs.is_empty() || i.targeted;
         if settled
@@ -951,7 +951,7 @@ fn create_and_report<N: Borrow<NodeView>, R: Borrow<Route>>(
             out.push(ni);
         }
         if !settled && managed {
-            plan.nodes.push(NodeOutcome {
+            plan.nodes.push(NodePlan {
                 node: n.name.clone(),
                 uid: n.uid.clone(),
                 creations,

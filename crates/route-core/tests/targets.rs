@@ -175,7 +175,7 @@ fn one_configured_target_plans_like_the_untargeted_table() {
             .all(|c| c.route.table.as_str() == "rtb-a")
     );
     // The same outcomes; only the table in each creation's key differs.
-    let untabled = |nodes: &[route_core::NodeOutcome]| {
+    let untabled = |nodes: &[route_core::NodePlan]| {
         let mut nodes = nodes.to_vec();
         for n in &mut nodes {
             for k in &mut n.creations {

@@ -428,7 +428,7 @@ fn a_refusal_inside_a_whole_table_write_backs_off_like_a_single_one_seed_36() {
 /// route tables written whole, as OpenStack writes several routers; a
 /// stray host route added at 31 s; a throttle storm (burst 1, one request
 /// per 11 s) from 96 s for 54 s. Each throttled write came back inside a
-/// batch answer that was otherwise fine, the throttle gate was told the
+/// batch answer that was otherwise fine, the throttle was told the
 /// batch succeeded, and the deletion, due again at once, was resent 1,000
 /// times at one instant in `incremental`.
 #[test]

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use provider_memory::MemoryCloud;
-use route_cloud::conditional::Outcome;
+use route_cloud::conditional::ConditionalWrite;
 use route_cloud::{
     Batch, BatchResult, Capabilities, CloudError, CloudRoutes, ErrorKind, Forwarding,
     ForwardingCheck, RequestStats,
@@ -706,13 +706,13 @@ impl CheckedCloud {
         .await?;
         Ok(match out {
             // Nothing left to write: every change is as asked.
-            Outcome::Unchanged(()) => batch
+            ConditionalWrite::Unchanged(()) => batch
                 .delete
                 .iter()
                 .map(|_| Ok(None))
                 .chain(batch.create.iter().map(|(_, r)| Ok(Some(r.clone()))))
                 .collect(),
-            Outcome::Written(r) => r,
+            ConditionalWrite::Written(r) => r,
         })
     }
 
