@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/cloud-route-controller/target
 
-.PHONY: test demo image bench bench-aws simulate fuzz controlplane controlplane-down build fmt lint reference
+.PHONY: test demo image bench bench-aws simulate fuzz controlplane controlplane-down build fmt lint reference compat
 
 # The one test command (README, .ci/run).
 test:
@@ -54,6 +54,12 @@ controlplane-down:
 reference:
 	CRC_WRITE_REFERENCE=1 cargo test -p cloud-route-controller --features lab --test reference
 	scripts/chart-readme.py
+
+# The compatibility matrix: the end-to-end route tests on the oldest, a middle
+# and the newest Kubernetes minor of docs/compatibility.md, each on its own
+# kube-apiserver built from Go modules; writes the result into that page.
+compat:
+	scripts/compat-matrix.sh --write $(ARGS)
 
 fmt:
 	cargo fmt --all
