@@ -18,7 +18,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::TempDir;
+use common::{TempDir, args_of, container, find, kind, pod_spec, run, yaml_docs};
 use serde_json::Value;
 use test_cluster::TestCluster;
 
@@ -81,29 +81,6 @@ fn helm_against(helm: &Path, kubeconfig: &Path, dir: &Path, args: &[&str]) -> Co
     cmd
 }
 
-/// Runs a command; its stdout, or a panic with both streams.
-fn run(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed\nstdout:\n{stdout}\nstderr:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-}
-
-fn yaml_docs(text: &str) -> Vec<Value> {
-    let mut docs = Vec::new();
-    for doc in serde_yaml_ng::Deserializer::from_str(text) {
-        let v: Value = serde::Deserialize::deserialize(doc).expect("rendered YAML");
-        if !v.is_null() {
-            docs.push(v);
-        }
-    }
-    docs
-}
-
 /// `helm template` of the chart in kube-system with extra arguments.
 fn template_cmd(helm: &Path, extra: &[&str]) -> Command {
     let mut cmd = Command::new(helm);
@@ -120,16 +97,6 @@ fn template(helm: &Path, values: Option<&Path>) -> String {
         extra.extend(["-f", v.to_str().expect("utf-8 path")]);
     }
     run(&mut template_cmd(helm, &extra))
-}
-
-fn kind(v: &Value) -> &str {
-    v["kind"].as_str().unwrap_or("")
-}
-
-fn find<'a>(docs: &'a [Value], k: &str) -> &'a Value {
-    docs.iter()
-        .find(|d| kind(d) == k)
-        .unwrap_or_else(|| panic!("no {k} rendered"))
 }
 
 fn kubectl_bin() -> PathBuf {
@@ -169,23 +136,6 @@ fn rbac(docs: &[Value]) -> Vec<Value> {
         .collect();
     r.sort_by_key(|d| format!("{}/{}", kind(d), d["metadata"]["name"]));
     r
-}
-
-fn pod_spec(docs: &[Value]) -> &Value {
-    &find(docs, "Deployment")["spec"]["template"]["spec"]
-}
-
-fn container(docs: &[Value]) -> &Value {
-    &pod_spec(docs)["containers"][0]
-}
-
-fn args_of(docs: &[Value]) -> Vec<String> {
-    container(docs)["args"]
-        .as_array()
-        .expect("args")
-        .iter()
-        .map(|a| a.as_str().expect("string arg").to_string())
-        .collect()
 }
 
 fn flag(args: &[String], name: &str) -> String {

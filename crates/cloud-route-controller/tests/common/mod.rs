@@ -56,6 +56,30 @@ impl Controller {
         args: &[&str],
         env: &[(&str, &str)],
     ) -> Controller {
+        Self::spawn(kubeconfig, log_dir, name, args, env, false)
+    }
+
+    /// Starts the binary with `env` as its whole environment (and RUST_LOG
+    /// for the log), as a pod has none of its node's variables: nothing of
+    /// this process's (credentials, KUBECONFIG, HOME) reaches it.
+    pub fn start_with_only_env(
+        kubeconfig: &Path,
+        log_dir: &Path,
+        name: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Controller {
+        Self::spawn(kubeconfig, log_dir, name, args, env, true)
+    }
+
+    fn spawn(
+        kubeconfig: &Path,
+        log_dir: &Path,
+        name: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+        clear_env: bool,
+    ) -> Controller {
         let log = log_dir.join(format!("{name}.log"));
         let out = std::fs::File::create(&log).expect("log file");
         // Off unless the test serves it: parallel tests would all want 10260.
@@ -64,7 +88,11 @@ impl Controller {
         } else {
             &["--secure-port", "0"]
         };
-        let child = Command::new(binary())
+        let mut cmd = Command::new(binary());
+        if clear_env {
+            cmd.env_clear();
+        }
+        let child = cmd
             .arg("--kubeconfig")
             .arg(kubeconfig)
             .args(args)
@@ -114,6 +142,63 @@ impl Drop for Controller {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Runs a command; its stdout, or a panic with both streams.
+pub fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed\nstdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// The documents of a multi-document YAML text (`helm template`'s output),
+/// empty ones left out.
+pub fn yaml_docs(text: &str) -> Vec<serde_json::Value> {
+    let mut docs = Vec::new();
+    for doc in serde_yaml_ng::Deserializer::from_str(text) {
+        let v: serde_json::Value = serde::Deserialize::deserialize(doc).expect("rendered YAML");
+        if !v.is_null() {
+            docs.push(v);
+        }
+    }
+    docs
+}
+
+/// A rendered object's `kind`.
+pub fn kind(v: &serde_json::Value) -> &str {
+    v["kind"].as_str().unwrap_or("")
+}
+
+/// The first rendered object of kind `k`.
+pub fn find<'a>(docs: &'a [serde_json::Value], k: &str) -> &'a serde_json::Value {
+    docs.iter()
+        .find(|d| kind(d) == k)
+        .unwrap_or_else(|| panic!("no {k} rendered"))
+}
+
+/// The rendered Deployment's pod spec.
+pub fn pod_spec(docs: &[serde_json::Value]) -> &serde_json::Value {
+    &find(docs, "Deployment")["spec"]["template"]["spec"]
+}
+
+/// The rendered Deployment's (one) container.
+pub fn container(docs: &[serde_json::Value]) -> &serde_json::Value {
+    &pod_spec(docs)["containers"][0]
+}
+
+/// The rendered container's args.
+pub fn args_of(docs: &[serde_json::Value]) -> Vec<String> {
+    container(docs)["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .map(|a| a.as_str().expect("string arg").to_string())
+        .collect()
 }
 
 /// A free loopback port (bind-and-release; the small race is acceptable in tests).
