@@ -84,15 +84,24 @@ async fn delete_all<'r>(
 ) -> Vec<(&'r Route, route_cloud::CloudError)> {
     let gone = |e: &route_cloud::CloudError| e.kind == route_cloud::ErrorKind::NotFound;
     if cloud.capabilities().supports_batch {
-        let batch = Batch {
-            delete: routes.to_vec(),
-            create: Vec::new(),
-        };
+        // One deletion per route, in the routes' order: each route is
+        // reported with its own deletion's result, taken by its key.
+        let batch = Batch::new(routes, &[]);
         return match cloud.apply_batch(cluster, &batch).await {
-            Ok(results) => routes
+            Ok(mut results) => routes
                 .iter()
-                .zip(results)
-                .filter_map(|(r, res)| res.err().filter(|e| !gone(e)).map(|e| (r, e)))
+                .zip(&batch.delete)
+                .filter_map(|(r, (key, _))| {
+                    // A deletion the provider did not answer may or may
+                    // not have happened: reported, so the operator looks.
+                    let res = results.remove(key).unwrap_or_else(|| {
+                        Err(route_cloud::CloudError::new(
+                            route_cloud::ErrorKind::Timeout,
+                            "the provider's batch answer has no result for this deletion",
+                        ))
+                    });
+                    res.err().filter(|e| !gone(e)).map(|e| (r, e))
+                })
                 .collect(),
             Err(e) => routes.iter().map(|r| (r, e.clone())).collect(),
         };

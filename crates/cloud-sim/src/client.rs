@@ -19,7 +19,7 @@ use route_cloud::{
     Batch, BatchResult, Capabilities, CloudError, CloudRoutes, DEFAULT_REQUEST_TIMEOUT, ErrorKind,
     RequestStats,
 };
-use route_core::Route;
+use route_core::{OpKey, Route};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -343,11 +343,15 @@ impl CloudRoutes for RemoteMemoryCloud {
     async fn apply_batch(&self, cluster: &str, batch: &Batch) -> Result<BatchResult, CloudError> {
         let url = self.routes_url(cluster, &["batch"]);
         let body = BatchRequest {
-            delete: batch.delete.iter().map(WireRoute::from).collect(),
+            delete: batch
+                .delete
+                .iter()
+                .map(|(_, r)| WireRoute::from(r))
+                .collect(),
             create: batch
                 .create
                 .iter()
-                .map(|(hint, r)| BatchCreate {
+                .map(|(_, hint, r)| BatchCreate {
                     name_hint: hint.clone(),
                     route: WireRoute::from(r),
                 })
@@ -356,26 +360,48 @@ impl CloudRoutes for RemoteMemoryCloud {
         let answer: BatchResponse = self
             .send("batch", true, self.http.post(url).json(&body))
             .await?;
-        let expected = batch.delete.len() + batch.create.len();
-        if answer.results.len() != expected {
-            // Which changes happened is unknown; the controller must re-list.
-            return Err(CloudError::new(
-                ErrorKind::Timeout,
-                format!(
-                    "the memory cloud answered {} batch results for {expected} changes",
-                    answer.results.len()
-                ),
-            ));
-        }
-        Ok(answer
-            .results
-            .into_iter()
-            .map(|item| match (item.error, item.route) {
-                (Some(e), _) => Err(CloudError::from(e)),
-                (None, r) => Ok(r.map(Route::from)),
-            })
-            .collect())
+        by_key(batch, answer)
     }
+}
+
+/// The server's `answer` to `batch`, by the keys the changes were sent
+/// under. The wire names each change by its place in the request, which is
+/// the order of [`Batch::keys`]. Which changes happened is unknown when the
+/// answer does not name each change exactly once: the whole batch is then
+/// a timeout, and the controller lists again.
+fn by_key(batch: &Batch, answer: BatchResponse) -> Result<BatchResult, CloudError> {
+    let keys: Vec<&OpKey> = batch.keys().collect();
+    let garbled = |what: String| {
+        CloudError::new(
+            ErrorKind::Timeout,
+            format!("the memory cloud's batch answer {what}"),
+        )
+    };
+    let mut out = BatchResult::new();
+    for item in answer.results {
+        let Some(&key) = keys.get(item.index) else {
+            return Err(garbled(format!(
+                "names change {} of {}",
+                item.index,
+                keys.len()
+            )));
+        };
+        let r = match (item.error, item.route) {
+            (Some(e), _) => Err(CloudError::from(e)),
+            (None, r) => Ok(r.map(Route::from)),
+        };
+        if out.insert(key.clone(), r).is_some() {
+            return Err(garbled(format!("answers change {} twice", item.index)));
+        }
+    }
+    if out.len() != keys.len() {
+        return Err(garbled(format!(
+            "answers {} of {} changes",
+            out.len(),
+            keys.len()
+        )));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -405,6 +431,44 @@ mod tests {
         )
         .unwrap_err();
         assert!(matches!(e, RemoteConfigError::Timeout));
+    }
+
+    #[test]
+    fn batch_answers_are_read_by_change_not_by_order() {
+        use crate::wire::BatchItem;
+        let cidr = |s: &str| route_core::Cidr::parse(s).unwrap();
+        let batch = Batch::new(
+            &[Route::new("a", cidr("10.244.1.0/24"))],
+            &[
+                ("ub".into(), Route::new("b", cidr("10.244.2.0/24"))),
+                ("uc".into(), Route::new("c", cidr("10.244.3.0/24"))),
+            ],
+        );
+        let item = |index: usize, route: Option<&Route>| BatchItem {
+            index,
+            route: route.map(WireRoute::from),
+            error: None,
+        };
+        let (b, c) = (&batch.create[0].2, &batch.create[1].2);
+        // Answered out of order: each result still lands on its change.
+        let answer = BatchResponse {
+            results: vec![item(2, Some(c)), item(0, None), item(1, Some(b))],
+        };
+        let out = by_key(&batch, answer).unwrap();
+        assert_eq!(out.len(), 3);
+        assert_eq!(out[&batch.delete[0].0], Ok(None));
+        assert_eq!(out[&batch.create[0].0], Ok(Some(b.clone())));
+        assert_eq!(out[&batch.create[1].0], Ok(Some(c.clone())));
+        // A change left out, answered twice or unknown: the outcome is not
+        // known, for the whole batch.
+        for results in [
+            vec![item(0, None), item(1, Some(b))],
+            vec![item(0, None), item(1, Some(b)), item(1, Some(b))],
+            vec![item(0, None), item(1, Some(b)), item(3, Some(c))],
+        ] {
+            let e = by_key(&batch, BatchResponse { results }).unwrap_err();
+            assert_eq!(e.kind, ErrorKind::Timeout, "{e}");
+        }
     }
 
     #[test]

@@ -23,7 +23,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use provider_memory::{MemoryCloud, MemoryConfig, MemoryConfigError, Operation};
 use route_cloud::{Batch, CloudError, CloudRoutes, ErrorKind};
-use route_core::{Destination, Route};
+use route_core::{Destination, OpKey, Route};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::oneshot;
@@ -408,28 +408,44 @@ async fn apply_batch(
         Operation::Batch.as_str(),
         |cloud| {
             let req: BatchRequest = parse_body(&body)?;
-            let batch = Batch {
-                delete: req.delete.into_iter().map(Route::from).collect(),
-                create: req
-                    .create
-                    .into_iter()
-                    .map(|c| (c.name_hint, Route::from(c.route)))
-                    .collect(),
-            };
+            let delete: Vec<Route> = req.delete.into_iter().map(Route::from).collect();
+            let create: Vec<(String, Route)> = req
+                .create
+                .into_iter()
+                .map(|c| (c.name_hint, Route::from(c.route)))
+                .collect();
+            // The request's changes keyed as the planner keys them: a
+            // controller's plan never holds one change twice, and the
+            // answer must name each change apart.
+            let batch = Batch::new(&delete, &create);
+            let keys: BTreeSet<&OpKey> = batch.keys().collect();
+            if keys.len() != batch.len() {
+                return Err(invalid(
+                    "a batch holds the same creation twice (same name hint, destination and table)",
+                ));
+            }
             Ok(async move {
-                let results = cloud.apply_batch(&cluster, &batch).await?;
+                let mut results = cloud.apply_batch(&cluster, &batch).await?;
+                // Each change's answer under its index in the request; one
+                // the cloud left unanswered is left out, which the client
+                // takes as an unknown outcome.
                 Ok(BatchResponse {
-                    results: results
-                        .iter()
-                        .map(|r| match r {
-                            Ok(route) => BatchItem {
-                                route: route.as_ref().map(WireRoute::from),
-                                error: None,
-                            },
-                            Err(e) => BatchItem {
-                                route: None,
-                                error: Some(WireError::from(e)),
-                            },
+                    results: batch
+                        .keys()
+                        .enumerate()
+                        .filter_map(|(index, key)| {
+                            results.remove(key).map(|r| match r {
+                                Ok(route) => BatchItem {
+                                    index,
+                                    route: route.as_ref().map(WireRoute::from),
+                                    error: None,
+                                },
+                                Err(e) => BatchItem {
+                                    index,
+                                    route: None,
+                                    error: Some(WireError::from(&e)),
+                                },
+                            })
                         })
                         .collect(),
                 })

@@ -129,24 +129,31 @@ pub struct BatchRequest {
     pub create: Vec<BatchCreate>,
 }
 
-/// The outcome of one change of a batch: `{"route": ...}` for a creation,
-/// `{}` for a deletion, `{"error": ...}` for a failed change.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+/// The outcome of one change of a batch, naming the change it answers:
+/// `{"index": 2, "route": ...}` for a creation, `{"index": 0}` for a
+/// deletion, `{"index": 1, "error": ...}` for a failed change.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct BatchItem {
+    /// Which change of the request this answers: its position in the
+    /// request's `delete`, or the number of deletions plus its position in
+    /// `create`. The client maps it back to the key it holds the change
+    /// under, so the answer is read by change, not by its own order.
+    pub index: usize,
     /// The created route.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub route: Option<WireRoute>,
     /// Why the change failed.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<WireError>,
 }
 
-/// The answer to a batch: one item per deletion, then one per creation.
+/// The answer to a batch: one item per change, each naming its change by
+/// [`BatchItem::index`].
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BatchResponse {
-    /// In request order.
+    /// In no particular order.
     pub results: Vec<BatchItem>,
 }
 

@@ -493,25 +493,30 @@ async fn batches_report_each_change() {
         .await
         .unwrap();
     admin.clear_log().await.unwrap();
-    let batch = Batch {
-        delete: vec![old.clone(), Route::new("gone", cidr("10.244.7.0/24"))],
-        create: vec![
+    let batch = Batch::new(
+        &[old.clone(), Route::new("gone", cidr("10.244.7.0/24"))],
+        &[
             ("ub".into(), want("b", "10.244.1.0/24")),
             ("uc".into(), want("c", "fd00:1::/64")),
             ("ud".into(), Route::from_text("d", "junk")),
         ],
-    };
+    );
     let out = c.apply_batch(C, &batch).await.unwrap();
     assert_eq!(out.len(), 5);
-    assert_eq!(out[0], Ok(None));
-    assert_eq!(out[1].as_ref().unwrap_err().kind, ErrorKind::NotFound);
-    let b = out[2].as_ref().unwrap().as_ref().unwrap();
+    let deleted = |i: usize| &out[&batch.delete[i].0];
+    let created = |i: usize| &out[&batch.create[i].0];
+    assert_eq!(*deleted(0), Ok(None));
+    assert_eq!(deleted(1).as_ref().unwrap_err().kind, ErrorKind::NotFound);
+    let b = created(0).as_ref().unwrap().as_ref().unwrap();
     assert_eq!(
         (b.node.as_str(), b.name.as_str()),
         ("b", "c1-ub-10.244.1.0-24")
     );
-    assert!(out[3].as_ref().unwrap().is_some());
-    assert_eq!(out[4].as_ref().unwrap_err().kind, ErrorKind::InvalidRequest);
+    assert!(created(1).as_ref().unwrap().is_some());
+    assert_eq!(
+        created(2).as_ref().unwrap_err().kind,
+        ErrorKind::InvalidRequest
+    );
     let mut nodes: Vec<String> = admin
         .routes(C)
         .await

@@ -59,7 +59,7 @@ use route_cloud::{
     Batch, BatchResult, Capabilities, CloudError, CloudRoutes, ErrorKind, Forwarding,
     ForwardingCheck, RequestStats,
 };
-use route_core::{Destination, IpFamily, NodeAddress, NodeView, Route, TargetNeeds};
+use route_core::{Destination, IpFamily, NodeAddress, NodeView, OpKey, Route, TargetNeeds};
 use serde_json::{Map, Value, json};
 use tokio::time::Instant;
 
@@ -443,8 +443,8 @@ impl AzureRoutes {
     fn merge(
         &self,
         current: &TableState,
-        deletions: &[(usize, String, String)],
-        creations: &[(usize, RawRoute)],
+        deletions: &[(&OpKey, String, String)],
+        creations: &[(&OpKey, RawRoute)],
         results: &mut BatchResult,
     ) -> Vec<RawRoute> {
         let mut routes = current.routes.clone();
@@ -452,7 +452,10 @@ impl AzureRoutes {
             // Gone already is done as well.
             routes.retain(|r| !(r.same_name(name) && r.same_prefix(prefix)));
         }
-        for (slot, want) in creations {
+        for (key, want) in creations {
+            let mut refuse = |e| {
+                results.insert((*key).clone(), Err(e));
+            };
             if let Some(i) = routes.iter().position(|r| r.same_name(&want.name)) {
                 let have = &routes[i];
                 if have.same_target(want) {
@@ -464,7 +467,7 @@ impl AzureRoutes {
                     routes[i] = want.clone();
                     continue;
                 }
-                results[*slot] = Err(CloudError::new(
+                refuse(CloudError::new(
                     ErrorKind::InvalidRequest,
                     format!(
                         "route {} already routes {} and route names are one per Node; set ipv6DualStackEnabled to name routes per pod CIDR ({} was asked for)",
@@ -474,7 +477,7 @@ impl AzureRoutes {
                 continue;
             }
             if let Some(other) = routes.iter().find(|r| r.same_prefix(&want.prefix)) {
-                results[*slot] = Err(CloudError::new(
+                refuse(CloudError::new(
                     ErrorKind::InvalidRequest,
                     format!(
                         "{} is already routed by route {:?} of the table, which is not this cluster's; Azure refuses two routes with one address prefix",
@@ -484,7 +487,7 @@ impl AzureRoutes {
                 continue;
             }
             if routes.len() >= self.config.max_routes {
-                results[*slot] = Err(CloudError::new(
+                refuse(CloudError::new(
                     ErrorKind::QuotaExceeded,
                     format!(
                         "route table {} holds {} routes, at most {} are allowed (maxRoutes); {} was not added",
@@ -581,25 +584,26 @@ impl AzureRoutes {
 
     /// Applies deletions then creations in one whole-table write.
     async fn apply(&self, batch: &Batch) -> Result<BatchResult, CloudError> {
-        let n = batch.delete.len() + batch.create.len();
-        let mut results: BatchResult = (0..n).map(|_| Ok(None)).collect();
+        let mut results: BatchResult = batch.keys().map(|k| (k.clone(), Ok(None))).collect();
         let mut deletions = Vec::new();
-        for (slot, r) in batch.delete.iter().enumerate() {
+        for (key, r) in &batch.delete {
             match &r.destination {
                 Destination::Cidr(c) if !r.name.is_empty() => {
-                    deletions.push((slot, r.name.to_string(), c.to_string()));
+                    deletions.push((key, r.name.to_string(), c.to_string()));
                 }
                 other => {
-                    results[slot] = Err(CloudError::new(
-                        ErrorKind::InvalidRequest,
-                        format!("refusing to delete route {:?} to {other}", r.name),
-                    ));
+                    results.insert(
+                        key.clone(),
+                        Err(CloudError::new(
+                            ErrorKind::InvalidRequest,
+                            format!("refusing to delete route {:?} to {other}", r.name),
+                        )),
+                    );
                 }
             }
         }
         let mut creations = Vec::new();
-        for (j, (_hint, r)) in batch.create.iter().enumerate() {
-            let slot = batch.delete.len() + j;
+        for (key, _hint, r) in &batch.create {
             match self.raw_for_create(r) {
                 Ok(raw) => {
                     self.nodes
@@ -607,9 +611,11 @@ impl AzureRoutes {
                         .unwrap_or_else(|e| e.into_inner())
                         .entry(r.node.to_string())
                         .or_insert_with(|| r.node_addresses.clone());
-                    creations.push((slot, raw));
+                    creations.push((key, raw));
                 }
-                Err(e) => results[slot] = Err(e),
+                Err(e) => {
+                    results.insert(key.clone(), Err(e));
+                }
             }
         }
         if deletions.is_empty() && creations.is_empty() {
@@ -690,30 +696,33 @@ impl AzureRoutes {
             route_cloud::ConditionalWrite::Unchanged(s)
             | route_cloud::ConditionalWrite::Written(s) => s,
         };
-        for (slot, name, prefix) in &deletions {
+        for (key, name, prefix) in &deletions {
             // A creation of the same name and prefix in this batch (a new
             // next hop) leaves a route of that name, rightly.
             let recreated = creations
                 .iter()
                 .any(|(_, c)| c.same_name(name) && c.same_prefix(prefix));
-            if results[*slot].is_ok()
+            if results.get(*key).is_some_and(Result::is_ok)
                 && !recreated
                 && let Some(still) = state
                     .routes
                     .iter()
                     .find(|r| r.same_name(name) && r.same_prefix(prefix))
             {
-                results[*slot] = Err(CloudError::new(
-                    ErrorKind::Transient,
-                    format!("route {} is still in the table after the write", still.name),
-                ));
+                results.insert(
+                    (*key).clone(),
+                    Err(CloudError::new(
+                        ErrorKind::Transient,
+                        format!("route {} is still in the table after the write", still.name),
+                    )),
+                );
             }
         }
-        for (slot, want) in &creations {
-            if results[*slot].is_err() {
+        for (key, want) in &creations {
+            if results.get(*key).is_none_or(Result::is_err) {
                 continue;
             }
-            results[*slot] = match state
+            let result = match state
                 .routes
                 .iter()
                 .find(|r| r.same_name(&want.name) && r.same_target(want))
@@ -732,6 +741,7 @@ impl AzureRoutes {
                     ),
                 )),
             };
+            results.insert((*key).clone(), result);
         }
         Ok(results)
     }
@@ -820,11 +830,13 @@ impl CloudRoutes for AzureRoutes {
         name_hint: &str,
         route: &Route,
     ) -> Result<Route, CloudError> {
-        route_cloud::created_by(self.apply(&Batch::one_creation(name_hint, route)).await?)
+        let batch = Batch::one_creation(name_hint, route);
+        route_cloud::created_by(&batch, self.apply(&batch).await?)
     }
 
     async fn delete_route(&self, _cluster: &str, route: &Route) -> Result<(), CloudError> {
-        route_cloud::deleted_by(self.apply(&Batch::one_deletion(route)).await?)
+        let batch = Batch::one_deletion(route);
+        route_cloud::deleted_by(&batch, self.apply(&batch).await?)
     }
 
     async fn apply_batch(&self, _cluster: &str, batch: &Batch) -> Result<BatchResult, CloudError> {
@@ -857,6 +869,20 @@ mod tests {
         c.ipv6_dual_stack_enabled = dual;
         c.max_routes = 3;
         AzureRoutes::new(c).unwrap()
+    }
+
+    /// The key of the creation of `node`'s route to `cidr`.
+    fn key(node: &str, cidr: &str) -> OpKey {
+        OpKey::Create {
+            node_uid: format!("uid-{node}"),
+            destination: Destination::parse(cidr),
+            table: route_core::Text::default(),
+        }
+    }
+
+    /// A batch's results before anything is decided: every change fine.
+    fn undecided(keys: &[OpKey]) -> BatchResult {
+        keys.iter().map(|k| (k.clone(), Ok(None))).collect()
     }
 
     fn raw(name: &str, prefix: &str, hop_type: &str, hop: &str) -> RawRoute {
@@ -918,54 +944,45 @@ mod tests {
             ],
             ..TableState::default()
         };
-        let creations = vec![
-            (
-                0,
-                RawRoute::ours("n1".into(), "10.244.9.0/24".into(), "10.0.0.5".into()),
-            ),
-            (
-                1,
-                RawRoute::ours("n2".into(), "0.0.0.0/0".into(), "10.0.0.6".into()),
-            ),
-            (
-                2,
-                RawRoute::ours("n3".into(), "10.244.3.0/24".into(), "10.0.0.7".into()),
-            ),
-            (
-                3,
-                RawRoute::ours("n4".into(), "10.244.4.0/24".into(), "10.0.0.8".into()),
-            ),
+        let wanted = [
+            ("n1", "10.244.9.0/24", "10.0.0.5"),
+            ("n2", "0.0.0.0/0", "10.0.0.6"),
+            ("n3", "10.244.3.0/24", "10.0.0.7"),
+            ("n4", "10.244.4.0/24", "10.0.0.8"),
         ];
-        let mut results: BatchResult = (0..4).map(|_| Ok(None)).collect();
+        let keys: Vec<OpKey> = wanted.iter().map(|(n, c, _)| key(n, c)).collect();
+        let creations: Vec<(&OpKey, RawRoute)> = keys
+            .iter()
+            .zip(wanted)
+            .map(|(k, (n, c, hop))| (k, RawRoute::ours(n.into(), c.into(), hop.into())))
+            .collect();
+        let mut results = undecided(&keys);
         let routes = p.merge(&current, &[], &creations, &mut results);
-        assert_eq!(
-            results[0].as_ref().unwrap_err().kind,
-            ErrorKind::InvalidRequest
-        );
-        assert_eq!(
-            results[1].as_ref().unwrap_err().kind,
-            ErrorKind::InvalidRequest
-        );
-        assert!(results[2].is_ok());
-        assert_eq!(
-            results[3].as_ref().unwrap_err().kind,
-            ErrorKind::QuotaExceeded
-        );
+        let kind = |k: &OpKey| results[k].as_ref().unwrap_err().kind;
+        assert_eq!(kind(&keys[0]), ErrorKind::InvalidRequest);
+        assert_eq!(kind(&keys[1]), ErrorKind::InvalidRequest);
+        assert!(results[&keys[2]].is_ok());
+        assert_eq!(kind(&keys[3]), ErrorKind::QuotaExceeded);
         let names: Vec<&str> = routes.iter().map(|r| r.name.as_str()).collect();
         assert_eq!(names, ["to-firewall", "n1", "n3"]);
 
         // A deletion in the same batch makes room and frees the name.
-        let mut results: BatchResult = (0..2).map(|_| Ok(None)).collect();
+        let gone = OpKey::Delete {
+            route: Route::new("n1", route_core::Cidr::parse("10.244.1.0/24").unwrap()),
+            copy: 0,
+        };
+        let moved = key("n1", "10.244.9.0/24");
+        let mut results = undecided(&[gone.clone(), moved.clone()]);
         let routes = p.merge(
             &current,
-            &[(0, "n1".into(), "10.244.1.0/24".into())],
+            &[(&gone, "n1".into(), "10.244.1.0/24".into())],
             &[(
-                1,
+                &moved,
                 RawRoute::ours("n1".into(), "10.244.9.0/24".into(), "10.0.0.5".into()),
             )],
             &mut results,
         );
-        assert!(results.iter().all(Result::is_ok), "{results:?}");
+        assert!(results.values().all(Result::is_ok), "{results:?}");
         assert_eq!(routes.len(), 2);
         assert_eq!(routes[1].prefix, "10.244.9.0/24");
     }

@@ -37,16 +37,18 @@ fn want(n: &NodeView, d: Cidr) -> Route {
     Route::new(n.name.as_str(), d).with_addresses(n.addresses.clone(), false)
 }
 
+/// The routes of the Nodes in `range`, each with its name hint.
+fn wanted(range: std::ops::Range<u32>) -> Vec<(String, Route)> {
+    range
+        .map(|i| {
+            let n = node(i);
+            (n.uid.clone(), want(&n, cidr(i)))
+        })
+        .collect()
+}
+
 fn creations(range: std::ops::Range<u32>) -> Batch {
-    Batch {
-        delete: Vec::new(),
-        create: range
-            .map(|i| {
-                let n = node(i);
-                (n.uid.clone(), want(&n, cidr(i)))
-            })
-            .collect(),
-    }
+    Batch::new(&[], &wanted(range))
 }
 
 fn observe(p: &AzureRoutes, range: std::ops::Range<u32>) {
@@ -62,7 +64,7 @@ async fn a_burst_of_100_creations_is_one_put_and_10_deletions_another() {
     let results = p.apply_batch("c", &creations(0..100)).await.unwrap();
     assert_eq!(results.len(), 100);
     assert!(
-        results.iter().all(|r| matches!(r, Ok(Some(_)))),
+        results.values().all(|r| matches!(r, Ok(Some(_)))),
         "{results:?}"
     );
     assert_eq!(f.count(ops::PUT_TABLE), 1, "{:?}", f.answers());
@@ -83,12 +85,13 @@ async fn a_burst_of_100_creations_is_one_put_and_10_deletions_another() {
         .filter(|r| r.node.ends_with('3'))
         .collect();
     assert_eq!(gone.len(), 10);
-    let batch = Batch {
-        delete: gone,
-        create: Vec::new(),
-    };
+    let batch = Batch::new(&gone, &[]);
     let results = p.apply_batch("c", &batch).await.unwrap();
-    assert!(results.iter().all(|r| matches!(r, Ok(None))), "{results:?}");
+    assert_eq!(results.len(), 10);
+    assert!(
+        results.values().all(|r| matches!(r, Ok(None))),
+        "{results:?}"
+    );
     assert_eq!(f.count(ops::PUT_TABLE), 2);
     assert_eq!(f.routes(TABLE).len(), 90);
     eprintln!(
@@ -112,8 +115,9 @@ async fn a_concurrent_writers_route_survives_the_412_and_the_retry() {
         Some("10.0.0.4"),
     );
     let results = p.apply_batch("c", &creations(0..10)).await.unwrap();
+    assert_eq!(results.len(), 10);
     assert!(
-        results.iter().all(|r| matches!(r, Ok(Some(_)))),
+        results.values().all(|r| matches!(r, Ok(Some(_)))),
         "{results:?}"
     );
     assert_eq!(f.count_status(ops::PUT_TABLE, 412), 1, "{:?}", f.answers());
@@ -145,7 +149,9 @@ async fn two_controllers_writing_one_table_lose_no_update() {
         let batch = creations(range);
         for _ in 0..20 {
             match p.apply_batch("c", &batch).await {
-                Ok(r) if r.iter().all(Result::is_ok) => return Ok(()),
+                Ok(r) if r.len() == batch.len() && r.values().all(Result::is_ok) => {
+                    return Ok(());
+                }
                 Ok(r) => return Err(format!("{r:?}")),
                 // Another writer's operation holds the table: wait as asked.
                 Err(e) if e.kind == ErrorKind::Throttled || e.kind == ErrorKind::Conflict => {
@@ -183,7 +189,7 @@ async fn a_failed_operation_fails_the_batch_and_changes_nothing() {
     assert!(f.routes(TABLE).is_empty());
     // Retried, it goes through (the ETag changed; the provider re-reads).
     let r = p.apply_batch("c", &creations(0..3)).await.unwrap();
-    assert!(r.iter().all(Result::is_ok));
+    assert!(r.len() == 3 && r.values().all(Result::is_ok), "{r:?}");
     assert_eq!(f.routes(TABLE).len(), 3);
     f.fail_next_operation("QuotaExceeded");
     let e = p.apply_batch("c", &creations(3..4)).await.unwrap_err();
@@ -214,12 +220,14 @@ async fn a_full_table_is_refused_without_a_request() {
     let mut c = config(&f);
     c.max_routes = 5;
     let p = AzureRoutes::new(c).unwrap();
-    let r = p.apply_batch("c", &creations(0..7)).await.unwrap();
-    assert_eq!(r.iter().filter(|r| r.is_ok()).count(), 5);
+    let batch = creations(0..7);
+    let r = p.apply_batch("c", &batch).await.unwrap();
+    assert_eq!(r.len(), 7);
+    assert_eq!(r.values().filter(|r| r.is_ok()).count(), 5);
     assert!(
-        r[5..]
+        batch.create[5..]
             .iter()
-            .all(|r| matches!(r, Err(e) if e.kind == ErrorKind::QuotaExceeded)),
+            .all(|(k, _, _)| matches!(&r[k], Err(e) if e.kind == ErrorKind::QuotaExceeded)),
         "{r:?}"
     );
     let puts = f.count(ops::PUT_TABLE);
@@ -248,8 +256,9 @@ async fn throttling_is_classified_with_its_retry_after_and_waited_out() {
     let wait = e.retry_after.expect("a Retry-After");
     assert!(wait <= Duration::from_secs(2), "{wait:?}");
     // The next call waits out the Retry-After instead of being refused again.
-    let r = p.apply_batch("c", &creations(0..1)).await.unwrap();
-    assert!(r[0].is_ok(), "{r:?}");
+    let batch = creations(0..1);
+    let r = p.apply_batch("c", &batch).await.unwrap();
+    assert!(r[&batch.create[0].0].is_ok(), "{r:?}");
     assert_eq!(f.count_status(ops::PUT_TABLE, 429), 1, "{:?}", f.answers());
 }
 
@@ -356,12 +365,9 @@ async fn only_this_clusters_routes_are_listed_and_foreign_ones_survive_every_wri
     let names: Vec<&str> = listed.iter().map(|r| r.name.as_str()).collect();
     assert_eq!(names, ["node-gone"]);
     assert_eq!(listed[0].node, "node-gone");
-    let batch = Batch {
-        delete: listed.clone(),
-        create: creations(0..3).create,
-    };
+    let batch = Batch::new(&listed, &wanted(0..3));
     let r = p.apply_batch("c", &batch).await.unwrap();
-    assert!(r.iter().all(Result::is_ok), "{r:?}");
+    assert!(r.len() == 4 && r.values().all(Result::is_ok), "{r:?}");
     let routes: Vec<String> = f.routes(TABLE).into_iter().map(|r| r.0).collect();
     assert_eq!(
         routes,
@@ -387,9 +393,9 @@ async fn dual_stack_names_are_upstreams_and_one_node_takes_both_families() {
         NodeAddress::internal_ip("10.0.0.9"),
         NodeAddress::internal_ip("fd00::9"),
     ]);
-    let batch = Batch {
-        delete: Vec::new(),
-        create: vec![
+    let batch = Batch::new(
+        &[],
+        &[
             (
                 n.uid.clone(),
                 want(&n, Cidr::parse("10.244.9.0/24").unwrap()),
@@ -399,9 +405,9 @@ async fn dual_stack_names_are_upstreams_and_one_node_takes_both_families() {
                 want(&n, Cidr::parse("fd00:10:244:9::/64").unwrap()),
             ),
         ],
-    };
+    );
     let r = p.apply_batch("c", &batch).await.unwrap();
-    assert!(r.iter().all(Result::is_ok), "{r:?}");
+    assert!(r.len() == 2 && r.values().all(Result::is_ok), "{r:?}");
     let mut names: Vec<String> = f.routes(TABLE).into_iter().map(|r| r.0).collect();
     names.sort();
     assert_eq!(names, ["dual____102449024", "dual____fd0010244964"]);

@@ -69,21 +69,24 @@ async fn every_request_sent_to_the_fake_has_an_entry_and_every_entry_is_sent() {
     let created = p
         .apply_batch(
             "c",
-            &Batch {
-                delete: Vec::new(),
-                create: vec![("uid-0".into(), want(0)), ("uid-1".into(), want(1))],
-            },
+            &Batch::new(&[], &[("uid-0".into(), want(0)), ("uid-1".into(), want(1))]),
         )
         .await
         .unwrap();
-    assert!(created.iter().all(Result::is_ok), "{created:?}");
+    assert!(
+        created.len() == 2 && created.values().all(Result::is_ok),
+        "{created:?}"
+    );
     let listed = p.list_routes("c").await.unwrap();
     assert_eq!(listed.len(), 2);
     let gone = p
         .apply_batch("c", &Batch::one_deletion(&listed[0]))
         .await
         .unwrap();
-    assert!(gone.iter().all(Result::is_ok), "{gone:?}");
+    assert!(
+        gone.len() == 1 && gone.values().all(Result::is_ok),
+        "{gone:?}"
+    );
     let checked = p
         .check_forwarding(
             "c",

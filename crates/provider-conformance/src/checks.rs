@@ -372,8 +372,8 @@ pub async fn quota(s: &Subject) -> Result<(), String> {
     Ok(())
 }
 
-/// Where the capabilities claim batches, `apply_batch` answers one entry
-/// per deletion then one per creation, in order, and the table shows the
+/// Where the capabilities claim batches, `apply_batch` answers exactly one
+/// result per change, under the change's key, and the table shows the
 /// result; where they do not, it refuses with `InvalidRequest` and changes
 /// nothing (the controller never sends one then, but a caller that does
 /// must not be half-served).
@@ -383,13 +383,13 @@ pub async fn batch(s: &Subject) -> Result<(), String> {
     create_ok(s, a, v4(7)).await?;
     let listed = list_ok(s, "before the batch").await?;
     let old = listed_once(&listed, v4(7), a)?.clone();
-    let changes = Batch {
-        delete: vec![old],
-        create: vec![
+    let changes = Batch::new(
+        &[old],
+        &[
             (a.uid.clone(), want(a, v4(8))),
             (b.uid.clone(), want(b, v4(9))),
         ],
-    };
+    );
     let answer = s.cloud.apply_batch(&s.cluster, &changes).await;
     if !s.cloud.capabilities().supports_batch {
         match &answer {
@@ -410,14 +410,15 @@ pub async fn batch(s: &Subject) -> Result<(), String> {
     }
     let results = answer.map_err(|e| format!("apply_batch: {e}"))?;
     ensure!(
-        results.len() == 3,
-        "apply_batch answered {} entries for 1 deletion and 2 creations: {results:?}",
-        results.len()
+        results.len() == 3 && changes.keys().all(|k| results.contains_key(k)),
+        "apply_batch answered {results:?} for 1 deletion and 2 creations, expected one result under each change's key: {:?}",
+        changes.keys().collect::<Vec<_>>()
     );
+    let entry = |k: &route_core::OpKey| results.get(k).ok_or_else(|| format!("no result for {k}"));
+    let deleted = entry(&changes.delete[0].0)?;
     ensure!(
-        matches!(results[0], Ok(None)),
-        "the deletion's entry is {:?}, expected Ok(None)",
-        results[0]
+        matches!(deleted, Ok(None)),
+        "the deletion's entry is {deleted:?}, expected Ok(None)"
     );
     let listed = list_ok(s, "after the batch").await?;
     ensure!(
@@ -425,7 +426,11 @@ pub async fn batch(s: &Subject) -> Result<(), String> {
         "the batch's deletion of {} did not happen: {listed:?}",
         v4(7)
     );
-    for (entry, d, node) in [(&results[1], v4(8), a), (&results[2], v4(9), b)] {
+    for ((key, _, _), d, node) in [
+        (&changes.create[0], v4(8), a),
+        (&changes.create[1], v4(9), b),
+    ] {
+        let entry = entry(key)?;
         let shown = listed_once(&listed, d, node)?;
         match entry {
             Ok(Some(created)) => ensure!(

@@ -29,8 +29,8 @@
 //! - [`quota`]: a full table refuses one more route with
 //!   [`ErrorKind::QuotaExceeded`] and accepts it again once one is deleted
 //!   (where the cloud has a limit at all);
-//! - [`batch`]: `apply_batch` answers one entry per change, in order, where
-//!   the capabilities claim batches, and refuses with
+//! - [`batch`]: `apply_batch` answers one result per change, under the
+//!   change's key, where the capabilities claim batches, and refuses with
 //!   [`ErrorKind::InvalidRequest`] where they do not;
 //! - [`cancel_safety`]: dropping a create or delete mid-flight leaves the
 //!   provider usable and a later list consistent with either outcome;

@@ -436,20 +436,20 @@ impl CloudRoutes for MemoryCloud {
             ));
         }
         self.call(Operation::Batch, cluster, None, |s, caller, now, seq| {
-            let mut out: BatchResult = Vec::with_capacity(batch.delete.len() + batch.create.len());
-            for r in &batch.delete {
+            let mut out = BatchResult::new();
+            for (key, r) in &batch.delete {
                 let res = s.delete(cluster, r).map(|()| None);
                 let kind = res.as_ref().map(|_| ()).map_err(|e| e.kind);
                 s.log
                     .push(now, caller, cluster, Operation::Delete, Some(r), seq, kind);
-                out.push(res);
+                out.insert(key.clone(), res);
             }
-            for (hint, r) in &batch.create {
+            for (key, hint, r) in &batch.create {
                 let res = s.create(cluster, hint, r).map(Some);
                 let kind = res.as_ref().map(|_| ()).map_err(|e| e.kind);
                 s.log
                     .push(now, caller, cluster, Operation::Create, Some(r), seq, kind);
-                out.push(res);
+                out.insert(key.clone(), res);
             }
             Ok(out)
         })

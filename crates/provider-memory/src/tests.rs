@@ -348,22 +348,27 @@ async fn batches_need_the_switch_and_apply_deletions_then_creations() {
         .await
         .unwrap();
     c.clear_log();
-    let batch = Batch {
-        delete: vec![old.clone(), Route::new("gone", cidr("10.244.7.0/24"))],
+    let batch = Batch::new(
+        &[old.clone(), Route::new("gone", cidr("10.244.7.0/24"))],
         // The first creation reuses the destination freed by the deletion.
-        create: vec![
+        &[
             ("ub".into(), want("b", "10.244.1.0/24")),
             ("uc".into(), want("c", "fd00:1::/64")),
             ("ud".into(), Route::from_text("d", "junk")),
         ],
-    };
+    );
     let out = c.with_caller("ctl").apply_batch(C, &batch).await.unwrap();
     assert_eq!(out.len(), 5);
-    assert_eq!(out[0], Ok(None));
-    assert_eq!(out[1].as_ref().unwrap_err().kind, ErrorKind::NotFound);
-    assert_eq!(out[2].as_ref().unwrap().as_ref().unwrap().node, "b");
-    assert!(out[3].as_ref().unwrap().is_some());
-    assert_eq!(out[4].as_ref().unwrap_err().kind, ErrorKind::InvalidRequest);
+    let deleted = |i: usize| &out[&batch.delete[i].0];
+    let created = |i: usize| &out[&batch.create[i].0];
+    assert_eq!(*deleted(0), Ok(None));
+    assert_eq!(deleted(1).as_ref().unwrap_err().kind, ErrorKind::NotFound);
+    assert_eq!(created(0).as_ref().unwrap().as_ref().unwrap().node, "b");
+    assert!(created(1).as_ref().unwrap().is_some());
+    assert_eq!(
+        created(2).as_ref().unwrap_err().kind,
+        ErrorKind::InvalidRequest
+    );
     let mut nodes: Vec<String> = c
         .routes(C)
         .into_iter()

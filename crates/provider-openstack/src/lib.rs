@@ -59,7 +59,7 @@ use reqwest::Method;
 use route_cloud::{
     Batch, BatchResult, Capabilities, CloudError, CloudRoutes, ErrorKind, RequestStats,
 };
-use route_core::{Destination, IpFamily, NodeAddress, Route, TargetNeeds, Text};
+use route_core::{Destination, IpFamily, NodeAddress, OpKey, Route, TargetNeeds, Text};
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
 
@@ -709,20 +709,22 @@ impl OpenStackRoutes {
     /// every write. With one router a failed write fails the batch; with
     /// several, it fails that router's routes only.
     async fn apply(&self, batch: &Batch) -> Result<BatchResult, CloudError> {
-        let n = batch.delete.len() + batch.create.len();
-        let mut results: BatchResult = (0..n).map(|_| Ok(None)).collect();
-        if n == 0 {
+        let mut results: BatchResult = batch.keys().map(|k| (k.clone(), Ok(None))).collect();
+        if batch.is_empty() {
             return Ok(results);
         }
         // Read before any write, so a failure here changes nothing: the
         // write path and the port step both depend on it.
         self.extensions().await?;
         // Each planned change's router and raw route, for the port step.
-        let mut placed: HashMap<usize, (String, RawRoute)> = HashMap::new();
+        let mut placed: HashMap<&OpKey, (String, RawRoute)> = HashMap::new();
         // Per router, in order of first appearance: removals and additions,
-        // each with its slot in `results`.
-        let mut groups: Vec<RouterWrite> = Vec::new();
-        fn group<'a>(groups: &'a mut Vec<RouterWrite>, id: &str) -> &'a mut RouterWrite {
+        // each with its key in `results`.
+        let mut groups: Vec<RouterWrite<'_>> = Vec::new();
+        fn group<'a, 'b>(
+            groups: &'a mut Vec<RouterWrite<'b>>,
+            id: &str,
+        ) -> &'a mut RouterWrite<'b> {
             let at = match groups.iter().position(|g| g.router == id) {
                 Some(at) => at,
                 None => {
@@ -736,21 +738,22 @@ impl OpenStackRoutes {
             };
             &mut groups[at]
         }
-        for (slot, r) in batch.delete.iter().enumerate() {
+        for (key, r) in &batch.delete {
             let raw = match self.router_of(r).await {
                 Ok(id) => Self::raw_for_delete(r).map(|raw| (id, raw)),
                 Err(e) => Err(e),
             };
             match raw {
                 Ok((id, raw)) => {
-                    placed.insert(slot, (id.clone(), raw.clone()));
-                    group(&mut groups, &id).remove.push((slot, raw));
+                    placed.insert(key, (id.clone(), raw.clone()));
+                    group(&mut groups, &id).remove.push((key, raw));
                 }
-                Err(e) => results[slot] = Err(e),
+                Err(e) => {
+                    results.insert(key.clone(), Err(e));
+                }
             }
         }
-        for (j, (_hint, r)) in batch.create.iter().enumerate() {
-            let slot = batch.delete.len() + j;
+        for (key, _hint, r) in &batch.create {
             let raw = match self.router_of(r).await {
                 Ok(id) => self.raw_for_create(r).map(|raw| (id, raw)),
                 Err(e) => Err(e),
@@ -769,10 +772,12 @@ impl OpenStackRoutes {
                                 },
                             );
                     }
-                    placed.insert(slot, (id.clone(), raw.clone()));
-                    group(&mut groups, &id).add.push((slot, raw));
+                    placed.insert(key, (id.clone(), raw.clone()));
+                    group(&mut groups, &id).add.push((key, raw));
                 }
-                Err(e) => results[slot] = Err(e),
+                Err(e) => {
+                    results.insert(key.clone(), Err(e));
+                }
             }
         }
         let several = groups.len() > 1;
@@ -782,16 +787,16 @@ impl OpenStackRoutes {
             let (state, add_error) = match self.write(&g.router, &remove, &add).await {
                 Ok(v) => v,
                 Err(e) if several => {
-                    for (slot, _) in g.remove.iter().chain(&g.add) {
-                        results[*slot] = Err(e.clone());
+                    for (key, _) in g.remove.iter().chain(&g.add) {
+                        results.insert((*key).clone(), Err(e.clone()));
                     }
                     continue;
                 }
                 Err(e) => return Err(e),
             };
             let present: HashSet<&RawRoute> = state.routes.iter().collect();
-            for (slot, raw) in &g.add {
-                results[*slot] = match &add_error {
+            for (key, raw) in &g.add {
+                let result = match &add_error {
                     Some(e) => Err(e.clone()),
                     None if present.contains(raw) => self
                         .to_route(raw)
@@ -813,11 +818,12 @@ impl OpenStackRoutes {
                         ),
                     )),
                 };
+                results.insert((*key).clone(), result);
             }
         }
         let changes = self.pair_changes(batch, &results, &placed).await;
-        for (slot, e) in self.apply_pairs(&changes).await {
-            results[slot] = Err(e);
+        for (key, e) in self.apply_pairs(&changes).await {
+            results.insert(key, Err(e));
         }
         Ok(results)
     }
@@ -830,7 +836,7 @@ impl OpenStackRoutes {
         &self,
         batch: &Batch,
         results: &BatchResult,
-        placed: &HashMap<usize, (String, RawRoute)>,
+        placed: &HashMap<&OpKey, (String, RawRoute)>,
     ) -> Vec<ports::PairChange> {
         let mut changes = Vec::new();
         let routers = self.router_ids().await.unwrap_or_default();
@@ -846,16 +852,16 @@ impl OpenStackRoutes {
                 raw.nexthop.trim().parse::<IpAddr>().ok()?,
             ))
         };
-        for (slot, route) in batch.delete.iter().enumerate() {
-            if route.blackhole || results[slot].is_err() {
+        for (key, route) in &batch.delete {
+            if route.blackhole || results.get(key).is_none_or(Result::is_err) {
                 continue;
             }
-            if let Some((router, raw)) = placed.get(&slot)
+            if let Some((router, raw)) = placed.get(key)
                 && let Some((cidr, hop)) = parts(raw)
                 && !still_held(raw)
             {
                 changes.push(ports::PairChange {
-                    slot,
+                    key: key.clone(),
                     router: router.clone(),
                     cidr,
                     hop,
@@ -864,16 +870,15 @@ impl OpenStackRoutes {
                 });
             }
         }
-        for (j, (_hint, route)) in batch.create.iter().enumerate() {
-            let slot = batch.delete.len() + j;
-            if !matches!(results[slot], Ok(Some(_))) {
+        for (key, _hint, route) in &batch.create {
+            if !matches!(results.get(key), Some(Ok(Some(_)))) {
                 continue;
             }
-            if let Some((router, raw)) = placed.get(&slot)
+            if let Some((router, raw)) = placed.get(key)
                 && let Some((cidr, hop)) = parts(raw)
             {
                 changes.push(ports::PairChange {
-                    slot,
+                    key: key.clone(),
                     router: router.clone(),
                     cidr,
                     hop,
@@ -890,11 +895,11 @@ impl OpenStackRoutes {
     }
 }
 
-/// The changes of one batch to one router, each with its result slot.
-struct RouterWrite {
+/// The changes of one batch to one router, each under its key.
+struct RouterWrite<'b> {
     router: String,
-    remove: Vec<(usize, RawRoute)>,
-    add: Vec<(usize, RawRoute)>,
+    remove: Vec<(&'b OpKey, RawRoute)>,
+    add: Vec<(&'b OpKey, RawRoute)>,
 }
 
 fn query_escape(s: &str) -> String {
@@ -1036,11 +1041,13 @@ impl CloudRoutes for OpenStackRoutes {
         name_hint: &str,
         route: &Route,
     ) -> Result<Route, CloudError> {
-        route_cloud::created_by(self.apply(&Batch::one_creation(name_hint, route)).await?)
+        let batch = Batch::one_creation(name_hint, route);
+        route_cloud::created_by(&batch, self.apply(&batch).await?)
     }
 
     async fn delete_route(&self, _cluster: &str, route: &Route) -> Result<(), CloudError> {
-        route_cloud::deleted_by(self.apply(&Batch::one_deletion(route)).await?)
+        let batch = Batch::one_deletion(route);
+        route_cloud::deleted_by(&batch, self.apply(&batch).await?)
     }
 
     async fn apply_batch(&self, _cluster: &str, batch: &Batch) -> Result<BatchResult, CloudError> {

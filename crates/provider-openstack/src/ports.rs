@@ -30,7 +30,7 @@ use std::net::IpAddr;
 
 use reqwest::Method;
 use route_cloud::{CloudError, ErrorKind};
-use route_core::Cidr;
+use route_core::{Cidr, OpKey};
 use serde_json::{Value, json};
 
 use crate::{OpenStackRoutes, RawRoute, RouterState, ops, query_escape};
@@ -170,8 +170,8 @@ pub(crate) fn server_id(provider_id: &str) -> Option<&str> {
 /// One route's share of the port step.
 #[derive(Debug, Clone)]
 pub(crate) struct PairChange {
-    /// The slot of the creation or deletion in the batch's results.
-    pub(crate) slot: usize,
+    /// The key of the creation or deletion in the batch.
+    pub(crate) key: OpKey,
     pub(crate) router: String,
     pub(crate) cidr: Cidr,
     pub(crate) hop: IpAddr,
@@ -370,13 +370,13 @@ impl OpenStackRoutes {
     }
 
     /// Adds and removes the pairs of a batch's routes that reached their
-    /// routers. Returns the failures by result slot; a deletion whose port
-    /// is gone is no failure.
-    pub(crate) async fn apply_pairs(&self, changes: &[PairChange]) -> Vec<(usize, CloudError)> {
+    /// routers. Returns the failures by the change's key; a deletion whose
+    /// port is gone is no failure.
+    pub(crate) async fn apply_pairs(&self, changes: &[PairChange]) -> Vec<(OpKey, CloudError)> {
         let fail_all = |e: &CloudError| {
             changes
                 .iter()
-                .map(|c| (c.slot, port_step_error(c, e)))
+                .map(|c| (c.key.clone(), port_step_error(c, e)))
                 .collect::<Vec<_>>()
         };
         if changes.is_empty() {
@@ -431,7 +431,7 @@ impl OpenStackRoutes {
         let mut failed = Vec::new();
         for (_, (port, mine)) in by_port {
             if let Err(e) = self.update_pairs(port, &mine).await {
-                failed.extend(mine.iter().map(|c| (c.slot, port_step_error(c, &e))));
+                failed.extend(mine.iter().map(|c| (c.key.clone(), port_step_error(c, &e))));
             }
         }
         failed

@@ -206,15 +206,16 @@ async fn a_batch_of_fifty_creations_is_one_update_call_on_both_paths() {
                 )
             })
             .collect();
-        let batch = Batch {
-            delete: vec![],
-            create,
-        };
+        let batch = Batch::new(&[], &create);
         let results = p.apply_batch(CLUSTER, &batch).await.unwrap();
         assert_eq!(results.len(), 50);
-        for (i, r) in results.iter().enumerate() {
-            let route = r.as_ref().unwrap().as_ref().expect("a created route");
-            assert_eq!(route.node, format!("node-{i}"));
+        for (key, _, wanted) in &batch.create {
+            let route = results[key]
+                .as_ref()
+                .unwrap()
+                .as_ref()
+                .expect("a created route");
+            assert_eq!(route.node, wanted.node);
         }
         let w = writes(&p);
         assert_eq!(
@@ -237,7 +238,7 @@ async fn a_batch_of_fifty_creations_is_one_update_call_on_both_paths() {
         // Mixed: delete 10, create 5, deletions first.
         let listed = p.list_routes(CLUSTER).await.unwrap();
         let delete: Vec<Route> = listed.iter().take(10).cloned().collect();
-        let create = (50..55)
+        let create: Vec<(String, Route)> = (50..55)
             .map(|i| {
                 (
                     format!("uid-{i}"),
@@ -250,19 +251,21 @@ async fn a_batch_of_fifty_creations_is_one_update_call_on_both_paths() {
             })
             .collect();
         let before = writes(&p).values().sum::<u64>();
-        let results = p
-            .apply_batch(
-                CLUSTER,
-                &Batch {
-                    delete: delete.clone(),
-                    create,
-                },
-            )
-            .await
-            .unwrap();
+        let batch = Batch::new(&delete, &create);
+        let results = p.apply_batch(CLUSTER, &batch).await.unwrap();
         assert_eq!(results.len(), 15);
-        assert!(results[..10].iter().all(|r| matches!(r, Ok(None))));
-        assert!(results[10..].iter().all(|r| matches!(r, Ok(Some(_)))));
+        assert!(
+            batch
+                .delete
+                .iter()
+                .all(|(k, _)| matches!(results[k], Ok(None)))
+        );
+        assert!(
+            batch
+                .create
+                .iter()
+                .all(|(k, _, _)| matches!(results[k], Ok(Some(_))))
+        );
         let calls = writes(&p).values().sum::<u64>() - before;
         let expected = if mode == UpdateMode::WholeList { 1 } else { 2 };
         assert_eq!(calls, expected, "{mode:?}: remove+add or one whole list");
@@ -372,17 +375,9 @@ async fn the_route_quota_gives_quota_exceeded_with_a_clear_message() {
                 )
             })
             .collect();
-        let results = p
-            .apply_batch(
-                CLUSTER,
-                &Batch {
-                    delete: vec![],
-                    create: create.clone(),
-                },
-            )
-            .await;
+        let results = p.apply_batch(CLUSTER, &Batch::new(&[], &create)).await;
         let errors: Vec<_> = match results {
-            Ok(r) => r.into_iter().map(|r| r.unwrap_err()).collect(),
+            Ok(r) => r.into_values().map(|r| r.unwrap_err()).collect(),
             Err(e) => vec![e],
         };
         for e in &errors {
@@ -395,16 +390,11 @@ async fn the_route_quota_gives_quota_exceeded_with_a_clear_message() {
         assert!(routes.is_empty(), "nothing half-applied: {routes:?}");
         // Within the quota it works.
         let results = p
-            .apply_batch(
-                CLUSTER,
-                &Batch {
-                    delete: vec![],
-                    create: create[..3].to_vec(),
-                },
-            )
+            .apply_batch(CLUSTER, &Batch::new(&[], &create[..3]))
             .await
             .unwrap();
-        assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
+        assert_eq!(results.len(), 3);
+        assert!(results.values().all(|r| r.is_ok()), "{results:?}");
     }
 }
 

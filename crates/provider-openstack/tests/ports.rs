@@ -121,17 +121,12 @@ async fn fifty_nodes_on_two_routers_get_their_pairs_and_ten_deleted_nodes_lose_o
         .collect();
     let before = p.stats().snapshot();
     let results = p
-        .apply_batch(
-            CLUSTER,
-            &Batch {
-                delete: vec![],
-                create,
-            },
-        )
+        .apply_batch(CLUSTER, &Batch::new(&[], &create))
         .await
         .unwrap();
+    assert_eq!(results.len(), create.len());
     assert!(
-        results.iter().all(|r| matches!(r, Ok(Some(_)))),
+        results.values().all(|r| matches!(r, Ok(Some(_)))),
         "{results:?}"
     );
     let cost = spent(&p, &before);
@@ -191,16 +186,11 @@ async fn fifty_nodes_on_two_routers_get_their_pairs_and_ten_deleted_nodes_lose_o
     assert_eq!(delete.len(), 20);
     let before = p.stats().snapshot();
     let results = p
-        .apply_batch(
-            CLUSTER,
-            &Batch {
-                delete,
-                create: vec![],
-            },
-        )
+        .apply_batch(CLUSTER, &Batch::new(&delete, &[]))
         .await
         .unwrap();
-    assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
+    assert_eq!(results.len(), delete.len());
+    assert!(results.values().all(|r| r.is_ok()), "{results:?}");
     assert_eq!(spent(&p, &before).get(ops::UPDATE_PORT), Some(&10));
     for (i, pairs) in pair_ips(&admin).await.into_iter().enumerate() {
         let pod = format!("10.244.{i}.0/24");

@@ -47,9 +47,9 @@ async fn a_revision_conflict_on_one_router_rereads_only_that_router() {
     let gets = p.stats().total(ops::GET_ROUTER);
 
     // One batch, two routers: one whole-list write each.
-    let batch = Batch {
-        delete: Vec::new(),
-        create: vec![
+    let batch = Batch::new(
+        &[],
+        &[
             (
                 "n1".into(),
                 node_route("n1", "10.0.0.5", "10.244.1.0/24", &a.router_id),
@@ -59,11 +59,18 @@ async fn a_revision_conflict_on_one_router_rereads_only_that_router() {
                 node_route("n1", "10.0.0.5", "10.244.1.0/24", &b.router_id),
             ),
         ],
-    };
-    let res = p.apply_batch("c", &batch).await.expect("batch");
-    let created: Vec<Route> = res
-        .into_iter()
-        .map(|r| r.expect("created").expect("route"))
+    );
+    let mut res = p.apply_batch("c", &batch).await.expect("batch");
+    assert_eq!(res.len(), 2, "{res:?}");
+    let created: Vec<Route> = batch
+        .create
+        .iter()
+        .map(|(key, _, _)| {
+            res.remove(key)
+                .expect("answered")
+                .expect("created")
+                .expect("route")
+        })
         .collect();
     assert_eq!(created[0].table, a.router_id.as_str());
     assert_eq!(created[1].table, b.router_id.as_str());
@@ -82,12 +89,10 @@ async fn a_revision_conflict_on_one_router_rereads_only_that_router() {
         .add_routes(&b.router_id, &[("192.168.9.0/24", "10.0.0.200")])
         .await
         .expect("foreign route");
-    let batch = Batch {
-        delete: created,
-        create: Vec::new(),
-    };
+    let batch = Batch::new(&created, &[]);
     let res = p.apply_batch("c", &batch).await.expect("batch");
-    assert!(res.iter().all(|r| r.is_ok()), "{res:?}");
+    assert_eq!(res.len(), 2, "{res:?}");
+    assert!(res.values().all(|r| r.is_ok()), "{res:?}");
     assert_eq!(
         p.stats().total(ops::GET_ROUTER),
         gets + 1,
@@ -101,9 +106,9 @@ async fn a_revision_conflict_on_one_router_rereads_only_that_router() {
     );
 
     // A route naming a router that is not configured is refused, alone.
-    let batch = Batch {
-        delete: Vec::new(),
-        create: vec![
+    let batch = Batch::new(
+        &[],
+        &[
             (
                 "n1".into(),
                 node_route("n1", "10.0.0.5", "10.244.2.0/24", "not-ours"),
@@ -113,11 +118,12 @@ async fn a_revision_conflict_on_one_router_rereads_only_that_router() {
                 node_route("n1", "10.0.0.5", "10.244.2.0/24", &a.router_id),
             ),
         ],
-    };
+    );
     let res = p.apply_batch("c", &batch).await.expect("batch");
+    assert_eq!(res.len(), 2, "{res:?}");
     assert_eq!(
-        res[0].as_ref().expect_err("refused").kind,
+        res[&batch.create[0].0].as_ref().expect_err("refused").kind,
         ErrorKind::InvalidRequest
     );
-    assert!(res[1].is_ok(), "{res:?}");
+    assert!(res[&batch.create[1].0].is_ok(), "{res:?}");
 }

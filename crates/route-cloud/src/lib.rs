@@ -12,11 +12,12 @@ pub mod fence;
 pub mod permissions;
 pub mod ratelimit;
 
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use route_core::{NodeView, Route, TargetNeeds};
+use route_core::{NodeView, OpKey, Route, TargetNeeds};
 
 pub use conditional::{ConditionalWrite, write_conditionally};
 pub use error::{CloudError, ErrorKind};
@@ -114,40 +115,100 @@ pub struct ForwardingCheck {
 
 /// A set of changes applied in one call by providers whose API takes the whole
 /// route table at once (OpenStack Neutron).
+///
+/// Every change travels under the key of the planned operation it is
+/// ([`OpKey`]), and the provider answers by that key ([`BatchResult`]): no
+/// one on either side pairs an answer with its change by position.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Batch {
-    /// Routes to delete, as listed.
-    pub delete: Vec<Route>,
-    /// Routes to create with their name hints.
-    pub create: Vec<(String, Route)>,
+    /// Routes to delete, as listed, each under its operation's key.
+    pub delete: Vec<(OpKey, Route)>,
+    /// Routes to create, each under its operation's key, with its name hint.
+    pub create: Vec<(OpKey, String, Route)>,
 }
 
-/// The result of one change inside a batch.
-pub type BatchResult = Vec<Result<Option<Route>, CloudError>>;
+/// The answer to a [`Batch`]: the result of each change, by its key (a
+/// created route, or `None` for a deletion).
+///
+/// A map rather than a list of pairs: each change has exactly one result,
+/// which its caller takes by the key it sent, so the type itself rules out
+/// two answers for one change, and a change left unanswered or an answer
+/// for a change never asked shows as a missing or a leftover key. Ordered
+/// by key, so its `Debug` and its iteration are the same on every run.
+pub type BatchResult = BTreeMap<OpKey, Result<Option<Route>, CloudError>>;
 
 impl Batch {
+    /// A batch of `delete` and `create` (name hint, route), keyed as the
+    /// planner keys them: a creation by its name hint (the Node's UID),
+    /// destination and table; a deletion by its route and, for a route
+    /// given more than once exactly alike, which copy it is. The changes
+    /// keep the order given. For callers without a plan (single-route
+    /// calls, the cleanup command, tests).
+    pub fn new(delete: &[Route], create: &[(String, Route)]) -> Self {
+        let mut copies: HashMap<&Route, u32> = HashMap::new();
+        Self {
+            delete: delete
+                .iter()
+                .map(|r| {
+                    let copy = copies.entry(r).or_default();
+                    let key = OpKey::Delete {
+                        route: r.clone(),
+                        copy: *copy,
+                    };
+                    *copy += 1;
+                    (key, r.clone())
+                })
+                .collect(),
+            create: create
+                .iter()
+                .map(|(hint, r)| {
+                    let key = OpKey::Create {
+                        node_uid: hint.clone(),
+                        destination: r.destination.clone(),
+                        table: r.table.clone(),
+                    };
+                    (key, hint.clone(), r.clone())
+                })
+                .collect(),
+        }
+    }
+
     /// A batch of one creation: how a provider whose writes are whole-table
     /// batches answers [`CloudRoutes::create_route`].
     pub fn one_creation(name_hint: &str, route: &Route) -> Self {
-        Self {
-            delete: Vec::new(),
-            create: vec![(name_hint.to_string(), route.clone())],
-        }
+        Self::new(&[], &[(name_hint.to_string(), route.clone())])
     }
 
     /// A batch of one deletion, for [`CloudRoutes::delete_route`].
     pub fn one_deletion(route: &Route) -> Self {
-        Self {
-            delete: vec![route.clone()],
-            create: Vec::new(),
-        }
+        Self::new(std::slice::from_ref(route), &[])
+    }
+
+    /// The key of every change: the deletions', then the creations'.
+    pub fn keys(&self) -> impl Iterator<Item = &OpKey> {
+        self.delete
+            .iter()
+            .map(|(k, _)| k)
+            .chain(self.create.iter().map(|(k, _, _)| k))
+    }
+
+    /// How many changes the batch holds.
+    pub fn len(&self) -> usize {
+        self.delete.len() + self.create.len()
+    }
+
+    /// The batch holds no change.
+    pub fn is_empty(&self) -> bool {
+        self.delete.is_empty() && self.create.is_empty()
     }
 }
 
-/// The created route of a [`Batch::one_creation`]'s result; a result
-/// without one is transient (the write's outcome is not known).
-pub fn created_by(mut result: BatchResult) -> Result<Route, CloudError> {
-    match result.pop() {
+/// The created route of a [`Batch::one_creation`]'s `result`; a result
+/// without one for the batch's creation is transient (the write's outcome
+/// is not known).
+pub fn created_by(batch: &Batch, mut result: BatchResult) -> Result<Route, CloudError> {
+    let answer = batch.create.first().and_then(|(k, _, _)| result.remove(k));
+    match answer {
         Some(Ok(Some(route))) => Ok(route),
         Some(Err(e)) => Err(e),
         _ => Err(CloudError::new(
@@ -157,9 +218,11 @@ pub fn created_by(mut result: BatchResult) -> Result<Route, CloudError> {
     }
 }
 
-/// The outcome of a [`Batch::one_deletion`]'s result; no result is transient.
-pub fn deleted_by(mut result: BatchResult) -> Result<(), CloudError> {
-    match result.pop() {
+/// The outcome of a [`Batch::one_deletion`]'s `result`; no result for the
+/// batch's deletion is transient.
+pub fn deleted_by(batch: &Batch, mut result: BatchResult) -> Result<(), CloudError> {
+    let answer = batch.delete.first().and_then(|(k, _)| result.remove(k));
+    match answer {
         Some(Ok(_)) => Ok(()),
         Some(Err(e)) => Err(e),
         None => Err(CloudError::new(
@@ -231,9 +294,11 @@ pub trait CloudRoutes: Send + Sync + 'static {
     /// [`ErrorKind::NotFound`]; the controller takes both as done.
     async fn delete_route(&self, cluster: &str, route: &Route) -> Result<(), CloudError>;
 
-    /// Applies deletions then creations in one call. The answer has one entry
-    /// per deletion, then one per creation, in order (a created route, or
-    /// `None` for a deletion). Only called when `supports_batch` is true.
+    /// Applies deletions then creations in one call. The answer has one
+    /// result per change of `batch`, under that change's key (a created
+    /// route, or `None` for a deletion), and no other; the caller treats a
+    /// change left unanswered as one whose outcome is unknown. Only called
+    /// when `supports_batch` is true.
     async fn apply_batch(&self, cluster: &str, batch: &Batch) -> Result<BatchResult, CloudError> {
         let _ = (cluster, batch);
         Err(CloudError::new(

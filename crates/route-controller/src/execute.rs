@@ -10,10 +10,11 @@
 //! creations that depend on nothing concurrently, bounded by the provider's
 //! `max_concurrent_operations`; a creation that must follow a deletion
 //! (address change, blackhole replacement) starts only after that deletion
-//! succeeded. Providers that take batches get the whole plan in one call. A
-//! throttled answer closes a shared [`Throttle`] until its retry-after,
-//! so the rest of the pass waits instead of piling more requests on the
-//! cloud. Results are keyed like the plan's operations ([`OpKey`]).
+//! succeeded. Providers that take batches get the whole plan in one call,
+//! each change under its key, and answer by key. A throttled answer closes
+//! a shared [`Throttle`] until its retry-after, so the rest of the pass
+//! waits instead of piling more requests on the cloud. Results are keyed
+//! like the plan's operations ([`OpKey`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,7 +27,7 @@ use route_cloud::{Batch, CloudError, CloudRoutes, ErrorKind};
 use route_core::{Creation, Deletion, OpKey, Plan, Route};
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
-use tracing::{Instrument, info, info_span, warn};
+use tracing::{Instrument, error, info, info_span, warn};
 
 use crate::gate::{Gated, Verdict};
 use crate::metrics::MetricsHandle;
@@ -69,13 +70,27 @@ pub struct OpResults {
     results: HashMap<OpKey, OpResult>,
 }
 
-/// The result of an operation the pass did not get to.
-static NOT_ATTEMPTED: OpResult = OpResult::NotSent;
+/// What a release build answers for an operation no result was recorded
+/// for (a bug: see [`OpResults::of`]).
+static NO_RESULT: OpResult = OpResult::NotSent;
 
 impl OpResults {
-    /// The result of operation `key`.
+    /// The result of operation `key`, one of the plan the pass executed.
+    ///
+    /// The executor records a result for every planned operation, sent or
+    /// not, so a key without one was never planned or was dropped by a
+    /// bug: a debug build panics, rather than passing it off as not sent;
+    /// a release build logs it and answers [`OpResult::NotSent`].
     pub fn of(&self, key: &OpKey) -> &OpResult {
-        self.results.get(key).unwrap_or(&NOT_ATTEMPTED)
+        let r = self.results.get(key);
+        debug_assert!(
+            r.is_some(),
+            "no result recorded for {key}: asked about an operation that was not planned"
+        );
+        r.unwrap_or_else(|| {
+            error!(operation = %key, "no result recorded for this operation; taking it as not sent");
+            &NO_RESULT
+        })
     }
 
     /// The result of creation `c`.
@@ -313,10 +328,13 @@ impl Executor {
             return;
         }
         let batch = Batch {
-            delete: deletions.iter().map(|(_, d)| d.route.clone()).collect(),
+            delete: deletions
+                .iter()
+                .map(|(k, d)| (k.clone(), d.route.clone()))
+                .collect(),
             create: creations
                 .iter()
-                .map(|(_, c)| (c.node_uid.clone(), c.route.clone()))
+                .map(|(k, c)| (k.clone(), c.node_uid.clone(), c.route.clone()))
                 .collect(),
         };
         let all = |out: &mut OpResults, r: &OpResult| {
@@ -364,31 +382,50 @@ impl Executor {
             }
         };
         match answer {
-            Ok(results) if results.len() == deletions.len() + creations.len() => {
+            Ok(mut results) => {
                 // A provider writing several tables answers each table's
                 // failure inside the results (OpenStack with several
                 // routers): a throttled write must still slow the gate
                 // down, or its changes, due again at once, spin the loop.
-                let throttled = results
+                let throttled = deletions
                     .iter()
+                    .map(|(k, _)| k)
+                    .chain(creations.iter().map(|(k, _)| k))
+                    .filter_map(|k| results.get(k))
                     .find_map(|r| r.as_ref().err().filter(|e| e.kind == ErrorKind::Throttled));
                 match throttled {
                     Some(e) => note(ticket, Err(e)),
                     None => ticket.succeeded(),
                 }
-                let (d, c) = results.split_at(deletions.len());
-                for ((key, del), r) in deletions.iter().zip(d) {
-                    let r = to_result(r.clone());
+                // Each change takes its own answer, by the key it was sent
+                // under.
+                for (key, del) in &deletions {
+                    let r = batch_result(key, results.remove(key));
                     log_op("delete", &del.route, &r, started);
                     out.set(key.clone(), r);
                 }
-                for ((key, cre), r) in creations.iter().zip(c) {
-                    let r = match to_result(r.clone()) {
+                for (key, cre) in &creations {
+                    let r = match batch_result(key, results.remove(key)) {
                         OpResult::Done(None) => OpResult::Done(Some(cre.route.clone())),
                         r => r,
                     };
                     log_op("create", &cre.route, &r, started);
                     out.set(key.clone(), r);
+                }
+                // An answer for a change that was not sent names nothing
+                // to record it under. A provider that mangled a key also
+                // left the change it was sent for unanswered, which is
+                // then of unknown outcome: the table is listed again.
+                debug_assert!(
+                    results.is_empty(),
+                    "the batch answer has results for changes not sent: {:?}",
+                    results.keys().collect::<Vec<_>>()
+                );
+                if !results.is_empty() {
+                    error!(
+                        results = results.len(),
+                        "the batch answer has results for changes that were not sent; ignoring them"
+                    );
                 }
                 // A creation whose deletion failed inside the batch is
                 // blocked, when that is why it failed (the old route is
@@ -407,18 +444,6 @@ impl Executor {
                         out.set(key.clone(), OpResult::Blocked);
                     }
                 }
-            }
-            Ok(results) => {
-                ticket.answered();
-                let e = CloudError::new(
-                    ErrorKind::Timeout,
-                    format!(
-                        "batch answer has {} results for {} changes; treating the outcome as unknown",
-                        results.len(),
-                        deletions.len() + creations.len()
-                    ),
-                );
-                all(out, &OpResult::Failed(e));
             }
             Err(e) => {
                 note(ticket, Err(&e));
@@ -523,6 +548,26 @@ fn cancelled(op: &str, route: &Route, e: &CloudError, r: OpResult) -> OpResult {
         "{what}"
     );
     r
+}
+
+/// The result of the change sent under `key`, from its entry in the batch
+/// answer. A change the provider left unanswered (a provider bug, which a
+/// debug build, a test, panics on) has an unknown outcome: the table is
+/// listed again before it is redone.
+fn batch_result(key: &OpKey, answer: Option<Result<Option<Route>, CloudError>>) -> OpResult {
+    debug_assert!(answer.is_some(), "the batch answer has no result for {key}");
+    match answer {
+        Some(r) => to_result(r),
+        None => {
+            error!(operation = %key, "the batch answer has no result for this change; treating its outcome as unknown");
+            OpResult::Failed(CloudError::new(
+                ErrorKind::Timeout,
+                format!(
+                    "the batch answer has no result for {key}; treating the outcome as unknown"
+                ),
+            ))
+        }
+    }
 }
 
 fn to_result(r: Result<Option<Route>, CloudError>) -> OpResult {
@@ -726,5 +771,142 @@ mod tests {
         assert_eq!(out.changed(), 4, "{out:?}");
         assert_eq!(calls(&cloud, Operation::Batch), 1);
         assert_eq!(cloud.routes(CLUSTER).len(), 3);
+    }
+
+    /// A batching memory cloud whose batch answers a test garbles.
+    struct Garbling {
+        inner: Arc<MemoryCloud>,
+        garble: fn(&Batch, &mut route_cloud::BatchResult),
+    }
+
+    #[async_trait::async_trait]
+    impl CloudRoutes for Garbling {
+        fn name(&self) -> &'static str {
+            "garbling"
+        }
+
+        fn capabilities(&self) -> route_cloud::Capabilities {
+            self.inner.capabilities()
+        }
+
+        fn stats(&self) -> &route_cloud::RequestStats {
+            self.inner.stats()
+        }
+
+        async fn list_routes(&self, cluster: &str) -> Result<Vec<Route>, CloudError> {
+            self.inner.list_routes(cluster).await
+        }
+
+        async fn create_route(
+            &self,
+            cluster: &str,
+            name_hint: &str,
+            route: &Route,
+        ) -> Result<Route, CloudError> {
+            self.inner.create_route(cluster, name_hint, route).await
+        }
+
+        async fn delete_route(&self, cluster: &str, route: &Route) -> Result<(), CloudError> {
+            self.inner.delete_route(cluster, route).await
+        }
+
+        async fn apply_batch(
+            &self,
+            cluster: &str,
+            batch: &Batch,
+        ) -> Result<route_cloud::BatchResult, CloudError> {
+            let mut r = self.inner.apply_batch(cluster, batch).await?;
+            (self.garble)(batch, &mut r);
+            Ok(r)
+        }
+    }
+
+    /// Runs a plan of one deletion and three creations against a batching
+    /// cloud that garbles its answers with `garble`.
+    async fn garbled(garble: fn(&Batch, &mut route_cloud::BatchResult)) -> (Plan, OpResults) {
+        let inner = cloud(MemoryConfig {
+            supports_batch: true,
+            ..MemoryConfig::default()
+        });
+        inner.insert_route(CLUSTER, Route::new("gone", cidr("10.0.99.0/24")));
+        let ex = Executor::new(
+            Arc::new(Garbling { inner, garble }),
+            CLUSTER,
+            Fence::new(true),
+            MetricsHandle::default(),
+        );
+        let listed = ex.list().await.unwrap();
+        let p = plan(&nodes(3), &listed);
+        let out = ex.execute(&p, &Gated::run_all(&p)).await;
+        (p, out)
+    }
+
+    /// Leaves the answer of the batch's first creation out.
+    fn drop_first_creation(batch: &Batch, r: &mut route_cloud::BatchResult) {
+        r.remove(&batch.create[0].0);
+    }
+
+    #[cfg(debug_assertions)]
+    #[tokio::test(start_paused = true)]
+    #[should_panic(expected = "the batch answer has no result for create 10.0.0.0/24")]
+    async fn a_change_the_batch_answer_leaves_out_fails_a_test() {
+        garbled(drop_first_creation).await;
+    }
+
+    #[cfg(not(debug_assertions))]
+    #[tokio::test(start_paused = true)]
+    async fn a_change_the_batch_answer_leaves_out_has_an_unknown_outcome() {
+        let (p, out) = garbled(drop_first_creation).await;
+        assert!(
+            matches!(out.creation(&p.creations[0]), OpResult::Failed(e) if e.kind == ErrorKind::Timeout && e.makes_cache_uncertain()),
+            "{out:?}"
+        );
+        assert!(out.deletion(&p.deletions[0]).is_done(), "{out:?}");
+        assert!(
+            p.creations[1..].iter().all(|c| out.creation(c).is_done()),
+            "{out:?}"
+        );
+    }
+
+    #[cfg(debug_assertions)]
+    #[tokio::test(start_paused = true)]
+    #[should_panic(expected = "the batch answer has results for changes not sent")]
+    async fn an_answer_for_a_change_not_sent_fails_a_test() {
+        garbled(|batch, r| {
+            let (_, hint, route) = &batch.create[0];
+            let stray = OpKey::Create {
+                node_uid: format!("{hint}-other"),
+                destination: route.destination.clone(),
+                table: route.table.clone(),
+            };
+            r.insert(stray, Ok(None));
+        })
+        .await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_planned_operation_gets_a_result_sent_or_not() {
+        let cloud = cloud(MemoryConfig::default());
+        let ex = executor(&cloud, Fence::new(true));
+        let p = plan(&nodes(3), &[]);
+        let mut gated = Gated::run_all(&p);
+        gated.set(
+            p.creations[1].key(),
+            Verdict::Held {
+                until: Instant::now() + Duration::from_secs(1),
+                why: crate::gate::Hold::DeletionGrace,
+            },
+        );
+        let out = ex.execute(&p, &gated).await;
+        assert_eq!(out.results().count(), p.creations.len(), "{out:?}");
+        assert_eq!(*out.creation(&p.creations[1]), OpResult::NotSent);
+    }
+
+    #[cfg(debug_assertions)]
+    #[test]
+    #[should_panic(expected = "no result recorded for create 10.0.0.0/24")]
+    fn asking_about_an_operation_that_was_not_planned_fails_a_test() {
+        let p = plan(&nodes(1), &[]);
+        let _ = OpResults::default().creation(&p.creations[0]);
     }
 }

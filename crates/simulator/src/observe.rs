@@ -393,14 +393,13 @@ impl CloudRoutes for Probe {
         self.obs.call("batch", kind(&r));
         let whole_lost = lost(&r);
         let results = r.as_ref().ok();
-        let item = |i: usize| results.and_then(|v| v.get(i));
-        for (i, d) in batch.delete.iter().enumerate() {
-            let ok = item(i).is_some_and(|x| x.is_ok());
+        let item = |key| results.and_then(|v| v.get(key));
+        for (key, d) in &batch.delete {
+            let ok = item(key).is_some_and(|x| x.is_ok());
             self.deleted(cluster, d, ok, whole_lost);
         }
-        let n = batch.delete.len();
-        for (i, (_, c)) in batch.create.iter().enumerate() {
-            let ok = item(n + i).is_some_and(|x| x.is_ok());
+        for (key, _, c) in &batch.create {
+            let ok = item(key).is_some_and(|x| x.is_ok());
             self.created(cluster, c, ok, whole_lost);
         }
         r

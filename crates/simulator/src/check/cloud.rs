@@ -709,8 +709,13 @@ impl CheckedCloud {
             ConditionalWrite::Unchanged(()) => batch
                 .delete
                 .iter()
-                .map(|_| Ok(None))
-                .chain(batch.create.iter().map(|(_, r)| Ok(Some(r.clone()))))
+                .map(|(k, _)| (k.clone(), Ok(None)))
+                .chain(
+                    batch
+                        .create
+                        .iter()
+                        .map(|(k, _, r)| (k.clone(), Ok(Some(r.clone())))),
+                )
                 .collect(),
             ConditionalWrite::Written(r) => r,
         })
@@ -802,52 +807,47 @@ impl CloudRoutes for CheckedCloud {
     async fn apply_batch(&self, cluster: &str, batch: &Batch) -> Result<BatchResult, CloudError> {
         // Each change is checked as it starts, as a single call is; the
         // ones the wrapper refuses get their answer without a write.
-        let n = batch.delete.len() + batch.create.len();
-        let mut results: Vec<Option<Result<Option<Route>, CloudError>>> = vec![None; n];
-        let mut tables: BTreeMap<String, (Batch, Vec<usize>)> = BTreeMap::new();
+        let mut results = BatchResult::new();
+        let mut tables: BTreeMap<String, Batch> = BTreeMap::new();
         let mut refused: Vec<(String, Route)> = Vec::new();
-        for (i, r) in batch.delete.iter().enumerate() {
+        for (key, r) in &batch.delete {
             self.admit_deletion(r);
-            let (b, ix) = tables.entry(r.table.to_string()).or_default();
-            b.delete.push(r.clone());
-            ix.push(i);
+            let b = tables.entry(r.table.to_string()).or_default();
+            b.delete.push((key.clone(), r.clone()));
         }
-        for (k, (hint, r)) in batch.create.iter().enumerate() {
-            let i = batch.delete.len() + k;
+        for (key, hint, r) in &batch.create {
             match self.admit_creation(hint, r, false) {
                 Err(e) => {
                     if e.kind == ErrorKind::TargetUnavailable {
                         refused.push((hint.clone(), r.clone()));
                     }
-                    results[i] = Some(Err(e));
+                    results.insert(key.clone(), Err(e));
                 }
                 Ok(()) => {
-                    let (b, ix) = tables.entry(r.table.to_string()).or_default();
-                    b.create.push((hint.clone(), r.clone()));
-                    ix.push(i);
+                    let b = tables.entry(r.table.to_string()).or_default();
+                    b.create.push((key.clone(), hint.clone(), r.clone()));
                 }
             }
         }
-        for (table, (b, ix)) in tables {
+        for (table, b) in tables {
+            let keys: Vec<route_core::OpKey> = b.keys().cloned().collect();
             match self.write_table(cluster, &table, b).await {
-                Ok(r) if r.len() == ix.len() => {
-                    for (i, r) in ix.into_iter().zip(r) {
-                        results[i] = Some(r);
-                    }
+                Ok(mut r) if keys.iter().all(|k| r.contains_key(k)) => {
+                    results.extend(keys.iter().filter_map(|k| r.remove_entry(k)));
                 }
                 Ok(r) => {
                     return Err(CloudError::new(
                         ErrorKind::Transient,
                         format!(
-                            "the memory cloud answered {} results for {} changes",
-                            r.len(),
-                            ix.len()
+                            "the memory cloud answered {} of {} changes",
+                            keys.iter().filter(|k| r.contains_key(k)).count(),
+                            keys.len()
                         ),
                     ));
                 }
                 Err(e) => {
-                    for i in ix {
-                        results[i] = Some(Err(e.clone()));
+                    for k in keys {
+                        results.insert(k, Err(e.clone()));
                     }
                 }
             }
@@ -865,14 +865,13 @@ impl CloudRoutes for CheckedCloud {
                 w.refused_at.insert(key, now);
             }
         }
-        let results: BatchResult = results
-            .into_iter()
-            .map(|r| r.unwrap_or_else(|| Err(CloudError::new(ErrorKind::Transient, "no result"))))
-            .collect();
-        for (r, res) in batch.delete.iter().zip(&results) {
+        let no_result = || Err(CloudError::new(ErrorKind::Transient, "no result"));
+        for (key, r) in &batch.delete {
+            let res = results.entry(key.clone()).or_insert_with(no_result);
             self.after_mutation("delete", r, &res.as_ref().map(|_| ()).map_err(Clone::clone));
         }
-        for ((_, r), res) in batch.create.iter().zip(&results[batch.delete.len()..]) {
+        for (key, _, r) in &batch.create {
+            let res = results.entry(key.clone()).or_insert_with(no_result);
             self.after_mutation("create", r, &res.as_ref().map(|_| ()).map_err(Clone::clone));
         }
         Ok(results)
