@@ -18,7 +18,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::TempDir;
+use common::{TempDir, run};
 use serde_json::Value;
 use test_cluster::{TestCluster, TestNode};
 
@@ -34,17 +34,6 @@ fn workspace_repository() -> String {
         .as_str()
         .expect("a workspace repository")
         .to_string()
-}
-
-fn run(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed\nstdout:\n{stdout}\nstderr:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
 }
 
 /// Whether to run: podman must be there unless the run says loudly why not.
