@@ -94,16 +94,10 @@ impl CloudError {
         }
     }
 
-    /// After this answer the controller cannot trust its cached copy of the
-    /// route table and must list it again before planning against it.
-    pub fn makes_cache_uncertain(&self) -> bool {
-        matches!(
-            self.kind,
-            ErrorKind::AlreadyExists | ErrorKind::NotFound | ErrorKind::Timeout
-        )
-    }
-
-    /// Retrying the same call later can succeed without anyone intervening.
+    /// Asking again later can succeed without anyone intervening: what a
+    /// provider's own loop (polling an operation) needs to know. The
+    /// engine's retry rule for each class is `route_controller::policy`'s,
+    /// whose table test holds the two together.
     pub fn is_retryable(&self) -> bool {
         !matches!(self.kind, ErrorKind::InvalidRequest | ErrorKind::Permanent)
     }

@@ -1,28 +1,30 @@
-//! The absorb step: folding a pass's outcome back into the loop's state.
+//! The absorb step: folding a pass's records back into the loop's state.
 //!
-//! No I/O: results are folded by operation key, and each landed or failed
-//! operation updates the
-//! [`RetryBook`] (backoff), the [`Holds`] (deletion grace, blackhole
-//! repairs) and the [`RouteCache`]. It returns what the rest of the pass must
-//! act on: the Warnings the failures call for (emitted by the status step)
-//! and whether an answer made the cached table uncertain (the scheduler then
-//! asks for a full pass). It also applies part of what a cloud answer means:
-//! a deletion answered `NotFound` counts as done, and a refusal for a
-//! stopped instance or a full table warns once per Node, not per attempt.
+//! No I/O: each operation's [`OpRecord`](crate::execute::OpRecord) is
+//! folded by its key into the [`RetryBook`] (backoff), the [`Holds`]
+//! (deletion grace, blackhole repairs) and the [`RouteCache`]. What an
+//! answer means (how it is retried, whether the cached table becomes
+//! uncertain, whether a deletion reached its goal, which Warning and how
+//! often) is read from [`crate::policy`]; a verdict that refused an
+//! operation in the cloud's place counts as that refusal. It returns what
+//! the rest of the pass must act on: the Warnings the failures call for
+//! (emitted by the status step) and whether the cached table became
+//! uncertain (the scheduler then asks for a full pass).
 
 use rand::Rng;
 use route_cloud::ErrorKind;
-use route_core::Plan;
+use route_core::{Creation, Plan};
 use tokio::time::Instant;
 use tracing::info;
 
-use crate::execute::{OpResult, OpResults};
+use crate::execute::{OpRecords, OpResult};
 use crate::gate::Holds;
 use crate::nodes::NodeRef;
 use crate::nodes::NodeStore;
+use crate::policy::{self, OnDeletion, WarnEvery};
 use crate::retry::RetryBook;
 use crate::snapshot::RouteCache;
-use crate::warnings::Warning;
+use crate::warnings::{Reason, Warning};
 
 /// The loop state an outcome is folded into.
 pub struct State<'a> {
@@ -45,11 +47,48 @@ pub struct Absorbed {
     pub uncertain: bool,
 }
 
-/// Folds `outcome` of `plan` into `state` at `now`. `nodes` names the Nodes
-/// Warnings are about.
+/// How a record ends for the loop's state.
+enum Fold {
+    /// Done (or, for a deletion, its goal reached).
+    Done,
+    /// Refused or failed with an answer of this class.
+    Refused {
+        kind: ErrorKind,
+        retry_after: Option<std::time::Duration>,
+        text: String,
+    },
+    /// Abandoned by the fence: it may have happened.
+    MayHaveHappened,
+    /// Not sent and answering nothing (held, backing off, blocked, cut off
+    /// before sending): nothing to fold; the loop redoes it.
+    Nothing,
+}
+
+fn fold(ops: &OpRecords, key: &route_core::OpKey, now: Instant) -> Fold {
+    let Some(record) = ops.record(key) else {
+        // `of` reports the bug.
+        let _ = ops.of(key);
+        return Fold::Nothing;
+    };
+    match &record.result {
+        Some(OpResult::Done(_)) => Fold::Done,
+        Some(OpResult::Abandoned) => Fold::MayHaveHappened,
+        _ => match record.refusal(now) {
+            Some((kind, retry_after, text)) => Fold::Refused {
+                kind,
+                retry_after,
+                text,
+            },
+            None => Fold::Nothing,
+        },
+    }
+}
+
+/// Folds the records `ops` of `plan` into `state` at `now`. `nodes` names
+/// the Nodes Warnings are about.
 pub fn absorb(
     plan: &Plan,
-    outcome: &OpResults,
+    ops: &OpRecords,
     state: State<'_>,
     nodes: &NodeStore,
     now: Instant,
@@ -60,29 +99,35 @@ pub fn absorb(
         routes,
     } = state;
     let mut out = Absorbed::default();
+    let jitter = || rand::rng().random::<f64>();
     for d in &plan.deletions {
         let key = d.key();
-        match outcome.of(&key) {
-            OpResult::Done(_) => {
+        match fold(ops, &key, now) {
+            Fold::Done => {
                 book.succeeded(&key);
                 book.release_quota_waiters(now);
                 routes.remove(&d.route);
                 holds.deletion_landed(plan, &key, now);
             }
-            OpResult::Failed(e) => {
-                out.uncertain |= e.makes_cache_uncertain();
-                if e.makes_cache_uncertain() {
+            Fold::Refused {
+                kind,
+                retry_after,
+                text,
+            } => {
+                let p = policy::of(kind);
+                out.uncertain |= p.uncertain;
+                if p.uncertain {
                     // It may well have happened.
                     holds.deletion_landed(plan, &key, now);
                 }
-                if e.kind == ErrorKind::NotFound {
+                if p.deletion == OnDeletion::Reached {
                     // Gone already: the goal is reached; the resync that
                     // follows checks the rest of the table.
                     book.succeeded(&key);
                     routes.remove(&d.route);
                     continue;
                 }
-                let at = book.failed(key.clone(), e, now, rand::rng().random::<f64>());
+                let at = book.answered(key.clone(), kind, retry_after, now, jitter());
                 if let Some(v) = nodes.get(&d.route.node) {
                     let node = NodeRef {
                         name: v.name.clone(),
@@ -91,74 +136,70 @@ pub fn absorb(
                     out.warnings.push(Warning::failed_to_delete(
                         node,
                         d,
-                        e,
+                        &text,
+                        kind,
                         book.failures(&key),
                         at - now,
                     ));
                 }
             }
-            OpResult::Abandoned => {
+            Fold::MayHaveHappened => {
                 out.uncertain = true;
                 holds.deletion_landed(plan, &key, now);
             }
-            // Not sent: the loop redoes it (`OpResults::fenced`), nothing to fold.
-            OpResult::Cancelled | OpResult::NotSent | OpResult::Blocked => {}
+            Fold::Nothing => {}
         }
     }
     for c in &plan.creations {
         let key = c.key();
-        match outcome.of(&key) {
-            OpResult::Done(created) => {
+        match fold(ops, &key, now) {
+            Fold::Done => {
                 book.succeeded(&key);
                 if let Some(replaced) = &c.replaces {
                     holds.repaired(c, now);
                     routes.remove(replaced);
                 }
-                routes.add(created.clone().unwrap_or_else(|| c.route.clone()));
+                let created = match ops.of(&key) {
+                    OpResult::Done(Some(r)) => r.clone(),
+                    _ => c.route.clone(),
+                };
+                routes.add(created);
             }
-            OpResult::Failed(e) => {
-                out.uncertain |= e.makes_cache_uncertain();
+            Fold::Refused {
+                kind,
+                retry_after,
+                text,
+            } => {
+                let p = policy::of(kind);
+                out.uncertain |= p.uncertain;
                 // A replacement whose answer was lost may well have landed;
                 // if the next listing shows a blackhole again, that is a
                 // recurrence like any other.
-                if e.makes_cache_uncertain() && c.replaces.is_some() {
+                if p.uncertain && c.replaces.is_some() {
                     holds.repaired(c, now);
                 }
-                let at = book.failed(key.clone(), e, now, rand::rng().random::<f64>());
-                if matches!(
-                    e.kind,
-                    ErrorKind::TargetUnavailable | ErrorKind::QuotaExceeded
-                ) && book.failures(&key) > 1
-                {
-                    // Warned at the first refusal: a stopped instance stays
-                    // stopped for a while, and a full table stays full until
-                    // a deletion, which releases the creation at once.
+                let at = book.answered(key.clone(), kind, retry_after, now, jitter());
+                let (reason, every) = p.warn;
+                if every == WarnEvery::Node && book.failures(&key) > 1 {
                     continue;
                 }
-                let node = NodeRef {
-                    name: c.route.node.to_string(),
-                    uid: c.node_uid.clone(),
-                };
-                if e.kind == ErrorKind::QuotaExceeded {
-                    out.warnings.push(Warning::route_quota_exceeded(node, c, e));
-                    continue;
-                }
-                out.warnings.push(Warning::failed_to_create(
-                    node,
+                out.warnings.push(creation_warning(
                     c,
-                    e,
+                    reason,
+                    &text,
+                    kind,
                     book.failures(&key),
                     at - now,
                 ));
             }
-            OpResult::Abandoned => {
+            Fold::MayHaveHappened => {
                 out.uncertain = true;
                 // Like a lost answer: the replacement may have landed.
                 if c.replaces.is_some() {
                     holds.repaired(c, now);
                 }
             }
-            OpResult::Cancelled | OpResult::NotSent | OpResult::Blocked => {}
+            Fold::Nothing => {}
         }
     }
     if out.uncertain {
@@ -170,6 +211,25 @@ pub fn absorb(
         routes.forget();
     }
     out
+}
+
+/// The Warning of policy `reason` for creation `c`, refused with `text`.
+fn creation_warning(
+    c: &Creation,
+    reason: Reason,
+    text: &str,
+    kind: ErrorKind,
+    failures: u32,
+    wait: std::time::Duration,
+) -> Warning {
+    let node = NodeRef {
+        name: c.route.node.to_string(),
+        uid: c.node_uid.clone(),
+    };
+    match reason {
+        Reason::RouteQuotaExceeded => Warning::route_quota_exceeded(node, c, text),
+        _ => Warning::failed_to_create(node, c, text, kind, failures, wait),
+    }
 }
 
 #[cfg(test)]
@@ -210,7 +270,7 @@ mod tests {
             }
         }
 
-        fn absorb(&mut self, plan: &Plan, outcome: &OpResults) -> Absorbed {
+        fn absorb(&mut self, plan: &Plan, outcome: &OpRecords) -> Absorbed {
             let state = State {
                 book: &mut self.book,
                 holds: &mut self.holds,
@@ -236,8 +296,8 @@ mod tests {
     }
 
     /// The outcome of a plan of one deletion and one creation.
-    fn outcome(p: &Plan, deletion: OpResult, creation: OpResult) -> OpResults {
-        let mut o = OpResults::default();
+    fn outcome(p: &Plan, deletion: OpResult, creation: OpResult) -> OpRecords {
+        let mut o = OpRecords::default();
         o.set(p.deletions[0].key(), deletion);
         o.set(p.creations[0].key(), creation);
         o

@@ -40,7 +40,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
 use crate::absorb::{self, Absorbed};
-use crate::execute::{Executor, Fence, OpResults};
+use crate::execute::{Executor, Fence, OpRecords};
 use crate::forwarding::Prerequisites;
 use crate::gate::{self, Gated, Holds, Pool, Room};
 use crate::metrics::{Metrics, MetricsHandle, PassOutcome};
@@ -86,8 +86,8 @@ pub struct PassReport {
     pub trigger: SyncTrigger,
     /// The plan (empty when listing failed).
     pub plan: Plan,
-    /// Results of its operations.
-    pub outcome: OpResults,
+    /// Its operations' records: verdict and result, by key.
+    pub ops: OpRecords,
     /// Listing failed with this error.
     pub list_error: Option<CloudError>,
     /// Conditions written.
@@ -429,7 +429,7 @@ impl Controller {
         &self,
         drift: &[crate::drift::RouteDrift],
         plan: &Plan,
-        outcome: &OpResults,
+        outcome: &OpRecords,
     ) -> Vec<Warning> {
         let mut warnings = Vec::new();
         for d in drift {
@@ -490,7 +490,7 @@ impl Controller {
     /// Step 6b: how full each table is after the pass, as metrics, and a
     /// Warning on the Node whose new route took a table past 80 % of the
     /// cloud's limit (once per crossing).
-    fn headroom(&mut self, room: &Room, plan: &Plan, outcome: &OpResults) -> Vec<Warning> {
+    fn headroom(&mut self, room: &Room, plan: &Plan, outcome: &OpRecords) -> Vec<Warning> {
         let Some(max) = room.max() else {
             return Vec::new();
         };
@@ -598,7 +598,7 @@ impl Controller {
     }
 
     /// Step 6; an uncertain answer makes the next pass a full one.
-    fn absorb(&mut self, plan: &Plan, outcome: &OpResults) -> Absorbed {
+    fn absorb(&mut self, plan: &Plan, outcome: &OpRecords) -> Absorbed {
         let state = absorb::State {
             book: &mut self.book,
             holds: &mut self.holds,
@@ -657,7 +657,7 @@ impl Controller {
     async fn update_status(
         &mut self,
         plan: &Plan,
-        outcome: &OpResults,
+        outcome: &OpRecords,
     ) -> Vec<(String, NetworkCondition)> {
         let fence = self.executor.fence();
         if !fence.is_open() {
@@ -722,7 +722,7 @@ impl Controller {
         &mut self,
         report: &mut PassReport,
         plan: Plan,
-        outcome: OpResults,
+        outcome: OpRecords,
         gated: Gated,
         started: Instant,
     ) {
@@ -756,7 +756,7 @@ impl Controller {
             f.store(true, Ordering::SeqCst);
         }
         report.plan = plan;
-        report.outcome = outcome;
+        report.ops = outcome;
     }
 
     /// No listing has succeeded for the drift period plus one pass: what
@@ -815,7 +815,7 @@ impl PassReport {
             kind,
             trigger,
             plan: Plan::default(),
-            outcome: OpResults::default(),
+            ops: OpRecords::default(),
             list_error: None,
             conditions: Vec::new(),
         }
@@ -919,7 +919,7 @@ mod tests {
             &[node("a", "10.0.1.0/24"), node("b", "10.0.2.0/24")],
         );
         let r = f.ctl.pass(PassKind::Full, SyncTrigger::Periodic).await;
-        assert_eq!(r.outcome.changed(), 2);
+        assert_eq!(r.ops.changed(), 2);
         assert_eq!(f.cloud.routes("c").len(), 2);
         assert_eq!(
             f.status.condition_of("a"),
@@ -958,12 +958,12 @@ mod tests {
         // Not due yet: the retry is deferred, nothing is sent.
         let r = f.ctl.pass(PassKind::Cached, SyncTrigger::NodeChange).await;
         assert_eq!(
-            *r.outcome.creation(&r.plan.creations[0]),
+            *r.ops.creation(&r.plan.creations[0]),
             crate::OpResult::NotSent
         );
         tokio::time::advance(Duration::from_secs(2)).await;
         let r = f.ctl.pass(PassKind::Cached, SyncTrigger::NodeChange).await;
-        assert!(r.outcome.creation(&r.plan.creations[0]).is_done());
+        assert!(r.ops.creation(&r.plan.creations[0]).is_done());
         assert_eq!(
             f.status.condition_of("a"),
             Some(NetworkCondition::RouteCreated)
@@ -1046,10 +1046,11 @@ mod tests {
             .plan
             .creations
             .iter()
-            .map(|c| r.outcome.creation(c))
-            .filter(
-                |o| matches!(o, crate::OpResult::Failed(e) if e.kind == ErrorKind::QuotaExceeded),
-            )
+            .filter_map(|c| r.ops.record(&c.key()))
+            .filter(|o| {
+                o.refusal(Instant::now())
+                    .is_some_and(|(kind, ..)| kind == ErrorKind::QuotaExceeded)
+            })
             .count();
         assert_eq!(refused, 3, "one per table, refused without a request");
         let creates = f

@@ -1,12 +1,14 @@
 //! Executing a plan against the cloud.
 //!
 //! The executor owns no state between passes. The gate ([`crate::gate`])
-//! gave each operation its verdict, and the executor runs those whose verdict
-//! is [`Verdict::Run`](crate::gate::Verdict::Run). Two results it decides
-//! itself, from the run: a creation whose deletion failed or did not run is
-//! [`OpResult::Blocked`], and a creation the gate found no room for is
-//! recorded as the quota refusal the cloud would have answered, so that the
-//! rest of the pass treats both alike. It runs the deletions and the
+//! gave each operation its verdict; the executor writes each operation's
+//! [`OpRecord`]: those whose verdict is
+//! [`Verdict::Run`](crate::gate::Verdict::Run) it runs and records what the
+//! cloud answered, the others it records as [`OpResult::NotSent`] (the
+//! verdict says why). One result it decides from the run itself: a creation
+//! whose deletion failed or was cut off in this pass is
+//! [`OpResult::Blocked`]. What an answer means for the loop is
+//! [`crate::policy`]'s, not the executor's. It runs the deletions and the
 //! creations that depend on nothing concurrently, bounded by the provider's
 //! `max_concurrent_operations`; a creation that must follow a deletion
 //! (address change, blackhole replacement) starts only after that deletion
@@ -31,6 +33,7 @@ use tracing::{Instrument, error, info, info_span, warn};
 
 use crate::gate::{Gated, Verdict};
 use crate::metrics::MetricsHandle;
+use crate::policy;
 use crate::throttle::{Throttle, Ticket};
 
 /// The result of one planned operation.
@@ -40,9 +43,9 @@ pub enum OpResult {
     Done(Option<Route>),
     /// The cloud refused or failed.
     Failed(CloudError),
-    /// Held by the gate (backoff, grace, a repair's hold); not attempted.
+    /// Kept back by its verdict ([`OpRecord::verdict`] says why); no request.
     NotSent,
-    /// A deletion it depends on did not run or did not succeed in this pass.
+    /// A deletion it depends on failed or was cut off in this pass.
     Blocked,
     /// Not sent: the fence was closed (leadership lost, renew deadline
     /// passed, shutting down). Redone once this replica may write again.
@@ -64,17 +67,73 @@ impl OpResult {
     }
 }
 
-/// What a pass did: one result per planned operation, by key.
+/// One planned operation through a pass: the gate's verdict, and what came
+/// of it. Everything that kept it from being sent is one of the two: a
+/// verdict given before the pass sent anything, or a result it came back
+/// with (blocked by a deletion that failed, cut off by the fence).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpRecord {
+    /// The gate's verdict.
+    pub verdict: Verdict,
+    /// What came of it; `None` until the executor has recorded it.
+    pub result: Option<OpResult>,
+}
+
+impl OpRecord {
+    /// The answer the operation counts as having had, when it is not done:
+    /// the cloud's failure, or the refusal its verdict gives in the cloud's
+    /// place ([`policy::refusal`]), with its retry-after and its text.
+    pub fn refusal(&self, now: Instant) -> Option<(ErrorKind, Option<Duration>, String)> {
+        match &self.result {
+            Some(OpResult::Failed(e)) => Some((e.kind, e.retry_after, e.to_string())),
+            Some(OpResult::NotSent) => {
+                policy::refusal(&self.verdict).map(|k| (k, None, self.verdict.describe(now)))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// A pass's operations, one record each, by key: the gate writes the
+/// verdicts, the executor the results, and absorb, status, warnings and
+/// latency read them.
 #[derive(Debug, Default, Clone)]
-pub struct OpResults {
-    results: HashMap<OpKey, OpResult>,
+pub struct OpRecords {
+    records: HashMap<OpKey, OpRecord>,
 }
 
 /// What a release build answers for an operation no result was recorded
-/// for (a bug: see [`OpResults::of`]).
+/// for (a bug: see [`OpRecords::of`]).
 static NO_RESULT: OpResult = OpResult::NotSent;
 
-impl OpResults {
+impl OpRecords {
+    /// The records of `plan`'s operations with their verdicts from
+    /// `gated`, no result yet.
+    pub fn gated(plan: &Plan, gated: &Gated) -> Self {
+        let mut records = HashMap::new();
+        for key in plan
+            .deletions
+            .iter()
+            .map(Deletion::key)
+            .chain(plan.creations.iter().map(Creation::key))
+        {
+            let verdict = gated.verdict(&key).cloned();
+            debug_assert!(verdict.is_some(), "the gate gave {key} no verdict");
+            let verdict = verdict.unwrap_or_else(|| {
+                error!(operation = %key, "the gate gave this operation no verdict; it is not sent");
+                Verdict::Blocked { by: Vec::new() }
+            });
+            records.insert(
+                key,
+                OpRecord {
+                    verdict,
+                    result: None,
+                },
+            );
+        }
+        Self { records }
+    }
+
     /// The result of operation `key`, one of the plan the pass executed.
     ///
     /// The executor records a result for every planned operation, sent or
@@ -82,15 +141,20 @@ impl OpResults {
     /// bug: a debug build panics, rather than passing it off as not sent;
     /// a release build logs it and answers [`OpResult::NotSent`].
     pub fn of(&self, key: &OpKey) -> &OpResult {
-        let r = self.results.get(key);
+        let r = self.records.get(key).and_then(|r| r.result.as_ref());
         debug_assert!(
             r.is_some(),
-            "no result recorded for {key}: asked about an operation that was not planned"
+            "no result recorded for {key}: asked about an operation that was not planned or not executed"
         );
         r.unwrap_or_else(|| {
             error!(operation = %key, "no result recorded for this operation; taking it as not sent");
             &NO_RESULT
         })
+    }
+
+    /// The record of operation `key`.
+    pub fn record(&self, key: &OpKey) -> Option<&OpRecord> {
+        self.records.get(key)
     }
 
     /// The result of creation `c`.
@@ -103,36 +167,47 @@ impl OpResults {
         self.of(&d.key())
     }
 
-    /// Records the result of operation `key`.
+    /// Records the result of operation `key`; an operation the gate did
+    /// not see (tests) counts as let run.
     pub fn set(&mut self, key: OpKey, result: OpResult) {
-        self.results.insert(key, result);
+        self.records
+            .entry(key)
+            .or_insert(OpRecord {
+                verdict: Verdict::Run,
+                result: None,
+            })
+            .result = Some(result);
     }
 
     /// Every result, in no particular order.
     pub fn results(&self) -> impl Iterator<Item = (&OpKey, &OpResult)> {
-        self.results.iter()
+        self.records
+            .iter()
+            .filter_map(|(k, r)| r.result.as_ref().map(|r| (k, r)))
     }
 
     /// Number of successful mutations.
     pub fn changed(&self) -> usize {
-        self.results.values().filter(|r| r.is_done()).count()
+        self.results().filter(|(_, r)| r.is_done()).count()
     }
 
     /// How many operations the fence cut off.
     pub fn fenced(&self) -> usize {
-        self.results.values().filter(|r| r.is_fenced()).count()
+        self.results().filter(|(_, r)| r.is_fenced()).count()
     }
 
-    /// Any operation failed.
+    /// Any operation failed, or was refused by its verdict in the cloud's
+    /// place.
     pub fn any_failed(&self) -> bool {
-        self.results
-            .values()
-            .any(|r| matches!(r, OpResult::Failed(_)))
+        self.records.values().any(|r| {
+            matches!(r.result, Some(OpResult::Failed(_)))
+                || (r.result == Some(OpResult::NotSent) && policy::refusal(&r.verdict).is_some())
+        })
     }
 
     /// Operations not done by the end of the pass.
     pub fn pending(&self) -> usize {
-        self.results.values().filter(|r| !r.is_done()).count()
+        self.results().filter(|(_, r)| !r.is_done()).count()
     }
 }
 
@@ -216,48 +291,25 @@ impl Executor {
     }
 
     /// Executes the operations of `plan` that `gated` lets run; the others
-    /// get the result their verdict calls for, without a request.
-    pub async fn execute(&self, plan: &Plan, gated: &Gated) -> OpResults {
-        let caps = self.cloud.capabilities();
-        let mut out = OpResults::default();
-        for key in plan
-            .deletions
-            .iter()
-            .map(Deletion::key)
-            .chain(plan.creations.iter().map(Creation::key))
-        {
-            match gated.verdict(&key) {
-                Some(Verdict::Run) => {}
-                Some(Verdict::NoRoom { table, max }) => {
-                    let table = if table.is_empty() {
-                        "the route table".to_string()
-                    } else {
-                        format!("route table {table}")
-                    };
-                    let e = CloudError::new(
-                        ErrorKind::QuotaExceeded,
-                        format!(
-                            "the {} provider allows at most {max} routes and {table} is full; delete routes or raise the limit",
-                            self.cloud.name(),
-                        ),
-                    );
-                    out.set(key, OpResult::Failed(e));
-                }
-                Some(Verdict::Blocked { .. }) => out.set(key, OpResult::Blocked),
-                Some(Verdict::BackingOff { .. } | Verdict::Held { .. }) | None => {
-                    out.set(key, OpResult::NotSent);
-                }
-            }
+    /// are recorded as not sent, their verdict saying why.
+    pub async fn execute(&self, plan: &Plan, gated: &Gated) -> OpRecords {
+        let mut out = OpRecords::gated(plan, gated);
+        for r in out.records.values_mut().filter(|r| !r.verdict.runs()) {
+            r.result = Some(OpResult::NotSent);
         }
-        if caps.supports_batch {
+        if self.cloud.capabilities().supports_batch {
             self.execute_batch(plan, gated, &mut out).await;
         } else {
             self.execute_each(plan, gated, &mut out).await;
         }
+        debug_assert!(
+            out.records.values().all(|r| r.result.is_some()),
+            "an operation the gate let run has no result"
+        );
         out
     }
 
-    async fn execute_each(&self, plan: &Plan, gated: &Gated, out: &mut OpResults) {
+    async fn execute_each(&self, plan: &Plan, gated: &Gated, out: &mut OpRecords) {
         let permits = Arc::new(Semaphore::new(
             self.cloud.capabilities().max_concurrent_operations.max(1),
         ));
@@ -308,7 +360,7 @@ impl Executor {
         }
     }
 
-    async fn execute_batch(&self, plan: &Plan, gated: &Gated, out: &mut OpResults) {
+    async fn execute_batch(&self, plan: &Plan, gated: &Gated, out: &mut OpRecords) {
         // The gate blocked every creation whose deletions do not run, so a
         // dependent creation rides along with its deletions: a batch applies
         // deletions first.
@@ -337,7 +389,7 @@ impl Executor {
                 .map(|(k, c)| (k.clone(), c.node_uid.clone(), c.route.clone()))
                 .collect(),
         };
-        let all = |out: &mut OpResults, r: &OpResult| {
+        let all = |out: &mut OpRecords, r: &OpResult| {
             for (k, _) in &deletions {
                 out.set(k.clone(), r.clone());
             }
@@ -435,7 +487,7 @@ impl Executor {
                 for (key, cre) in &creations {
                     let own_refusal = matches!(
                         out.of(key),
-                        OpResult::Failed(e) if e.kind != ErrorKind::AlreadyExists
+                        OpResult::Failed(e) if !policy::of(e.kind).explained_by_failed_deletion
                     );
                     if !cre.after.iter().all(|d| out.of(d).is_done())
                         && !out.of(key).is_done()
@@ -667,13 +719,20 @@ mod tests {
         let book = RetryBook::new(BackoffConfig::default());
         let room = Room::new(cloud.capabilities().max_routes, false, &[]);
         let out = ex.execute(&p, &gated(&p, &book, &room)).await;
-        let refused: Vec<&OpResult> = p
+        let refused: Vec<&OpRecord> = p
             .creations
             .iter()
-            .map(|c| out.creation(c))
-            .filter(|r| matches!(r, OpResult::Failed(e) if e.kind == ErrorKind::QuotaExceeded))
+            .filter_map(|c| out.record(&c.key()))
+            .filter(|r| matches!(r.verdict, Verdict::NoRoom { max: 2, .. }))
             .collect();
         assert_eq!(refused.len(), 1, "{out:?}");
+        assert_eq!(refused[0].result, Some(OpResult::NotSent));
+        assert_eq!(
+            refused[0].refusal(Instant::now()).map(|r| r.0),
+            Some(ErrorKind::QuotaExceeded),
+            "it counts as the cloud's quota refusal"
+        );
+        assert!(out.any_failed());
         assert_eq!(
             calls(&cloud, Operation::Create),
             2,
@@ -823,7 +882,7 @@ mod tests {
 
     /// Runs a plan of one deletion and three creations against a batching
     /// cloud that garbles its answers with `garble`.
-    async fn garbled(garble: fn(&Batch, &mut route_cloud::BatchResult)) -> (Plan, OpResults) {
+    async fn garbled(garble: fn(&Batch, &mut route_cloud::BatchResult)) -> (Plan, OpRecords) {
         let inner = cloud(MemoryConfig {
             supports_batch: true,
             ..MemoryConfig::default()
@@ -858,7 +917,7 @@ mod tests {
     async fn a_change_the_batch_answer_leaves_out_has_an_unknown_outcome() {
         let (p, out) = garbled(drop_first_creation).await;
         assert!(
-            matches!(out.creation(&p.creations[0]), OpResult::Failed(e) if e.kind == ErrorKind::Timeout && e.makes_cache_uncertain()),
+            matches!(out.creation(&p.creations[0]), OpResult::Failed(e) if policy::of(e.kind).uncertain),
             "{out:?}"
         );
         assert!(out.deletion(&p.deletions[0]).is_done(), "{out:?}");
@@ -907,6 +966,6 @@ mod tests {
     #[should_panic(expected = "no result recorded for create 10.0.0.0/24")]
     fn asking_about_an_operation_that_was_not_planned_fails_a_test() {
         let p = plan(&nodes(1), &[]);
-        let _ = OpResults::default().creation(&p.creations[0]);
+        let _ = OpRecords::default().creation(&p.creations[0]);
     }
 }

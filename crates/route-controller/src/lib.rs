@@ -28,6 +28,7 @@ pub mod latency;
 pub mod leader;
 pub mod metrics;
 pub mod nodes;
+pub mod policy;
 pub mod reference;
 pub mod retry;
 pub mod schedule;
@@ -39,7 +40,7 @@ pub mod warnings;
 pub mod watch;
 
 pub use controller::{Controller, ControllerConfig, DEFAULT_DELETION_GRACE, PassReport};
-pub use execute::{Fence, OpResult, OpResults};
+pub use execute::{Fence, OpRecord, OpRecords, OpResult};
 pub use metrics::{Metrics, MetricsHandle};
 pub use nodes::{NodeEvent, NodeRef, NodeStore, node_view};
 pub use retry::BackoffConfig;

@@ -4,30 +4,22 @@
 //! exponential backoff (1 s doubling to 5 min by default, with jitter), and the
 //! loop wakes itself when the earliest one is due — so a failed route is
 //! retried without waiting for another Node event or the next resync, which is
-//! what upstream's watch mode does. A throttled operation is the exception:
-//! the cloud refused the rate, not the route, so its backoff does not grow and
-//! it is due again at once — the executor's throttle holds it until the
-//! cloud accepts calls again, and sends one probe per retry-after meanwhile.
+//! what upstream's watch mode does. How each class of answer bends that rule
+//! (a throttled operation due again at once, a refusal for room or for a
+//! stopped instance waiting longer) is [`crate::policy`]'s [`Retry`] column;
+//! this book only carries it out.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use route_cloud::CloudError;
+use route_cloud::{CloudError, ErrorKind};
 use tokio::time::Instant;
+
+use crate::policy::{self, Retry};
+pub use crate::policy::{BLACKHOLE_REPAIR_FLOOR, QUOTA_RETRY_FLOOR};
 
 /// Operations are known by their plan key, across passes.
 pub use route_core::OpKey;
-
-/// The least wait before repairing a blackhole that came back, and before
-/// retrying a creation refused for its instance's state. A route that is a
-/// blackhole again right after its repair names an instance that is
-/// stopped, and instances stay stopped for minutes; when it runs again, its
-/// route is active again without any call. The gate holds recurring
-/// repairs by it ([`crate::gate`]).
-pub const BLACKHOLE_REPAIR_FLOOR: Duration = Duration::from_secs(60);
-
-/// The least wait before retrying a creation refused for quota.
-pub const QUOTA_RETRY_FLOOR: Duration = Duration::from_secs(60);
 
 /// Backoff settings.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -62,12 +54,11 @@ impl BackoffConfig {
 struct Entry {
     failures: u32,
     next_at: Instant,
-    quota: bool,
+    /// The last answer's class, when its retry rule waits for a cause to
+    /// end (room, a running instance) rather than for time alone.
+    refusal: Option<ErrorKind>,
     /// Made due by [`RetryBook::release_quota_waiters`] and not woken for yet.
     released: bool,
-    /// Refused for the target's state (a stopped instance): kept for its
-    /// backoff even while the plan does not want it.
-    target_unavailable: bool,
     /// The latest plan wants this operation; the loop wakes only for those.
     wanted: bool,
 }
@@ -104,21 +95,35 @@ impl RetryBook {
     /// Records a failure; returns when the operation may be retried.
     /// `unit` is a random number in `[0, 1)` for the jitter.
     pub fn failed(&mut self, key: OpKey, err: &CloudError, now: Instant, unit: f64) -> Instant {
+        self.answered(key, err.kind, err.retry_after, now, unit)
+    }
+
+    /// Records an answer of class `kind` (the cloud's, or the one a gate
+    /// verdict gives in its place, [`policy::refusal`]) that asked for a
+    /// wait of `retry_after`; returns when the operation may be retried.
+    /// The wait follows `kind`'s [`Retry`] rule.
+    pub fn answered(
+        &mut self,
+        key: OpKey,
+        kind: ErrorKind,
+        retry_after: Option<Duration>,
+        now: Instant,
+        unit: f64,
+    ) -> Instant {
+        let rule = policy::of(kind).retry;
         let e = self.entries.entry(key).or_insert(Entry {
             failures: 0,
             next_at: now,
-            quota: false,
+            refusal: None,
             released: false,
-            target_unavailable: false,
             wanted: true,
         });
-        e.quota = err.kind == route_cloud::ErrorKind::QuotaExceeded;
-        e.target_unavailable = err.kind == route_cloud::ErrorKind::TargetUnavailable;
+        e.refusal = matches!(rule, Retry::UntilRoom | Retry::UntilInstanceRuns).then_some(kind);
         e.wanted = true;
         e.released = false;
-        if err.kind == route_cloud::ErrorKind::Throttled {
-            // Retried when the gate reopens, not at a backoff that grew
-            // with every probe of a throttling storm; the gate paces it,
+        if rule == Retry::Paced {
+            // Retried when the throttle reopens, not at a backoff that grew
+            // with every probe of a throttling storm; the throttle paces it,
             // and the loop wakes for it once.
             e.next_at = now;
             e.released = true;
@@ -129,42 +134,24 @@ impl RetryBook {
         let jittered = base
             .mul_f64(1.0 + self.cfg.jitter * unit.clamp(0.0, 1.0))
             .min(self.cfg.max.mul_f64(1.0 + self.cfg.jitter));
-        let mut wait = jittered.max(err.retry_after.unwrap_or_default());
-        if !err.is_retryable() {
-            // The same request will be refused again (an IPv6 route on an
-            // IPv4-only cloud, bad credentials): try rarely, warn rarely.
-            wait = wait.max(self.cfg.max);
-        }
-        if err.kind == route_cloud::ErrorKind::TargetUnavailable {
-            // The instance is stopped or gone: like a blackhole repair that
-            // came back, each retry waits twice as long as the one before,
-            // from the repair floor up to the maximum, in every mode.
-            let repair = BLACKHOLE_REPAIR_FLOOR
+        let wait = jittered.max(retry_after.unwrap_or_default());
+        let floor = match rule {
+            Retry::Backoff | Retry::Paced => Duration::ZERO,
+            Retry::Rarely => self.cfg.max,
+            Retry::UntilInstanceRuns => BLACKHOLE_REPAIR_FLOOR
                 .saturating_mul(1u32 << e.failures.saturating_sub(1).min(16))
-                .min(self.cfg.max.max(BLACKHOLE_REPAIR_FLOOR));
-            wait = wait.max(repair);
-        }
-        if err.kind == route_cloud::ErrorKind::QuotaExceeded {
-            // A full table frees up only when something is deleted, and that
-            // triggers a pass anyway; retrying sooner only spends budget.
-            wait = wait.max(QUOTA_RETRY_FLOOR);
-        }
-        e.next_at = now + wait;
+                .min(self.cfg.max.max(BLACKHOLE_REPAIR_FLOOR)),
+            Retry::UntilRoom => QUOTA_RETRY_FLOOR,
+        };
+        e.next_at = now + wait.max(floor);
         e.next_at
     }
 
     /// The refusal an operation waits out, when the cloud's last answer
-    /// was one that names a cause: no room ([`route_cloud::ErrorKind::QuotaExceeded`])
-    /// or a target not running ([`route_cloud::ErrorKind::TargetUnavailable`]).
-    pub fn refusal(&self, key: &OpKey) -> Option<route_cloud::ErrorKind> {
-        let e = self.entries.get(key)?;
-        if e.quota {
-            Some(route_cloud::ErrorKind::QuotaExceeded)
-        } else if e.target_unavailable {
-            Some(route_cloud::ErrorKind::TargetUnavailable)
-        } else {
-            None
-        }
+    /// (or a verdict in its place) was one whose retry waits for a cause to
+    /// end: no room, or a target not running.
+    pub fn refusal(&self, key: &OpKey) -> Option<ErrorKind> {
+        self.entries.get(key)?.refusal
     }
 
     /// Consecutive failures of an operation so far.
@@ -179,7 +166,10 @@ impl RetryBook {
 
     /// A route was deleted: creations that waited for room may try at `now`.
     pub fn release_quota_waiters(&mut self, now: Instant) {
-        for e in self.entries.values_mut().filter(|e| e.quota) {
+        for e in self.entries.values_mut().filter(|e| {
+            e.refusal
+                .is_some_and(|k| policy::of(k).retry == Retry::UntilRoom)
+        }) {
             e.next_at = e.next_at.min(now);
             e.released = true;
         }
@@ -192,7 +182,10 @@ impl RetryBook {
     pub fn retain(&mut self, wanted: &HashSet<OpKey>, now: Instant) {
         self.entries.retain(|k, e| {
             e.wanted = wanted.contains(k);
-            e.wanted || (e.target_unavailable && e.next_at > now)
+            let kept_unwanted = e
+                .refusal
+                .is_some_and(|k| policy::of(k).retry == Retry::UntilInstanceRuns);
+            e.wanted || (kept_unwanted && e.next_at > now)
         });
     }
 
@@ -241,7 +234,6 @@ impl RetryBook {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use route_cloud::ErrorKind;
 
     fn key() -> OpKey {
         OpKey::Create {

@@ -20,11 +20,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
-use route_cloud::ErrorKind;
 use route_core::{NetworkCondition, OpKey, Plan};
 use tracing::warn;
 
-use crate::execute::{Fence, OpResult, OpResults};
+use crate::execute::{Fence, OpRecords, OpResult};
 use crate::metrics::MetricsHandle;
 use crate::nodes::{NodeRef, NodeStore};
 use crate::retry::RetryBook;
@@ -158,24 +157,24 @@ pub async fn mark_unverified(
 }
 
 /// Why a planned creation left its Node unrouted after a pass, as the
-/// Node's condition says it: `None` when it succeeded. A creation refused
-/// for room, or waiting out such a refusal, says `RouteQuotaExceeded`; one
-/// refused for a stopped instance `InstanceNotRunning`; any other failure,
-/// backoff or wait `NoRouteCreated` (upstream's reason).
-pub fn explain(outcome: &OpResults, book: &RetryBook, key: &OpKey) -> Option<NetworkCondition> {
-    let cause = |kind: ErrorKind| match kind {
-        ErrorKind::QuotaExceeded => NetworkCondition::RouteQuotaExceeded,
-        ErrorKind::TargetUnavailable => NetworkCondition::InstanceNotRunning,
-        _ => NetworkCondition::NoRouteCreated,
+/// Node's condition says it: `None` when it succeeded. The reason is the
+/// [`policy`](crate::policy) row of the refusal it got (from the cloud, or
+/// from its verdict in the cloud's place), or of the refusal it waits out
+/// while backing off: `RouteQuotaExceeded` for room, `InstanceNotRunning`
+/// for a stopped instance, and upstream's `NoRouteCreated` for any other
+/// failure, backoff or wait.
+pub fn explain(ops: &OpRecords, book: &RetryBook, key: &OpKey) -> Option<NetworkCondition> {
+    let refusal = match ops.of(key) {
+        OpResult::Done(_) => return None,
+        _ => ops
+            .record(key)
+            .and_then(|r| r.refusal(tokio::time::Instant::now()))
+            .map(|(kind, ..)| kind)
+            .or_else(|| book.refusal(key)),
     };
-    match outcome.of(key) {
-        OpResult::Done(_) => None,
-        OpResult::Failed(e) => Some(cause(e.kind)),
-        _ => Some(
-            book.refusal(key)
-                .map_or(NetworkCondition::NoRouteCreated, cause),
-        ),
-    }
+    Some(refusal.map_or(NetworkCondition::NoRouteCreated, |k| {
+        crate::policy::of(k).condition
+    }))
 }
 
 /// What [`write_conditions`] did.
@@ -396,8 +395,8 @@ mod tests {
         )
     }
 
-    fn done(plan: &Plan) -> OpResults {
-        let mut o = OpResults::default();
+    fn done(plan: &Plan) -> OpRecords {
+        let mut o = OpRecords::default();
         for c in &plan.creations {
             o.set(c.key(), crate::OpResult::Done(None));
         }

@@ -13,7 +13,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use route_cloud::{CloudError, ErrorKind};
+use route_cloud::ErrorKind;
 use route_core::{Cidr, Creation, Deletion, Plan};
 use tracing::warn;
 
@@ -152,10 +152,12 @@ pub struct Warning {
 
 impl Warning {
     /// A creation failed; upstream's wording, plus when the next attempt is.
+    /// `e` is the refusal's text, `kind` its class.
     pub fn failed_to_create(
         node: NodeRef,
         c: &Creation,
-        e: &CloudError,
+        e: &str,
+        kind: ErrorKind,
         failures: u32,
         wait: Duration,
     ) -> Self {
@@ -164,7 +166,7 @@ impl Warning {
             c.node_uid,
             c.route.destination,
             c.route.node,
-            next_attempt(e, failures, wait)
+            next_attempt(kind, failures, wait)
         );
         Self {
             node,
@@ -174,10 +176,12 @@ impl Warning {
     }
 
     /// A deletion failed.
+    /// `e` is the failure's text, `kind` its class.
     pub fn failed_to_delete(
         node: NodeRef,
         d: &Deletion,
-        e: &CloudError,
+        e: &str,
+        kind: ErrorKind,
         failures: u32,
         wait: Duration,
     ) -> Self {
@@ -186,7 +190,7 @@ impl Warning {
             d.route.name,
             d.route.destination,
             d.route.node,
-            next_attempt(e, failures, wait)
+            next_attempt(kind, failures, wait)
         );
         Self {
             node,
@@ -208,8 +212,9 @@ impl Warning {
         }
     }
 
-    /// A creation for `node` was refused for room.
-    pub fn route_quota_exceeded(node: NodeRef, c: &Creation, e: &CloudError) -> Self {
+    /// A creation for `node` was refused for room, by the cloud or by the
+    /// provider's known limit (`e` says which).
+    pub fn route_quota_exceeded(node: NodeRef, c: &Creation, e: &str) -> Self {
         Self {
             node,
             reason: Reason::RouteQuotaExceeded,
@@ -336,8 +341,8 @@ impl Warning {
 }
 
 /// When a failed operation is tried again, for its Event.
-fn next_attempt(e: &CloudError, failures: u32, wait: Duration) -> String {
-    if e.kind == ErrorKind::Throttled {
+fn next_attempt(kind: ErrorKind, failures: u32, wait: Duration) -> String {
+    if crate::policy::of(kind).retry == crate::policy::Retry::Paced {
         "throttled; retrying as soon as the cloud accepts calls again".into()
     } else {
         format!("attempt {failures}, retrying in {wait:?}")
@@ -424,6 +429,7 @@ impl PlanWarnings {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use route_cloud::CloudError;
     use route_core::{NodeView, PlanConfig};
     use std::sync::Arc;
 
@@ -507,7 +513,8 @@ mod tests {
         let w = Warning::failed_to_create(
             node.clone(),
             &plan.creations[0],
-            &e,
+            &e.to_string(),
+            e.kind,
             2,
             Duration::from_secs(2),
         );
@@ -518,7 +525,14 @@ mod tests {
             w.message
         );
         let throttled = CloudError::new(ErrorKind::Throttled, "slow down");
-        let w = Warning::failed_to_create(node, &plan.creations[0], &throttled, 3, Duration::ZERO);
+        let w = Warning::failed_to_create(
+            node,
+            &plan.creations[0],
+            &throttled.to_string(),
+            throttled.kind,
+            3,
+            Duration::ZERO,
+        );
         assert!(
             w.message
                 .contains("retrying as soon as the cloud accepts calls again")

@@ -1613,7 +1613,7 @@ async fn drive(case: &Case, options: &Options) -> Outcome {
             let mut pass = 0;
             while let Some(r) = report_rx.recv().await {
                 pass += 1;
-                if r.outcome.fenced() > 0 {
+                if r.ops.fenced() > 0 {
                     lock(&world).cut_off_pass = Some(pass);
                 }
             }
