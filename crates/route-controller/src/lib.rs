@@ -10,6 +10,12 @@
 //!                                    listed)               per op)                          cache)
 //! ```
 //!
+//! Each planned operation is carried through the pass as one record, by its
+//! key ([`OpRecord`]: the gate's verdict, then the executor's result);
+//! absorb and status read it, and what a cloud answer means for retries,
+//! the cached table, the Node's condition and Warnings is one table,
+//! [`policy`].
+//!
 //! The decisions about *what* must exist live in `route-core`; this crate
 //! decides *when* to plan, with which route table, and carries the plan out.
 //! Who owns what: the [`NodeStore`] owns the Node cache and latency
