@@ -1,29 +1,31 @@
 //! The HTTP layer: ARM tokens, the client-side read and write budgets,
-//! request counters, `Retry-After`, and the classification of every answer
-//! into a [`CloudError`].
+//! and the classification of every answer into a [`CloudError`].
 //!
 //! Every request, token requests and operation polls included, leaves
-//! through [`Http::call`] or [`Http::token`], so [`RequestStats`] sees all of
-//! them. The bearer token and the client secret are sent as sensitive
+//! through the kit's request path, so [`route_cloud::RequestStats`] sees all
+//! of them. The bearer token and the client secret are sent as sensitive
 //! headers or form fields and appear in no error or log line; error texts
 //! carry only ARM's `code` and `message` or Entra's `error` and
 //! `error_description`.
 
-use std::sync::Mutex;
 use std::time::Duration;
 
+use provider_kit::{Auth, Budget, Call, Client, NoAuth, Renewing, Secret, transport_error};
 use reqwest::header::{HeaderMap, HeaderValue};
-use reqwest::{Method, StatusCode, Url};
+use reqwest::{Method, RequestBuilder, Response, StatusCode, Url};
 use route_cloud::ratelimit::TokenBucket;
-use route_cloud::{CloudError, ErrorKind, Fence, RequestStats};
+use route_cloud::{CloudError, ErrorKind};
 use serde_json::Value;
 use tokio::time::Instant;
 
-use crate::config::{AzureConfig, Credential, Secret};
+use crate::config::{AzureConfig, Credential};
 use crate::ops;
 
 /// A token is renewed this long before it expires.
 const TOKEN_MARGIN: Duration = Duration::from_secs(300);
+
+/// Names a request in the text of a failure before an answer.
+const LABEL: &str = "ARM request";
 
 /// One answer of ARM.
 #[derive(Debug)]
@@ -41,30 +43,17 @@ impl Answer {
 
 /// The HTTP client of one provider.
 pub(crate) struct Http {
-    client: reqwest::Client,
+    pub(crate) kit: Client,
     base: String,
     api_version: String,
-    credential: Credential,
-    scope: String,
-    authority: String,
-    imds: String,
-    token: tokio::sync::Mutex<Option<(Secret, Instant)>>,
-    reads: TokenBucket,
-    writes: TokenBucket,
-    pub(crate) stats: RequestStats,
-    /// Checked after the budget wait of every changing request.
-    pub(crate) fence: Fence,
-    /// Set by a `429`: no request is sent before it (the upstream client's
-    /// throttle, `retryrepectthrottled`, fails fast instead; waiting
-    /// here keeps a retry that comes early from being refused again).
-    throttled_until: Mutex<Option<Instant>>,
+    aad: Aad,
 }
 
 impl std::fmt::Debug for Http {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Http")
             .field("base", &self.base)
-            .field("authority", &self.authority)
+            .field("authority", &self.aad.authority)
             .finish_non_exhaustive()
     }
 }
@@ -74,24 +63,14 @@ impl Http {
         let credential = config
             .credential()
             .map_err(|e| CloudError::new(ErrorKind::Permanent, e.to_string()))?;
-        let client = reqwest::Client::builder()
-            .timeout(config.request_timeout())
-            .connect_timeout(config.request_timeout().min(Duration::from_secs(10)))
-            .user_agent(concat!(
-                "cloud-route-controller/",
-                env!("CARGO_PKG_VERSION")
-            ))
+        let client = provider_kit::client_builder(config.request_timeout())
             .build()
             .map_err(|e| CloudError::new(ErrorKind::Permanent, format!("HTTP client: {e}")))?;
-        Ok(Self {
-            client,
-            base: config.arm_endpoint(),
-            api_version: config.api_version.clone(),
-            credential,
-            scope: config.arm_scope(),
-            authority: config.authority_host(),
-            imds: config.imds_endpoint.trim_end_matches('/').to_string(),
-            token: tokio::sync::Mutex::new(None),
+        // After a 429 the whole client holds off until Retry-After (the
+        // upstream client's throttle, `retryrepectthrottled`, fails fast
+        // instead; waiting keeps a retry that comes early from being refused
+        // again): the kit pauses both budgets.
+        let budget = Budget::Split {
             reads: TokenBucket::new(
                 config.cloud_provider_rate_limit_qps,
                 config.cloud_provider_rate_limit_bucket,
@@ -100,30 +79,133 @@ impl Http {
                 config.cloud_provider_rate_limit_qps_write,
                 config.cloud_provider_rate_limit_bucket_write,
             ),
-            stats: RequestStats::default(),
-            fence: Fence::default(),
-            throttled_until: Mutex::new(None),
+        };
+        Ok(Self {
+            kit: Client::new("azure", client, budget),
+            base: config.arm_endpoint(),
+            api_version: config.api_version.clone(),
+            aad: Aad {
+                credential,
+                scope: config.arm_scope(),
+                authority: config.authority_host(),
+                imds: config.imds_endpoint.trim_end_matches('/').to_string(),
+                token: Renewing::default(),
+            },
         })
     }
 
-    /// A valid ARM token, fetched when the cached one is close to expiry.
-    async fn token(&self) -> Result<Secret, CloudError> {
-        let mut cached = self.token.lock().await;
-        if let Some((t, expires)) = &*cached
-            && Instant::now() + TOKEN_MARGIN < *expires
-        {
-            return Ok(t.clone());
-        }
-        let result = self.fetch_token().await;
-        self.stats.record(
-            ops::TOKEN,
-            result.as_ref().map_or_else(|e| e.kind.as_str(), |_| "ok"),
-        );
-        let (token, lifetime) = result?;
-        *cached = Some((token.clone(), Instant::now() + lifetime));
-        Ok(token)
+    /// Sends one request to ARM (a path under the endpoint, or a full URL
+    /// ARM handed out, such as `Azure-AsyncOperation`) and counts it under
+    /// `op`. `if_match` guards a write with the table's ETag, so a write
+    /// whose answer was lost is safe to send again.
+    pub(crate) async fn call(
+        &self,
+        op: &'static str,
+        method: Method,
+        path_or_url: &str,
+        body: Option<&Value>,
+        if_match: Option<&str>,
+    ) -> Result<Answer, CloudError> {
+        let request = self.url(path_or_url).map(|url| {
+            let mut req = self.kit.http().request(method.clone(), url);
+            if let Some(tag) = if_match {
+                req = req.header(reqwest::header::IF_MATCH, tag);
+            }
+            if let Some(b) = body {
+                req = req.json(b);
+            }
+            req
+        });
+        let call = Call::new(op, LABEL, &method);
+        self.kit.send(call, &self.aad, request, read_answer).await
     }
 
+    fn url(&self, path_or_url: &str) -> Result<Url, CloudError> {
+        let text = if path_or_url.starts_with("http://") || path_or_url.starts_with("https://") {
+            path_or_url.to_string()
+        } else {
+            format!("{}{path_or_url}", self.base)
+        };
+        let mut url = Url::parse(&text)
+            .map_err(|e| CloudError::new(ErrorKind::Permanent, format!("bad ARM URL: {e}")))?;
+        if !url.query_pairs().any(|(k, _)| k == "api-version") {
+            url.query_pairs_mut()
+                .append_pair("api-version", &self.api_version);
+        }
+        Ok(url)
+    }
+}
+
+/// An ARM answer: its JSON body (`null` when there is none), or the class
+/// of its failure.
+async fn read_answer(resp: Response) -> Result<Answer, CloudError> {
+    let status = resp.status();
+    let headers = resp.headers().clone();
+    let bytes = resp
+        .bytes()
+        .await
+        .map_err(|e| transport_error(LABEL, &e, false))?;
+    let body: Value = if bytes.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null)
+    };
+    if status.is_success() {
+        return Ok(Answer {
+            status,
+            headers,
+            body,
+        });
+    }
+    Err(classify(status, &headers, &body))
+}
+
+/// ARM tokens from Microsoft Entra ID or the instance metadata service,
+/// cached until shortly before they expire and dropped when ARM refuses
+/// one.
+struct Aad {
+    credential: Credential,
+    scope: String,
+    authority: String,
+    imds: String,
+    token: Renewing<Secret>,
+}
+
+impl Auth for Aad {
+    type Credentials = Secret;
+
+    async fn credentials(&self, client: &Client) -> Result<Secret, CloudError> {
+        self.token
+            .get(|| async {
+                // Token requests are not ARM's: they take nothing of its
+                // budget, and a throttled one pauses nothing.
+                let call = Call::credentials(ops::TOKEN, LABEL, false);
+                let (token, lifetime) = client
+                    .send(call, &NoAuth, self.token_request(client), read_token)
+                    .await?;
+                let expires = Instant::now() + lifetime;
+                let renew_at = expires
+                    .checked_sub(TOKEN_MARGIN)
+                    .unwrap_or_else(Instant::now);
+                Ok((token, Some(renew_at)))
+            })
+            .await
+    }
+
+    fn apply(&self, token: &Secret, request: RequestBuilder) -> RequestBuilder {
+        // `bearer_auth` marks the header sensitive.
+        request.bearer_auth(token.expose())
+    }
+
+    async fn refused(&self, error: &CloudError) {
+        if error.kind == ErrorKind::Permanent {
+            // A rejected token is fetched anew next time.
+            self.token.forget().await;
+        }
+    }
+}
+
+impl Aad {
     /// Entra ID's token endpoint for `tenant`.
     fn token_url(&self, tenant: &str) -> String {
         format!("{}/{tenant}/oauth2/v2.0/token", self.authority)
@@ -133,11 +215,12 @@ impl Http {
     /// workload identity's projected token).
     fn assertion_request(
         &self,
+        client: &Client,
         url: String,
         client_id: &str,
         assertion: &str,
-    ) -> reqwest::RequestBuilder {
-        self.client.post(url).form(&[
+    ) -> RequestBuilder {
+        client.http().post(url).form(&[
             ("grant_type", "client_credentials"),
             ("client_id", client_id),
             (
@@ -149,13 +232,14 @@ impl Http {
         ])
     }
 
-    async fn fetch_token(&self) -> Result<(Secret, Duration), CloudError> {
-        let request = match &self.credential {
+    /// The token request of the credential.
+    fn token_request(&self, client: &Client) -> Result<RequestBuilder, CloudError> {
+        Ok(match &self.credential {
             Credential::ClientSecret {
                 tenant,
                 client_id,
                 secret,
-            } => self.client.post(self.token_url(tenant)).form(&[
+            } => client.http().post(self.token_url(tenant)).form(&[
                 ("grant_type", "client_credentials"),
                 ("client_id", client_id.as_str()),
                 ("client_secret", secret.expose()),
@@ -170,7 +254,7 @@ impl Http {
                 let assertion = certificate
                     .assertion(client_id, &url)
                     .map_err(|e| CloudError::new(ErrorKind::Permanent, e))?;
-                self.assertion_request(url, client_id, &assertion)
+                self.assertion_request(client, url, client_id, &assertion)
             }
             Credential::WorkloadIdentity {
                 tenant,
@@ -187,7 +271,7 @@ impl Http {
                         ),
                     )
                 })?;
-                self.assertion_request(self.token_url(tenant), client_id, assertion.trim())
+                self.assertion_request(client, self.token_url(tenant), client_id, assertion.trim())
             }
             Credential::ManagedIdentity {
                 client_id,
@@ -207,166 +291,48 @@ impl Http {
                         CloudError::new(ErrorKind::Permanent, format!("bad IMDS endpoint: {e}"))
                     })?;
                 url.query_pairs_mut().extend_pairs(query);
-                self.client
+                client
+                    .http()
                     .get(url)
                     .header("Metadata", HeaderValue::from_static("true"))
             }
-        };
-        let resp = request.send().await.map_err(|e| transport_error(&e))?;
-        let status = resp.status();
-        let headers = resp.headers().clone();
-        let body: Value = resp.json().await.unwrap_or(Value::Null);
-        if !status.is_success() {
-            let what = format!(
-                "token request answered {}: {} {}",
-                status.as_u16(),
-                body["error"].as_str().unwrap_or_default(),
-                body["error_description"].as_str().unwrap_or_default()
-            );
-            return Err(match status.as_u16() {
-                429 => CloudError::throttled(what, retry_after(&headers)),
-                s if s >= 500 => CloudError::new(ErrorKind::Transient, what),
-                _ => CloudError::new(ErrorKind::Permanent, what),
-            });
-        }
-        let token = body["access_token"].as_str().unwrap_or_default();
-        if token.is_empty() {
-            return Err(CloudError::new(
-                ErrorKind::Transient,
-                "the token answer has no access_token",
-            ));
-        }
-        // `expires_in` is a number from Entra, a string from IMDS.
-        let lifetime = match &body["expires_in"] {
-            Value::Number(n) => n.as_u64(),
-            Value::String(s) => s.parse().ok(),
-            _ => None,
-        }
-        .unwrap_or(3600);
-        Ok((Secret::new(token), Duration::from_secs(lifetime)))
+        })
     }
+}
 
-    fn wait_for_throttle_gate(&self) -> Option<Duration> {
-        let until = (*self
-            .throttled_until
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()))?;
-        let now = Instant::now();
-        (until > now).then(|| until - now)
-    }
-
-    /// Sends one request to ARM (a path under the endpoint, or a full URL
-    /// ARM handed out, such as `Azure-AsyncOperation`) and counts it under
-    /// `op`. `if_match` guards a write with the table's ETag.
-    pub(crate) async fn call(
-        &self,
-        op: &'static str,
-        method: Method,
-        path_or_url: &str,
-        body: Option<&Value>,
-        if_match: Option<&str>,
-    ) -> Result<Answer, CloudError> {
-        let token = self.token().await?;
-        // After a 429 the whole client holds off until Retry-After; the
-        // fenced budget wait below then re-checks leadership for writes.
-        if let Some(wait) = self.wait_for_throttle_gate() {
-            tokio::time::sleep(wait).await;
-            self.stats.add_rate_limit_wait(wait);
-        }
-        let waited = if method == Method::GET {
-            self.reads.acquire().await
-        } else {
-            self.writes.acquire_fenced(&self.fence).await?
-        };
-        if !waited.is_zero() {
-            self.stats.add_rate_limit_wait(waited);
-        }
-        let result = self.send(method, path_or_url, body, if_match, &token).await;
-        self.stats.record(
-            op,
-            result.as_ref().map_or_else(|e| e.kind.as_str(), |_| "ok"),
+/// A token answer of Entra ID or IMDS: the token and its lifetime.
+async fn read_token(resp: Response) -> Result<(Secret, Duration), CloudError> {
+    let status = resp.status();
+    let headers = resp.headers().clone();
+    let body: Value = resp.json().await.unwrap_or(Value::Null);
+    if !status.is_success() {
+        let what = format!(
+            "token request answered {}: {} {}",
+            status.as_u16(),
+            body["error"].as_str().unwrap_or_default(),
+            body["error_description"].as_str().unwrap_or_default()
         );
-        match &result {
-            Err(e) => {
-                if e.kind == ErrorKind::Throttled
-                    && let Some(wait) = e.retry_after
-                {
-                    *self
-                        .throttled_until
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner()) = Some(Instant::now() + wait);
-                }
-                if e.kind == ErrorKind::Permanent {
-                    // A rejected token is fetched anew next time.
-                    *self.token.lock().await = None;
-                }
-                tracing::debug!(provider = "azure", op, error = %e, "request failed");
-            }
-            Ok(a) => tracing::trace!(
-                provider = "azure",
-                op,
-                status = a.status.as_u16(),
-                "answered"
-            ),
-        }
-        result
+        return Err(match status.as_u16() {
+            429 => CloudError::throttled(what, retry_after(&headers)),
+            s if s >= 500 => CloudError::new(ErrorKind::Transient, what),
+            _ => CloudError::new(ErrorKind::Permanent, what),
+        });
     }
-
-    async fn send(
-        &self,
-        method: Method,
-        path_or_url: &str,
-        body: Option<&Value>,
-        if_match: Option<&str>,
-        token: &Secret,
-    ) -> Result<Answer, CloudError> {
-        let text = if path_or_url.starts_with("http://") || path_or_url.starts_with("https://") {
-            path_or_url.to_string()
-        } else {
-            format!("{}{path_or_url}", self.base)
-        };
-        let mut url = Url::parse(&text)
-            .map_err(|e| CloudError::new(ErrorKind::Permanent, format!("bad ARM URL: {e}")))?;
-        if !url.query_pairs().any(|(k, _)| k == "api-version") {
-            url.query_pairs_mut()
-                .append_pair("api-version", &self.api_version);
-        }
-        let mut auth =
-            HeaderValue::from_str(&format!("Bearer {}", token.expose())).map_err(|_| {
-                CloudError::new(
-                    ErrorKind::Permanent,
-                    "the ARM token is not a valid header value",
-                )
-            })?;
-        auth.set_sensitive(true);
-        let mut req = self
-            .client
-            .request(method, url)
-            .header(reqwest::header::AUTHORIZATION, auth);
-        if let Some(tag) = if_match {
-            req = req.header(reqwest::header::IF_MATCH, tag);
-        }
-        if let Some(b) = body {
-            req = req.json(b);
-        }
-        let resp = req.send().await.map_err(|e| transport_error(&e))?;
-        let status = resp.status();
-        let headers = resp.headers().clone();
-        let bytes = resp.bytes().await.map_err(|e| transport_error(&e))?;
-        let body: Value = if bytes.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_slice(&bytes).unwrap_or(Value::Null)
-        };
-        if status.is_success() {
-            return Ok(Answer {
-                status,
-                headers,
-                body,
-            });
-        }
-        Err(classify(status, &headers, &body))
+    let token = body["access_token"].as_str().unwrap_or_default();
+    if token.is_empty() {
+        return Err(CloudError::new(
+            ErrorKind::Transient,
+            "the token answer has no access_token",
+        ));
     }
+    // `expires_in` is a number from Entra, a string from IMDS.
+    let lifetime = match &body["expires_in"] {
+        Value::Number(n) => n.as_u64(),
+        Value::String(s) => s.parse().ok(),
+        _ => None,
+    }
+    .unwrap_or(3600);
+    Ok((Secret::new(token), Duration::from_secs(lifetime)))
 }
 
 /// ARM's `{"error": {"code", "message", "details": [...]}}`: the code, the
@@ -461,15 +427,7 @@ pub(crate) fn classify(status: StatusCode, headers: &HeaderMap, body: &Value) ->
 
 /// `Retry-After`: delta-seconds or an HTTP date; ARM sends seconds, the
 /// upstream client accepts both.
-pub(crate) fn retry_after(h: &HeaderMap) -> Option<Duration> {
-    provider_kit::retry_after_header(h)
-}
-
-/// A failure before an answer: ARM writes are whole-table `PUT`s under an
-/// ETag, so retrying one whose answer was lost is safe.
-fn transport_error(e: &reqwest::Error) -> CloudError {
-    provider_kit::transport_error("ARM request", e, false)
-}
+pub(crate) use provider_kit::retry_after_header as retry_after;
 
 #[cfg(test)]
 mod tests {

@@ -21,10 +21,10 @@
 //! live in a [`Secret`], whose `Debug` prints a placeholder.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use provider_kit::Secret;
 use serde::{Deserialize, Serialize};
 
 /// ARM's routes-per-route-table limit (Azure subscription and service
@@ -50,34 +50,6 @@ pub mod env {
     pub const FEDERATED_TOKEN_FILE: &str = "AZURE_FEDERATED_TOKEN_FILE";
     /// The Microsoft Entra authority host.
     pub const AUTHORITY_HOST: &str = "AZURE_AUTHORITY_HOST";
-}
-
-/// A credential: printed as `***`, never logged.
-#[derive(Clone, PartialEq, Eq, Default, Deserialize, Serialize)]
-#[serde(transparent)]
-pub struct Secret(String);
-
-impl Secret {
-    /// Wraps a secret value.
-    pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
-    }
-
-    /// The value, for the one place that sends it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-
-    /// No value.
-    pub fn is_empty(&self) -> bool {
-        self.0.trim().is_empty()
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(if self.0.is_empty() { "\"\"" } else { "***" })
-    }
 }
 
 /// Why a configuration cannot be used.
@@ -686,13 +658,13 @@ impl AzureConfig {
                 resource_id: None,
             });
         }
-        let secret = if self.aad_client_secret.is_empty() {
+        let secret = if self.aad_client_secret.is_blank() {
             Secret::new(vars(env::CLIENT_SECRET).unwrap_or_default())
         } else {
             self.aad_client_secret.clone()
         };
         let cert_path = self.aad_client_cert_path.trim();
-        if secret.is_empty() && !cert_path.is_empty() {
+        if secret.is_blank() && !cert_path.is_empty() {
             need(&tenant, "tenantId", env::TENANT_ID)?;
             need(&client_id, "aadClientId", env::CLIENT_ID)?;
             let certificate = crate::client_cert::ClientCertificate::load(
@@ -708,7 +680,7 @@ impl AzureConfig {
         }
         need(&tenant, "tenantId", env::TENANT_ID)?;
         need(&client_id, "aadClientId", env::CLIENT_ID)?;
-        if secret.is_empty() {
+        if secret.is_blank() {
             return Err(ConfigError::Invalid(format!(
                 "no credential: set aadClientSecret (or {}), useFederatedWorkloadIdentityExtension or useManagedIdentityExtension",
                 env::CLIENT_SECRET

@@ -63,7 +63,7 @@ use route_core::{Destination, IpFamily, NodeAddress, NodeView, OpKey, Route, Tar
 use serde_json::{Map, Value, json};
 use tokio::time::Instant;
 
-pub use config::{AzureConfig, ConfigError, Credential, Secret};
+pub use config::{AzureConfig, ConfigError, Credential};
 
 use client::{Answer, Http, classify_code};
 
@@ -297,7 +297,7 @@ impl AzureRoutes {
     /// Checks `fence` after every wait of this provider's own (its write
     /// budget, throttling pauses) before sending a change.
     pub fn with_fence(mut self, fence: route_cloud::Fence) -> Self {
-        self.http.fence = fence;
+        self.http.kit.set_fence(fence);
         self
     }
 
@@ -780,7 +780,7 @@ impl CloudRoutes for AzureRoutes {
     }
 
     fn stats(&self) -> &RequestStats {
-        &self.http.stats
+        self.http.kit.stats()
     }
 
     fn observe_nodes(&self, nodes: &[Arc<NodeView>]) {

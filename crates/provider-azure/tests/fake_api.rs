@@ -271,7 +271,7 @@ async fn workload_identity_and_managed_identity_get_tokens_and_secrets_stay_out_
     std::fs::write(&token_file, f.config().federated_token).unwrap();
 
     let mut wi = config(&f);
-    wi.aad_client_secret = provider_azure::Secret::default();
+    wi.aad_client_secret = provider_kit::Secret::default();
     wi.use_federated_workload_identity_extension = true;
     wi.aad_federated_token_file = Some(token_file.clone());
     let p = AzureRoutes::new(wi.clone()).unwrap();
@@ -286,7 +286,7 @@ async fn workload_identity_and_managed_identity_get_tokens_and_secrets_stay_out_
     assert!(!e.message.contains("stale.token"), "{e}");
 
     let mut mi = config(&f);
-    mi.aad_client_secret = provider_azure::Secret::default();
+    mi.aad_client_secret = provider_kit::Secret::default();
     mi.use_managed_identity_extension = true;
     AzureRoutes::new(mi)
         .unwrap()
@@ -296,7 +296,7 @@ async fn workload_identity_and_managed_identity_get_tokens_and_secrets_stay_out_
     assert_eq!(f.count("imds_token"), 1);
 
     let mut bad = config(&f);
-    bad.aad_client_secret = provider_azure::Secret::new("wrong-secret-value");
+    bad.aad_client_secret = provider_kit::Secret::new("wrong-secret-value");
     let p = AzureRoutes::new(bad).unwrap();
     let e = p.list_routes("c").await.unwrap_err();
     assert_eq!(e.kind, ErrorKind::Permanent);
@@ -443,7 +443,7 @@ async fn a_user_assigned_identity_is_named_to_imds_by_client_id_or_resource_id()
     ]);
     let mi = |id: &str| {
         let mut c = config(&f);
-        c.aad_client_secret = provider_azure::Secret::default();
+        c.aad_client_secret = provider_kit::Secret::default();
         c.use_managed_identity_extension = true;
         c.user_assigned_identity_id = id.to_string();
         AzureRoutes::new(c).unwrap()
@@ -499,7 +499,7 @@ async fn a_client_certificate_signs_the_assertion_the_token_endpoint_checks() {
     f.register_client_certificate(&der);
     let with_cert = |path: &std::path::Path| {
         let mut c = config(&f);
-        c.aad_client_secret = provider_azure::Secret::default();
+        c.aad_client_secret = provider_kit::Secret::default();
         c.aad_client_cert_path = path.display().to_string();
         c
     };
@@ -562,7 +562,7 @@ async fn a_client_certificate_signs_the_assertion_the_token_endpoint_checks() {
     let pfx = dir.join("sp.pfx");
     std::fs::write(&pfx, [0x30, 0x82, 0x0a, 0x00, 0x02, 0x01, 0x03]).unwrap();
     let mut c = with_cert(&pfx);
-    c.aad_client_cert_password = provider_azure::Secret::new("pfx-password");
+    c.aad_client_cert_password = provider_kit::Secret::new("pfx-password");
     let e = c.credential().unwrap_err().to_string();
     assert!(
         e.contains("aadClientCertPath") && e.contains("PKCS#12") && e.contains("openssl pkcs12"),

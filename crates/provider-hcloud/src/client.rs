@@ -1,17 +1,18 @@
-//! The HTTP layer: the request budget, `RateLimit-*` headers, request
-//! counters and the classification of every answer into a [`CloudError`].
+//! The HTTP layer: the request budget, `RateLimit-*` headers and the
+//! classification of every answer into a [`CloudError`].
 //!
-//! Every request leaves through [`Http::call`], so the token bucket and the
-//! [`RequestStats`] see all of them (polls and server pages included). The
-//! token is sent as a sensitive header and appears in no error or log line.
+//! Every request leaves through [`Http::call`] and so through the kit's
+//! request path, whose token bucket and [`route_cloud::RequestStats`] see
+//! all of them (polls and server pages included). The token is sent as a
+//! sensitive header and appears in no error or log line.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use provider_kit::{Bearer, Budget, Call, Client, transport_error};
 use reqwest::header::HeaderMap;
-use reqwest::{Method, StatusCode, Url};
-use route_cloud::Fence;
+use reqwest::{Method, Response, StatusCode, Url};
 use route_cloud::ratelimit::TokenBucket;
-use route_cloud::{CloudError, ErrorKind, RequestStats};
+use route_cloud::{CloudError, ErrorKind};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
@@ -20,54 +21,34 @@ use crate::config::{ConfigError, HcloudConfig, Token};
 use crate::schema::ErrorEnvelope;
 
 /// The HTTP client of one provider.
+#[derive(Debug)]
 pub(crate) struct Http {
-    client: reqwest::Client,
+    pub(crate) kit: Client,
     /// The endpoint without a trailing slash.
     base: String,
     token: Token,
-    bucket: TokenBucket,
-    pub(crate) stats: RequestStats,
     per_second: f64,
     reserve: f64,
     use_headers: bool,
-    /// Checked after the budget wait of every changing request.
-    pub(crate) fence: Fence,
-}
-
-impl std::fmt::Debug for Http {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Http")
-            .field("base", &self.base)
-            .field("token", &self.token)
-            .finish_non_exhaustive()
-    }
 }
 
 impl Http {
     pub(crate) fn new(config: &HcloudConfig, token: Token) -> Result<Self, ConfigError> {
-        let client = reqwest::Client::builder()
-            .timeout(config.request_timeout())
-            .connect_timeout(config.request_timeout().min(Duration::from_secs(10)))
-            .user_agent(concat!(
-                "cloud-route-controller/",
-                env!("CARGO_PKG_VERSION")
-            ))
+        let client = provider_kit::client_builder(config.request_timeout())
             .build()
             .map_err(|e| ConfigError::Client(e.to_string()))?;
+        let bucket = TokenBucket::per_period(
+            config.requests_per_hour,
+            Duration::from_secs(3600),
+            config.burst,
+        );
         Ok(Self {
-            client,
+            kit: Client::new("hcloud", client, Budget::Shared(bucket)),
             base: config.endpoint.trim_end_matches('/').to_string(),
             token,
-            bucket: TokenBucket::per_period(
-                config.requests_per_hour,
-                Duration::from_secs(3600),
-                config.burst,
-            ),
-            stats: RequestStats::default(),
             per_second: config.per_second(),
             reserve: f64::from(config.keep_in_reserve),
             use_headers: config.use_rate_limit_headers,
-            fence: Fence::default(),
         })
     }
 
@@ -81,59 +62,54 @@ impl Http {
         query: &[(&str, &str)],
         body: Option<&(impl Serialize + Sync)>,
     ) -> Result<T, CloudError> {
-        let result = self.send(op, method, path, query, body).await;
-        self.stats.record(
-            op,
-            result.as_ref().map_or_else(|e| e.kind.as_str(), |_| "ok"),
-        );
-        if let Err(e) = &result {
-            tracing::debug!(provider = "hcloud", op, error = %e, "request failed");
+        let request = Url::parse(&format!("{}{path}", self.base))
+            .map(|mut url| {
+                if !query.is_empty() {
+                    url.query_pairs_mut().extend_pairs(query);
+                }
+                let req = self.kit.http().request(method.clone(), url);
+                match body {
+                    Some(b) => req.json(b),
+                    None => req,
+                }
+            })
+            .map_err(|e| {
+                CloudError::new(ErrorKind::Permanent, format!("{op}: bad endpoint URL: {e}"))
+            });
+        // Hetzner's actions are neither conditional nor idempotent: one whose
+        // answer was lost may have happened.
+        let call = Call::new(op, op, &method).uncertain();
+        let may_have_changed = method != Method::GET;
+        let auth = Bearer(self.token.secret());
+        let result = self
+            .kit
+            .send(call, &auth, request, |resp| {
+                self.answer(op, resp, may_have_changed)
+            })
+            .await;
+        if let Err(e) = &result
+            && e.kind == ErrorKind::Fenced
+        {
+            // This provider's counters have always shown the changes the
+            // fence kept back, which the kit does not count as requests.
+            self.kit.stats().record(op, e.kind.as_str());
         }
         result
     }
 
-    async fn send<T: DeserializeOwned>(
+    /// Reads the rate-limit headers of an answer and decodes it.
+    async fn answer<T: DeserializeOwned>(
         &self,
         op: &'static str,
-        method: Method,
-        path: &str,
-        query: &[(&str, &str)],
-        body: Option<&(impl Serialize + Sync)>,
+        resp: Response,
+        may_have_changed: bool,
     ) -> Result<T, CloudError> {
-        // A change may have waited for its token past this replica's renew
-        // deadline; then it is not sent.
-        let waited = if method == Method::GET {
-            self.bucket.acquire().await
-        } else {
-            self.bucket.acquire_fenced(&self.fence).await?
-        };
-        if !waited.is_zero() {
-            self.stats.add_rate_limit_wait(waited);
-        }
-        let mut url = Url::parse(&format!("{}{path}", self.base)).map_err(|e| {
-            CloudError::new(ErrorKind::Permanent, format!("{op}: bad endpoint URL: {e}"))
-        })?;
-        if !query.is_empty() {
-            url.query_pairs_mut().extend_pairs(query);
-        }
-        let idempotent = method == Method::GET;
-        let mut req = self
-            .client
-            .request(method, url)
-            .bearer_auth(self.token.expose());
-        if let Some(b) = body {
-            req = req.json(b);
-        }
-        let resp = req
-            .send()
-            .await
-            .map_err(|e| transport_error(op, &e, idempotent))?;
         let status = resp.status();
         let retry_after = self.observe(resp.headers(), status).await;
         let bytes = resp
             .bytes()
             .await
-            .map_err(|e| transport_error(op, &e, idempotent))?;
+            .map_err(|e| transport_error(op, &e, may_have_changed))?;
         if status.is_success() {
             return serde_json::from_slice(&bytes).map_err(|e| {
                 CloudError::new(
@@ -182,8 +158,8 @@ impl Http {
                 Some(r) if !r.is_zero() => r.min(refill),
                 _ => refill,
             };
-            self.bucket.clamp_remaining(0.0).await;
-            self.bucket.pause_until(Instant::now() + wait).await;
+            self.kit.clamp_remaining(0.0).await;
+            self.kit.pause_until(Instant::now() + wait).await;
             return Some(wait);
         }
         if self.use_headers
@@ -191,11 +167,11 @@ impl Http {
         {
             let spare = rem - self.reserve;
             if spare >= 1.0 {
-                self.bucket.clamp_remaining(spare).await;
+                self.kit.clamp_remaining(spare).await;
             } else {
-                self.bucket.clamp_remaining(0.0).await;
+                self.kit.clamp_remaining(0.0).await;
                 let wait = Duration::from_secs_f64((1.0 - spare) / self.per_second);
-                self.bucket.pause_until(Instant::now() + wait).await;
+                self.kit.pause_until(Instant::now() + wait).await;
             }
         }
         None
@@ -211,12 +187,6 @@ fn header_f64(headers: &HeaderMap, name: &str) -> Option<f64> {
         .parse::<f64>()
         .ok()
         .filter(|v| v.is_finite())
-}
-
-/// A failure before an answer arrived. A request that may have reached the
-/// server (anything but a refused connection) is uncertain for a change.
-fn transport_error(op: &str, e: &reqwest::Error, idempotent: bool) -> CloudError {
-    provider_kit::transport_error(op, e, !idempotent)
 }
 
 /// Classifies an error answer by its API error code, then by HTTP status.

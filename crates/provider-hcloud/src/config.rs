@@ -9,6 +9,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use provider_kit::Secret;
 use serde::{Deserialize, Serialize};
 
 /// The public API's base URL.
@@ -208,9 +209,10 @@ impl HcloudConfig {
     }
 }
 
-/// The API token. Printing it in any way shows a placeholder.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Token(String);
+/// The API token: a [`Secret`] that is never empty. Printing it in any way
+/// shows a placeholder.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Token(Secret);
 
 impl Token {
     /// Wraps a token (surrounding whitespace removed); empty is refused.
@@ -219,7 +221,7 @@ impl Token {
         if t.is_empty() {
             return Err(ConfigError::MissingToken);
         }
-        Ok(Self(t))
+        Ok(Self(Secret::new(t)))
     }
 
     /// Reads `HCLOUD_TOKEN`.
@@ -236,17 +238,17 @@ impl Token {
         Self::new(text)
     }
 
-    pub(crate) fn expose(&self) -> &str {
+    pub(crate) fn secret(&self) -> &Secret {
         &self.0
     }
-}
 
-impl fmt::Debug for Token {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Token(<redacted>)")
+    #[cfg(test)]
+    fn expose(&self) -> &str {
+        self.0.expose()
     }
 }
 
+/// Kept for callers that print a configuration: never the value.
 impl fmt::Display for Token {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("<redacted>")

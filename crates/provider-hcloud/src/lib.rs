@@ -132,7 +132,7 @@ impl HcloudRoutes {
     /// bucket, throttling pauses) before sending a change, so a change that
     /// waited past this replica's renew deadline is never sent.
     pub fn with_fence(mut self, fence: route_cloud::Fence) -> Self {
-        self.http.fence = fence;
+        self.http.kit.set_fence(fence);
         self
     }
 
@@ -454,7 +454,7 @@ impl CloudRoutes for HcloudRoutes {
     }
 
     fn stats(&self) -> &RequestStats {
-        &self.http.stats
+        self.http.kit.stats()
     }
 
     /// One `GET /networks/{id}`; plus the server list, only when a gateway is

@@ -1,12 +1,20 @@
-//! The plumbing the HTTP cloud providers share, written once: what a
-//! `Retry-After` asks for, and what a request that failed before its
-//! answer means for the engine. Each provider crate stands on it; what a
-//! cloud's *answers* mean stays in the provider, next to that cloud's
-//! error codes.
+//! The plumbing the HTTP cloud providers share, written once: the request
+//! path every request of theirs takes ([`Client::send`]: budget, fence,
+//! request counters, the pause after throttling, authentication through
+//! [`Auth`]), what a `Retry-After` asks for, what a request that failed
+//! before its answer means for the engine, and [`Secret`] for their
+//! credentials. Each provider crate stands on it; what a cloud's *answers*
+//! mean stays in the provider, next to that cloud's error codes.
+
+mod http;
+mod secret;
 
 use std::time::{Duration, SystemTime};
 
 use route_cloud::{CloudError, ErrorKind};
+
+pub use http::{Auth, Bearer, Budget, Call, Client, NoAuth, Renewing, TokenHeader, client_builder};
+pub use secret::Secret;
 
 /// The wait a `Retry-After` value asks for: delta-seconds or an HTTP date
 /// (RFC 9110 §10.2.3), measured from `now`. A date has whole seconds, so

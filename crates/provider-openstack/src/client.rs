@@ -1,23 +1,29 @@
-//! The HTTP layer: Keystone tokens and the catalog, the client-side request
-//! budget, request counters and the classification of every Neutron answer
-//! into a [`CloudError`].
+//! The HTTP layer: Keystone tokens and the catalog, and the classification
+//! of every Neutron answer into a [`CloudError`].
 //!
-//! Everything that leaves the process goes through [`Http::call`], so the
-//! token bucket and [`RequestStats`] see every request, Keystone's included.
+//! Everything that leaves the process goes through [`Http::call`] and the
+//! kit's request path, so the token bucket and
+//! [`route_cloud::RequestStats`] see every request, Keystone's included.
 //! Tokens and secrets are kept in [`Secret`]s and never appear in errors or logs.
 
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
-use reqwest::{Method, StatusCode};
-use route_cloud::Fence;
+use provider_kit::{Budget, Call, Client, NoAuth, Renewing, Secret, TokenHeader, transport_error};
+use reqwest::{Method, Response, StatusCode};
 use route_cloud::ratelimit::TokenBucket;
-use route_cloud::{CloudError, ErrorKind, RequestStats};
+use route_cloud::{CloudError, ErrorKind};
 use serde_json::{Value, json};
-use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use crate::config::{AuthType, OpenStackConfig, Secret};
+use crate::config::{AuthType, OpenStackConfig};
+
+/// Names a request in the text of a failure before an answer.
+const LABEL: &str = "OpenStack request";
+
+/// A throttling answer without `Retry-After` pauses the budget this long.
+const THROTTLE_PAUSE: Duration = Duration::from_secs(1);
 
 /// A token and the Neutron endpoint it is good for.
 #[derive(Clone)]
@@ -25,8 +31,6 @@ struct Session {
     token: Option<Secret>,
     /// Ends in `/v2.0`, no trailing slash.
     endpoint: String,
-    /// Re-authenticate after this instant.
-    renew_at: Option<Instant>,
 }
 
 /// A JSON answer.
@@ -37,24 +41,15 @@ pub(crate) struct Answer {
 
 /// The HTTP client of one provider.
 pub(crate) struct Http {
-    client: reqwest::Client,
-    config: std::sync::Arc<OpenStackConfig>,
-    bucket: TokenBucket,
-    pub(crate) stats: RequestStats,
-    session: Mutex<Option<Session>>,
-    /// Checked after the budget wait of every changing request.
-    pub(crate) fence: Fence,
+    pub(crate) kit: Client,
+    config: Arc<OpenStackConfig>,
+    /// Renewed a while before the token expires; for ever without Keystone.
+    session: Renewing<Session>,
 }
 
 impl Http {
-    pub(crate) fn new(config: std::sync::Arc<OpenStackConfig>) -> Result<Self, CloudError> {
-        let mut b = reqwest::Client::builder()
-            .timeout(config.request_timeout())
-            .connect_timeout(config.request_timeout().min(Duration::from_secs(10)))
-            .user_agent(concat!(
-                "cloud-route-controller/",
-                env!("CARGO_PKG_VERSION")
-            ));
+    pub(crate) fn new(config: Arc<OpenStackConfig>) -> Result<Self, CloudError> {
+        let mut b = provider_kit::client_builder(config.request_timeout());
         if let Some(path) = &config.cacert {
             let pem = std::fs::read(path).map_err(|e| {
                 CloudError::new(
@@ -86,18 +81,18 @@ impl Http {
             config.rate_limit.burst,
         );
         Ok(Self {
-            client,
+            kit: Client::new("openstack", client, Budget::Shared(bucket))
+                .with_throttle_pause(THROTTLE_PAUSE),
             config,
-            bucket,
-            stats: RequestStats::default(),
-            session: Mutex::new(None),
-            fence: Fence::default(),
+            session: Renewing::default(),
         })
     }
 
     /// Sends one Neutron request (`path` is relative to `/v2.0`) and returns
     /// its JSON answer or a classified error. A 401 from Neutron re-authenticates
     /// once (an expired or revoked token); nothing else is retried here.
+    /// Router and port writes carry `If-Match`, so a write whose answer was
+    /// lost is safe to send again.
     pub(crate) async fn call(
         &self,
         op: &'static str,
@@ -110,10 +105,7 @@ impl Http {
         loop {
             let session = self.session().await?;
             let url = format!("{}{}", session.endpoint, path);
-            let mut req = self.client.request(method.clone(), &url);
-            if let Some(t) = &session.token {
-                req = req.header("X-Auth-Token", t.expose());
-            }
+            let mut req = self.kit.http().request(method.clone(), &url);
             if self.config.auth_type == AuthType::Noauth
                 && let Some(p) = &self.config.project_id
             {
@@ -125,14 +117,30 @@ impl Http {
             if let Some(b) = body {
                 req = req.json(b);
             }
-            match self.send(op, method != Method::GET, req).await {
-                Err((Some(401), _)) if session.token.is_some() && !reauthenticated => {
+            let auth = TokenHeader {
+                name: "X-Auth-Token",
+                token: session.token.as_ref(),
+            };
+            let mut status = None;
+            let result = self
+                .kit
+                .send(Call::new(op, LABEL, &method), &auth, Ok(req), |resp| {
+                    status = Some(resp.status());
+                    read_answer(resp)
+                })
+                .await;
+            match result {
+                Err(_)
+                    if status == Some(StatusCode::UNAUTHORIZED)
+                        && session.token.is_some()
+                        && !reauthenticated =>
+                {
                     tracing::info!(op, "Neutron refused the token; authenticating again");
-                    *self.session.lock().await = None;
+                    self.session.forget().await;
                     reauthenticated = true;
                 }
                 Ok(a) => return Ok(a),
-                Err((_, mut e)) => {
+                Err(mut e) => {
                     e.message = format!("{op} {method} {path}: {}", e.message);
                     return Err(e);
                 }
@@ -140,110 +148,78 @@ impl Http {
         }
     }
 
-    /// One request through the budget and the counters. An error carries the
-    /// HTTP status when there was one.
-    async fn send(
-        &self,
-        op: &'static str,
-        mutating: bool,
-        req: reqwest::RequestBuilder,
-    ) -> Result<Answer, (Option<u16>, CloudError)> {
-        // A change may have waited for its token past this replica's renew
-        // deadline; then it is not sent.
-        let waited = if mutating {
-            self.bucket
-                .acquire_fenced(&self.fence)
-                .await
-                .map_err(|e| (None, e))?
-        } else {
-            self.bucket.acquire().await
-        };
-        if !waited.is_zero() {
-            self.stats.add_rate_limit_wait(waited);
-        }
-        let result = match req.send().await {
-            Err(e) => Err((None, transport_error(&e))),
-            Ok(resp) => {
-                let status = resp.status();
-                let retry_after = retry_after(resp.headers());
-                match resp.bytes().await {
-                    Err(e) => Err((Some(status.as_u16()), transport_error(&e))),
-                    Ok(bytes) if status.is_success() => {
-                        if bytes.is_empty() {
-                            Ok(Answer { body: Value::Null })
-                        } else {
-                            serde_json::from_slice(&bytes)
-                                .map(|body| Answer { body })
-                                .map_err(|e| {
-                                    let e = CloudError::new(
-                                        ErrorKind::Transient,
-                                        format!("{status}: the answer is not JSON: {e}"),
-                                    );
-                                    (Some(status.as_u16()), e)
-                                })
-                        }
-                    }
-                    Ok(bytes) => {
-                        Err((Some(status.as_u16()), classify(status, retry_after, &bytes)))
-                    }
-                }
-            }
-        };
-        match &result {
-            Ok(_) => self.stats.record(op, "ok"),
-            Err((_, e)) => {
-                self.stats.record(op, e.kind.as_str());
-                if e.kind == ErrorKind::Throttled {
-                    let wait = e.retry_after.unwrap_or(Duration::from_secs(1));
-                    self.bucket.pause_until(Instant::now() + wait).await;
-                }
-            }
-        }
-        result
-    }
-
     /// The current session, authenticating first when there is none or it is
     /// about to expire.
     async fn session(&self) -> Result<Session, CloudError> {
-        let mut guard = self.session.lock().await;
-        if let Some(s) = guard.as_ref()
-            && s.renew_at.is_none_or(|t| Instant::now() < t)
-        {
-            return Ok(s.clone());
-        }
-        let s = match self.config.auth_type {
-            AuthType::Noauth => Session {
-                token: None,
-                endpoint: neutron_base(self.config.endpoint.as_deref().unwrap_or_default()),
-                renew_at: None,
-            },
-            AuthType::Password | AuthType::V3ApplicationCredential => self.authenticate().await?,
-        };
-        *guard = Some(s.clone());
-        Ok(s)
+        self.session
+            .get(|| async {
+                match self.config.auth_type {
+                    AuthType::Noauth => Ok((
+                        Session {
+                            token: None,
+                            endpoint: neutron_base(
+                                self.config.endpoint.as_deref().unwrap_or_default(),
+                            ),
+                        },
+                        None,
+                    )),
+                    AuthType::Password | AuthType::V3ApplicationCredential => {
+                        self.authenticate().await
+                    }
+                }
+            })
+            .await
     }
 
     /// `POST /v3/auth/tokens`: a token from `X-Subject-Token`, the network
-    /// endpoint from the catalog (or the configured override).
-    async fn authenticate(&self) -> Result<Session, CloudError> {
+    /// endpoint from the catalog (or the configured override), and when to
+    /// renew it.
+    async fn authenticate(&self) -> Result<(Session, Option<Instant>), CloudError> {
         let url = format!("{}/auth/tokens", keystone_base(&self.config.auth.auth_url));
         let body = token_request(&self.config);
         let started = Instant::now();
-        let waited = self.bucket.acquire().await;
-        if !waited.is_zero() {
-            self.stats.add_rate_limit_wait(waited);
-        }
-        let resp = match self.client.post(&url).json(&body).send().await {
-            Ok(r) => r,
-            Err(e) => {
-                let e = transport_error(&e);
-                self.stats.record("auth", e.kind.as_str());
-                return Err(CloudError {
-                    message: format!("Keystone {url}: {}", e.message),
-                    ..e
-                });
-            }
+        // Keystone shares the cloud's budget; its throttling pauses nothing.
+        let call = Call::credentials("auth", LABEL, true);
+        let mut answered = false;
+        let request = Ok(self.kit.http().post(&url).json(&body));
+        let (token, endpoint, lifetime) = self
+            .kit
+            .send(call, &NoAuth, request, |resp| {
+                answered = true;
+                self.read_token(&url, resp)
+            })
+            .await
+            .map_err(|e| {
+                if answered {
+                    e
+                } else {
+                    CloudError {
+                        message: format!("Keystone {url}: {}", e.message),
+                        ..e
+                    }
+                }
+            })?;
+        // Renew well before expiry: a tenth of the lifetime, at most five minutes.
+        let margin = (lifetime / 10).min(Duration::from_secs(300));
+        tracing::info!(
+            endpoint = %endpoint,
+            lifetime_s = lifetime.as_secs(),
+            "authenticated with Keystone"
+        );
+        let session = Session {
+            token: Some(token),
+            endpoint,
         };
+        Ok((session, Some(started + lifetime.saturating_sub(margin))))
+    }
+
+    /// A Keystone token answer: the token, the Neutron endpoint and the
+    /// token's lifetime.
+    async fn read_token(
+        &self,
+        url: &str,
+        resp: Response,
+    ) -> Result<(Secret, String, Duration), CloudError> {
         let status = resp.status();
         let token = resp
             .headers()
@@ -254,16 +230,13 @@ impl Http {
         let bytes = resp.bytes().await.unwrap_or_default();
         if !status.is_success() {
             let e = classify(status, retry, &bytes);
-            self.stats.record("auth", e.kind.as_str());
             return Err(CloudError {
                 message: format!("Keystone authentication at {url}: {}", e.message),
                 ..e
             });
         }
-        let fail = |m: String| {
-            self.stats.record("auth", ErrorKind::Permanent.as_str());
-            CloudError::new(ErrorKind::Permanent, format!("Keystone {url}: {m}"))
-        };
+        let fail =
+            |m: String| CloudError::new(ErrorKind::Permanent, format!("Keystone {url}: {m}"));
         let Some(token) = token else {
             return Err(fail("the answer has no X-Subject-Token header".into()));
         };
@@ -279,21 +252,34 @@ impl Http {
             .map(|e| neutron_base(&e))
             .map_err(fail)?,
         };
-        self.stats.record("auth", "ok");
         let lifetime = token_lifetime(&doc).unwrap_or(Duration::from_secs(3600));
-        // Renew well before expiry: a tenth of the lifetime, at most five minutes.
-        let margin = (lifetime / 10).min(Duration::from_secs(300));
-        tracing::info!(
-            endpoint = %endpoint,
-            lifetime_s = lifetime.as_secs(),
-            "authenticated with Keystone"
-        );
-        Ok(Session {
-            token: Some(token),
-            endpoint,
-            renew_at: Some(started + lifetime.saturating_sub(margin)),
-        })
+        Ok((token, endpoint, lifetime))
     }
+}
+
+/// A Neutron answer: its JSON body (`null` when empty), or the class of its
+/// failure.
+async fn read_answer(resp: Response) -> Result<Answer, CloudError> {
+    let status = resp.status();
+    let retry_after = retry_after(resp.headers());
+    let bytes = resp
+        .bytes()
+        .await
+        .map_err(|e| transport_error(LABEL, &e, false))?;
+    if !status.is_success() {
+        return Err(classify(status, retry_after, &bytes));
+    }
+    if bytes.is_empty() {
+        return Ok(Answer { body: Value::Null });
+    }
+    serde_json::from_slice(&bytes)
+        .map(|body| Answer { body })
+        .map_err(|e| {
+            CloudError::new(
+                ErrorKind::Transient,
+                format!("{status}: the answer is not JSON: {e}"),
+            )
+        })
 }
 
 /// The JSON body of a Keystone v3 token request (contains the secret).
@@ -428,15 +414,7 @@ fn unix_seconds(s: &str) -> Option<i64> {
     Some(t.as_second())
 }
 
-fn retry_after(h: &reqwest::header::HeaderMap) -> Option<Duration> {
-    provider_kit::retry_after_header(h)
-}
-
-/// A failure before an answer: router and port writes carry `If-Match`, so
-/// retrying one whose answer was lost is safe.
-fn transport_error(e: &reqwest::Error) -> CloudError {
-    provider_kit::transport_error("OpenStack request", e, false)
-}
+use provider_kit::retry_after_header as retry_after;
 
 /// The `NeutronError` of an answer: (type, message).
 fn neutron_error(body: &[u8]) -> (String, String) {

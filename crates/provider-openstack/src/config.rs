@@ -11,40 +11,9 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use provider_kit::Secret;
 use route_core::Cidr;
 use serde::Deserialize;
-
-/// A secret string: deserialises like a string, never prints.
-#[derive(Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(transparent)]
-pub struct Secret(String);
-
-impl Secret {
-    /// Wraps a secret value.
-    pub fn new(s: impl Into<String>) -> Self {
-        Self(s.into())
-    }
-
-    /// The value, for building a request body. Never log it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-
-    /// Nothing set.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(if self.0.is_empty() {
-            "\"\""
-        } else {
-            "<redacted>"
-        })
-    }
-}
 
 /// How the provider authenticates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]

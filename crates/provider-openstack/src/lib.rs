@@ -63,7 +63,7 @@ use route_core::{Destination, IpFamily, NodeAddress, OpKey, Route, TargetNeeds, 
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
 
-pub use config::{AuthType, Interface, OpenStackConfig, Secret, UpdateMode};
+pub use config::{AuthType, Interface, OpenStackConfig, UpdateMode};
 pub use index::NodeAddressIndex;
 
 use client::Http;
@@ -219,7 +219,7 @@ impl OpenStackRoutes {
     /// bucket, throttling pauses) before sending a change, so a change that
     /// waited past this replica's renew deadline is never sent.
     pub fn with_fence(mut self, fence: route_cloud::Fence) -> Self {
-        self.http.fence = fence;
+        self.http.kit.set_fence(fence);
         self
     }
 
@@ -937,7 +937,7 @@ impl CloudRoutes for OpenStackRoutes {
     }
 
     fn stats(&self) -> &RequestStats {
-        &self.http.stats
+        self.http.kit.stats()
     }
 
     /// Next hops are Node InternalIPs: the controller's snapshot is exactly

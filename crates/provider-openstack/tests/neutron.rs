@@ -8,8 +8,9 @@ use std::sync::{Arc, Mutex};
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
+use provider_kit::Secret;
 use provider_openstack::testing::{Admin, TestRouter, insert_raw_route, neutron_server};
-use provider_openstack::{AuthType, OpenStackConfig, OpenStackRoutes, Secret, UpdateMode, ops};
+use provider_openstack::{AuthType, OpenStackConfig, OpenStackRoutes, UpdateMode, ops};
 use route_cloud::{Batch, CloudRoutes, ErrorKind};
 use route_core::{Destination, NodeAddress, Route};
 use serde_json::{Value, json};
