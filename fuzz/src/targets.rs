@@ -117,6 +117,6 @@ pub fn sim_answers(data: &[u8]) {
     }
     if let Ok(e) = serde_json::from_slice::<WireError>(data) {
         let e = route_cloud::CloudError::from(e);
-        let _ = (e.is_retryable(), e.makes_cache_uncertain(), e.to_string());
+        let _ = (e.is_retryable(), e.to_string());
     }
 }
