@@ -317,7 +317,7 @@ async fn scenario(provider: &str, mut rig: Rig, cloud: &impl CloudSide) -> u64 {
 
 mod hcloud {
     use super::*;
-    use provider_hcloud::fake::{FakeConfig, FakeHcloud};
+    use provider_hcloud::testing::{FakeConfig, FakeHcloud};
     use provider_hcloud::{HcloudConfig, HcloudRoutes, Token};
 
     const NET: u64 = 4711;
@@ -404,7 +404,7 @@ async fn hcloud_a_network_with_room_for_10_routes_and_20_nodes_routes_10_warns_1
 
 mod gce {
     use super::*;
-    use provider_gce::fake::{FakeConfig, FakeGce};
+    use provider_gce::testing::{FakeConfig, FakeGce};
     use provider_gce::{GceConfig, GceRoutes};
 
     const NETWORK: &str = "k8s";
@@ -491,7 +491,7 @@ async fn gce_a_network_with_room_for_10_routes_and_20_nodes_routes_10_warns_10_o
 
 mod azure {
     use super::*;
-    use provider_azure::fake::{FakeAzure, FakeConfig};
+    use provider_azure::testing::{FakeAzure, FakeConfig};
     use provider_azure::{AzureConfig, AzureRoutes};
 
     const TABLE: &str = "k8s-routes";

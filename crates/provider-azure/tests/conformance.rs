@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use provider_azure::fake::{FakeAzure, FakeConfig};
+use provider_azure::testing::{FakeAzure, FakeConfig};
 use provider_azure::{AzureConfig, AzureRoutes};
 use provider_conformance::{Faults, Op, Subject, run_all};
 use route_cloud::ErrorKind;

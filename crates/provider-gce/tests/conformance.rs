@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use provider_conformance::{Faults, Op, Subject, run_all};
-use provider_gce::fake::{FakeConfig, FakeGce};
+use provider_gce::testing::{FakeConfig, FakeGce};
 use provider_gce::{GceConfig, GceRoutes};
 use route_cloud::ErrorKind;
 use route_core::{NodeAddress, NodeView};

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use provider_conformance::{Faults, Op, Subject, run_all};
-use provider_hcloud::fake::{FakeConfig, FakeHcloud};
+use provider_hcloud::testing::{FakeConfig, FakeHcloud};
 use provider_hcloud::{HcloudConfig, HcloudRoutes, Token};
 use route_cloud::ErrorKind;
 use route_core::{NodeAddress, NodeView};
