@@ -14,7 +14,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use common::{Controller, TempDir, binary, cleanup_deletes, free_port, http_get, metric_sum};
-use provider_azure::fake::{FakeAzure, FakeConfig};
+use provider_azure::testing::{FakeAzure, FakeConfig};
 use test_cluster::{TestCluster, TestNode, wait_until};
 
 const TABLE: &str = "k8s-routes";

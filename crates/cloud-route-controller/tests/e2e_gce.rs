@@ -9,7 +9,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{Controller, TempDir, cleanup_deletes, free_port, http_get};
-use provider_gce::fake::{FakeConfig, FakeGce, FakeRoute};
+use provider_gce::testing::{FakeConfig, FakeGce, FakeRoute};
 use test_cluster::{TestCluster, TestNode, wait_until};
 
 const NETWORK: &str = "k8s";

@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::{Controller, TempDir, free_port, http_get};
-use provider_hcloud::fake::{FakeConfig, FakeHcloud};
+use provider_hcloud::testing::{FakeConfig, FakeHcloud};
 use test_cluster::{TestCluster, TestNode, wait_until};
 
 const NETWORK: u64 = 4711;

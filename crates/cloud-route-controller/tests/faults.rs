@@ -1561,7 +1561,7 @@ fn hcloud_args(config: &Path, metrics: &str) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_hcloud_token_is_permanent_clear_and_not_hammered() {
     let c = TestCluster::acquire().await.unwrap();
-    let fake = provider_hcloud::fake::FakeHcloud::start(Default::default())
+    let fake = provider_hcloud::testing::FakeHcloud::start(Default::default())
         .await
         .unwrap();
     fake.add_network(NETWORK, "k8s", "10.0.0.0/8", &["10.0.0.0/16"]);
@@ -1622,7 +1622,7 @@ async fn secrets_never_appear_in_logs_events_or_metrics() {
     use k8s_openapi::api::core::v1::Event;
     let c = TestCluster::acquire().await.unwrap();
     let token = "s3cr3t-hcloud-token-4b9e2d71c0a8f6e3";
-    let fake = provider_hcloud::fake::FakeHcloud::start(provider_hcloud::fake::FakeConfig {
+    let fake = provider_hcloud::testing::FakeHcloud::start(provider_hcloud::testing::FakeConfig {
         token: token.into(),
         ..Default::default()
     })

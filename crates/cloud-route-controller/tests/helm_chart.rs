@@ -824,7 +824,7 @@ async fn the_web_identity_example_gets_the_binary_its_credentials_from_sts() {
 /// fake; without AZURE_CLIENT_ID it stops with a message naming it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_azure_workload_identity_example_runs_on_what_the_webhook_injects() {
-    use provider_azure::fake::{FakeAzure, FakeConfig};
+    use provider_azure::testing::{FakeAzure, FakeConfig};
 
     let c = TestCluster::acquire()
         .await
@@ -987,7 +987,7 @@ async fn metadata_server() -> (
 /// there is no token and no request reaches the API.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gke_workload_identity_example_takes_its_token_from_the_metadata_server() {
-    use provider_gce::fake::{FakeConfig, FakeGce};
+    use provider_gce::testing::{FakeConfig, FakeGce};
 
     let c = TestCluster::acquire()
         .await
@@ -1160,7 +1160,7 @@ async fn the_openstack_example_authenticates_with_the_application_credential_of_
 /// the API refuses stops it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_hcloud_example_plans_with_the_ccms_secret_in_the_ccms_variables() {
-    use provider_hcloud::fake::{FakeConfig, FakeHcloud};
+    use provider_hcloud::testing::{FakeConfig, FakeHcloud};
 
     let c = TestCluster::acquire()
         .await

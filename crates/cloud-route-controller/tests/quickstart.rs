@@ -598,7 +598,7 @@ async fn the_openstack_quick_start_followed_literally_routes_a_node_and_shows_ro
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_hcloud_quick_start_followed_literally_routes_a_node_and_shows_route_created() {
-    use provider_hcloud::fake::{FakeConfig, FakeHcloud};
+    use provider_hcloud::testing::{FakeConfig, FakeHcloud};
 
     const NETWORK: u64 = 4711;
     const SERVER: u64 = 1001;
@@ -653,7 +653,7 @@ async fn the_hcloud_quick_start_followed_literally_routes_a_node_and_shows_route
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gce_quick_start_followed_literally_routes_a_node_and_shows_route_created() {
-    use provider_gce::fake::{FakeConfig, FakeGce};
+    use provider_gce::testing::{FakeConfig, FakeGce};
 
     const ZONE: &str = "europe-west1-b";
     let page = QuickStart::read();
@@ -714,7 +714,7 @@ async fn the_gce_quick_start_followed_literally_routes_a_node_and_shows_route_cr
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_azure_quick_start_followed_literally_routes_a_node_and_shows_route_created() {
-    use provider_azure::fake::{FakeAzure, FakeConfig};
+    use provider_azure::testing::{FakeAzure, FakeConfig};
 
     let page = QuickStart::read();
     let docs = page.render("azure");

@@ -31,14 +31,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use route_cloud::CloudRoutes;
-use route_controller::controller::{Controller, ControllerConfig};
-use route_controller::execute::Fence;
+use route_controller::controller::Controller;
 use route_controller::nodes::{NodeEvent, NodeStore};
-use route_controller::retry::{BackoffConfig, QUOTA_RETRY_FLOOR};
-use route_controller::schedule::{Mode, PassKind, SyncTrigger, Timing};
+use route_controller::retry::QUOTA_RETRY_FLOOR;
+use route_controller::schedule::{Mode, PassKind, SyncTrigger};
 use route_controller::status::RecordingStatusWriter;
+use route_controller::testing::Fixture;
 use route_controller::warnings::Reason;
-use route_core::{Cidr, NetworkCondition, NodeAddress, NodeView, PlanConfig};
+use route_core::{Cidr, NetworkCondition, NodeAddress, NodeView};
 
 /// Routes the cloud (or the provider's configured limit) has room for.
 const ROOM: usize = 10;
@@ -92,46 +92,13 @@ struct Rig {
 impl Rig {
     fn new(cluster: &str, cloud: Arc<dyn CloudRoutes>, nodes: Vec<NodeView>) -> Self {
         assert_eq!(nodes.len(), NODES);
-        let store = NodeStore::new(None);
-        store.apply(NodeEvent::Init);
-        for n in &nodes {
-            store.apply(NodeEvent::InitApply(n.clone()));
-        }
-        store.apply(NodeEvent::InitDone);
-        let status = Arc::new(RecordingStatusWriter::default());
-        let cfg = ControllerConfig {
-            cluster_name: cluster.into(),
-            plan: PlanConfig {
-                cluster_cidrs: vec![Cidr::parse("10.244.0.0/16").expect("a CIDR")],
-                ..PlanConfig::default()
-            },
-            mode: Mode::Incremental,
-            timing: Timing {
-                period: Duration::from_secs(10),
-                min_interval: Duration::from_secs(10),
-                resync: Duration::from_secs(12 * 3600),
-                discovery: route_controller::schedule::DEFAULT_DISCOVERY_PERIOD,
-                drift: std::time::Duration::ZERO,
-            },
-            backoff: BackoffConfig {
-                jitter: 0.0,
-                ..BackoffConfig::default()
-            },
-            status_concurrency: 4,
-            deletion_grace: Duration::ZERO,
-        };
-        let ctl = Controller::new(
-            cfg,
-            store.clone(),
-            cloud,
-            status.clone(),
-            Fence::new(true),
-            None,
-        );
+        let mut fx = Fixture::new(Mode::Incremental, &nodes);
+        fx.config.cluster_name = cluster.into();
+        fx.config.status_concurrency = 4;
         Self {
-            ctl,
-            status,
-            store,
+            ctl: fx.controller(cloud),
+            status: fx.status,
+            store: fx.nodes,
             nodes,
             passes: 0,
         }
@@ -317,7 +284,7 @@ async fn scenario(provider: &str, mut rig: Rig, cloud: &impl CloudSide) -> u64 {
 
 mod hcloud {
     use super::*;
-    use provider_hcloud::fake::{FakeConfig, FakeHcloud};
+    use provider_hcloud::testing::{FakeConfig, FakeHcloud};
     use provider_hcloud::{HcloudConfig, HcloudRoutes, Token};
 
     const NET: u64 = 4711;
@@ -404,7 +371,7 @@ async fn hcloud_a_network_with_room_for_10_routes_and_20_nodes_routes_10_warns_1
 
 mod gce {
     use super::*;
-    use provider_gce::fake::{FakeConfig, FakeGce};
+    use provider_gce::testing::{FakeConfig, FakeGce};
     use provider_gce::{GceConfig, GceRoutes};
 
     const NETWORK: &str = "k8s";
@@ -491,7 +458,7 @@ async fn gce_a_network_with_room_for_10_routes_and_20_nodes_routes_10_warns_10_o
 
 mod azure {
     use super::*;
-    use provider_azure::fake::{FakeAzure, FakeConfig};
+    use provider_azure::testing::{FakeAzure, FakeConfig};
     use provider_azure::{AzureConfig, AzureRoutes};
 
     const TABLE: &str = "k8s-routes";

@@ -38,7 +38,7 @@ use provider_aws::testing::proxy::is_mutating;
 use provider_aws::testing::{
     Proxy, client, create_network, moto_endpoint, run_instances, unique_cluster,
 };
-use provider_hcloud::fake::{FakeConfig, FakeHcloud};
+use provider_hcloud::testing::{FakeConfig, FakeHcloud};
 use test_cluster::{ClusterGuard, TestCluster, TestNode, wait_until};
 
 /// Nodes in each cluster.

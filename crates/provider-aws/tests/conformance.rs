@@ -13,40 +13,25 @@ use std::time::Duration;
 
 use provider_aws::testing::{self, Proxy};
 use provider_aws::{AwsConfig, RateLimitConfig};
-use provider_conformance::{Check, Exemption, Faults, Op, Subject, run_all};
+use provider_conformance::{Check, Exemption, FaultTable, Op, Subject, run_all_within};
 use route_cloud::ErrorKind;
 use route_core::NodeView;
 
-/// The proxy's "answer the next request with this EC2 error" knob.
-struct ProxyFaults(Arc<Proxy>);
-
-impl Faults for ProxyFaults {
-    fn injectable(&self) -> Vec<(Op, ErrorKind)> {
-        use ErrorKind::*;
-        let mut pairs = Vec::new();
-        for op in [Op::List, Op::Create, Op::Delete] {
-            for kind in [Throttled, InvalidRequest, Transient, Permanent] {
-                pairs.push((op, kind));
-            }
-        }
-        pairs.extend([(Op::Create, QuotaExceeded), (Op::Delete, NotFound)]);
-        pairs
-    }
-
-    fn fail_next(&self, _op: Op, kind: ErrorKind) {
-        // The proxy fails whichever request comes next; each operation's
-        // first request is the one its classification rests on.
-        let (status, code) = match kind {
-            ErrorKind::Throttled => (503, "RequestLimitExceeded"),
-            ErrorKind::InvalidRequest => (400, "InvalidParameterValue"),
-            ErrorKind::Transient => (500, "InternalError"),
-            ErrorKind::Permanent => (403, "UnauthorizedOperation"),
-            ErrorKind::QuotaExceeded => (400, "RouteLimitExceeded"),
-            ErrorKind::NotFound => (400, "InvalidRoute.NotFound"),
-            other => panic!("no EC2 error code for {other}"),
-        };
-        self.0.fail_next(1, status, code);
-    }
+/// The proxy's "answer the next request with this EC2 error" knob, with
+/// the status and code EC2 answers for each class.
+fn faults(proxy: Arc<Proxy>) -> FaultTable<(u16, &'static str)> {
+    use ErrorKind::*;
+    // The proxy fails whichever request comes next; each operation's first
+    // request is the one its classification rests on.
+    FaultTable::new(move |_op, &(status, code)| proxy.fail_next(1, status, code))
+        .on_every_op([
+            (Throttled, (503, "RequestLimitExceeded")),
+            (InvalidRequest, (400, "InvalidParameterValue")),
+            (Transient, (500, "InternalError")),
+            (Permanent, (403, "UnauthorizedOperation")),
+        ])
+        .on(Op::Create, QuotaExceeded, (400, "RouteLimitExceeded"))
+        .on(Op::Delete, NotFound, (400, "InvalidRoute.NotFound"))
 }
 
 async fn subject() -> Subject {
@@ -86,7 +71,7 @@ async fn subject() -> Subject {
         testing::unique_cluster("conformance"),
         nodes,
     )
-    .with_faults(ProxyFaults(Arc::clone(&proxy)))
+    .with_faults(faults(Arc::clone(&proxy)))
     .with_server_requests(move || counted.log().len() as u64)
     .keep_alive(proxy)
 }
@@ -97,7 +82,5 @@ async fn the_aws_provider_conforms() {
         check: Check::Quota,
         reason: "moto does not enforce EC2's routes-per-table limit (it never answers RouteLimitExceeded); error_classes checks that answer's classification",
     }];
-    tokio::time::timeout(Duration::from_secs(300), run_all(subject, &exemptions))
-        .await
-        .expect("the suite finishes in time");
+    run_all_within(Duration::from_secs(300), subject, &exemptions).await;
 }

@@ -39,11 +39,11 @@
 
 pub mod client_cert;
 pub mod config;
-#[cfg(feature = "testing")]
-pub mod fake;
 pub mod forwarding;
 pub mod names;
 pub mod permissions;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 mod client;
 

@@ -7,9 +7,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use provider_azure::fake::{FakeAzure, FakeConfig};
+use provider_azure::testing::{FakeAzure, FakeConfig};
 use provider_azure::{AzureConfig, AzureRoutes};
-use provider_conformance::{Faults, Op, Subject, run_all};
+use provider_conformance::{FaultTable, Op, Subject, run_all_within};
 use route_cloud::ErrorKind;
 use route_core::{NodeAddress, NodeView};
 
@@ -18,42 +18,28 @@ const TABLE: &str = "k8s-routes";
 const MAX_ROUTES: usize = 4;
 
 /// The fake's "answer the next request with this error" knob, by the
-/// endpoint each operation's outcome rests on.
-struct FakeFaults(Arc<FakeAzure>);
-
-impl Faults for FakeFaults {
-    fn injectable(&self) -> Vec<(Op, ErrorKind)> {
-        use ErrorKind::*;
-        // Not `Conflict`: a 412 is answered by reading the table again and
-        // writing once more, by design, so one never reaches the caller
-        // (`tests/fake_api.rs` checks that path and its count).
-        let mut pairs = Vec::new();
-        for op in [Op::List, Op::Create, Op::Delete] {
-            for kind in [Throttled, InvalidRequest, Transient, Permanent, NotFound] {
-                pairs.push((op, kind));
-            }
-        }
-        pairs.push((Op::Create, QuotaExceeded));
-        pairs
-    }
-
-    fn fail_next(&self, op: Op, kind: ErrorKind) {
+/// endpoint each operation's outcome rests on, with the status and code ARM
+/// answers for each class.
+fn faults(fake: Arc<FakeAzure>) -> FaultTable<(u16, &'static str)> {
+    use ErrorKind::*;
+    FaultTable::new(move |op, &(status, code)| {
         let endpoint = match op {
             Op::List => "get_table",
             Op::Create | Op::Delete => "put_table",
         };
-        // The status and code ARM answers for each class.
-        let (status, code) = match kind {
-            ErrorKind::Throttled => (429, "SubscriptionRequestsThrottled"),
-            ErrorKind::InvalidRequest => (400, "InvalidRequestFormat"),
-            ErrorKind::Transient => (503, "ServiceUnavailable"),
-            ErrorKind::Permanent => (403, "AuthorizationFailed"),
-            ErrorKind::NotFound => (404, "ResourceNotFound"),
-            ErrorKind::QuotaExceeded => (400, "QuotaExceeded"),
-            other => panic!("the fake has no answer for {other}"),
-        };
-        self.0.fail_next(endpoint, 1, status, code);
-    }
+        fake.fail_next(endpoint, 1, status, code);
+    })
+    // Not `Conflict`: a 412 is answered by reading the table again and
+    // writing once more, by design, so one never reaches the caller
+    // (`tests/fake_api.rs` checks that path and its count).
+    .on_every_op([
+        (Throttled, (429, "SubscriptionRequestsThrottled")),
+        (InvalidRequest, (400, "InvalidRequestFormat")),
+        (Transient, (503, "ServiceUnavailable")),
+        (Permanent, (403, "AuthorizationFailed")),
+        (NotFound, (404, "ResourceNotFound")),
+    ])
+    .on(Op::Create, QuotaExceeded, (400, "QuotaExceeded"))
 }
 
 async fn subject() -> Subject {
@@ -99,7 +85,7 @@ async fn subject() -> Subject {
     let cloud = AzureRoutes::new(config).expect("a valid config");
     let counted = Arc::clone(&fake);
     Subject::new(Arc::new(cloud), "conformance", nodes)
-        .with_faults(FakeFaults(Arc::clone(&fake)))
+        .with_faults(faults(Arc::clone(&fake)))
         .with_server_requests(move || counted.total())
         // The table holds the foreign route, so this many more fit.
         .with_quota(MAX_ROUTES - 1)
@@ -108,7 +94,5 @@ async fn subject() -> Subject {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_azure_provider_conforms() {
-    tokio::time::timeout(Duration::from_secs(120), run_all(subject, &[]))
-        .await
-        .expect("the suite finishes in time");
+    run_all_within(Duration::from_secs(120), subject, &[]).await;
 }

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use provider_azure::fake::{FakeAzure, FakeConfig};
+use provider_azure::testing::{FakeAzure, FakeConfig};
 use provider_azure::{AzureConfig, AzureRoutes, ops};
 use route_cloud::{Batch, CloudRoutes, ErrorKind};
 use route_core::{Cidr, NodeAddress, NodeView, Route};

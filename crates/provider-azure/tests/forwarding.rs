@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use provider_azure::fake::{FakeAzure, FakeConfig};
+use provider_azure::testing::{FakeAzure, FakeConfig};
 use provider_azure::{AzureConfig, AzureRoutes, ops};
 use route_cloud::{CloudRoutes, ErrorKind, Forwarding, ForwardingCheck};
 use route_core::NodeView;

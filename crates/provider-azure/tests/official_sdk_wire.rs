@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use provider_azure::fake::{FakeAzure, FakeConfig};
+use provider_azure::testing::{FakeAzure, FakeConfig};
 
 const TABLE: &str = "k8s-routes";
 

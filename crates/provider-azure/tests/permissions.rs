@@ -8,8 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use provider_azure::fake::{FakeAzure, FakeConfig};
 use provider_azure::permissions::REQUESTS;
+use provider_azure::testing::{FakeAzure, FakeConfig};
 use provider_azure::{AzureConfig, AzureRoutes, ops};
 use route_cloud::permissions::{request_kind, unaccounted};
 use route_cloud::{Access, Batch, CloudRoutes, ForwardingCheck};

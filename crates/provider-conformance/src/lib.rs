@@ -42,6 +42,10 @@
 //!   check after a fresh one without a request (nothing at all without
 //!   [`Capabilities::checks_forwarding`]).
 //!
+//! What the fixtures have in common lives here too: [`FaultTable`] turns a
+//! table of the server's error answers into its [`Faults`], and
+//! [`run_all_within`] bounds the whole suite in time.
+//!
 //! A check that needs a knob the subject does not have (no fault injection,
 //! no quota, no server-side request count) fails rather than passing
 //! quietly: a provider that cannot run it says so with an [`Exemption`] and
@@ -52,10 +56,12 @@
 //! [`RequestStats`]: route_cloud::RequestStats
 
 mod checks;
+mod faults;
 
 use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use route_cloud::{CloudRoutes, ErrorKind};
 use route_core::NodeView;
@@ -64,6 +70,7 @@ pub use checks::{
     batch, cancel_safety, create_existing, delete_gone, error_classes, forwarding, ipv6,
     list_after_create, quota, request_counters,
 };
+pub use faults::FaultTable;
 
 /// An operation a fault can be injected on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -305,4 +312,15 @@ where
         failures.len(),
         failures.join("\n")
     );
+}
+
+/// [`run_all`] bounded by `limit`: a server that stops answering fails the
+/// test instead of hanging it.
+pub async fn run_all_within<F>(limit: Duration, factory: F, exemptions: &[Exemption])
+where
+    F: AsyncFnMut() -> Subject,
+{
+    tokio::time::timeout(limit, run_all(factory, exemptions))
+        .await
+        .expect("the suite finishes in time");
 }

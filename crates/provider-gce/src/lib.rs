@@ -38,17 +38,17 @@
 //!   and never changes it (see `forwarding.rs` and the crate's README).
 //!
 //! Ownership: this crate translates; the controller decides what should
-//! exist. The [`fake`] module (feature `testing`) is a stateful stand-in for
+//! exist. The [`testing`] module (feature `testing`) is a stateful stand-in for
 //! the REST API used by tests here and in the controller's end-to-end suite.
 
 pub mod alt_token;
 pub mod config;
 mod error;
-#[cfg(feature = "testing")]
-pub mod fake;
 mod forwarding;
 pub mod native;
 pub mod permissions;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 use std::collections::HashMap;
 use std::hash::Hasher;

@@ -6,8 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use provider_conformance::{Faults, Op, Subject, run_all};
-use provider_gce::fake::{FakeConfig, FakeGce};
+use provider_conformance::{FaultTable, Op, Subject, run_all_within};
+use provider_gce::testing::{FakeConfig, FakeGce};
 use provider_gce::{GceConfig, GceRoutes};
 use route_cloud::ErrorKind;
 use route_core::{NodeAddress, NodeView};
@@ -18,42 +18,28 @@ const ZONE: &str = "europe-west1-b";
 const MAX_ROUTES: usize = 4;
 
 /// The fake's "answer the next request with this error" knob, by the
-/// request each operation sends first.
-struct FakeFaults(Arc<FakeGce>);
-
-impl Faults for FakeFaults {
-    fn injectable(&self) -> Vec<(Op, ErrorKind)> {
-        use ErrorKind::*;
-        let mut pairs = Vec::new();
-        for op in [Op::List, Op::Create, Op::Delete] {
-            for kind in [Throttled, Conflict, InvalidRequest, Transient, Permanent] {
-                pairs.push((op, kind));
-            }
-        }
-        pairs.extend([(Op::Create, QuotaExceeded), (Op::Delete, NotFound)]);
-        pairs
-    }
-
-    fn fail_next(&self, op: Op, kind: ErrorKind) {
+/// request each operation sends first, with the status and reason Compute
+/// Engine documents for each class
+/// (cloud.google.com/compute/docs/api/handling-errors).
+fn faults(fake: Arc<FakeGce>) -> FaultTable<(u16, &'static str)> {
+    use ErrorKind::*;
+    FaultTable::new(move |op, &(status, reason)| {
         let endpoint = match op {
             Op::List => "list",
             Op::Create => "insert",
             Op::Delete => "delete",
         };
-        // The status and reason Compute Engine documents for each class
-        // (cloud.google.com/compute/docs/api/handling-errors).
-        let (status, reason) = match kind {
-            ErrorKind::Throttled => (403, "rateLimitExceeded"),
-            ErrorKind::Conflict => (400, "resourceNotReady"),
-            ErrorKind::InvalidRequest => (400, "invalid"),
-            ErrorKind::Transient => (503, "backendError"),
-            ErrorKind::Permanent => (403, "forbidden"),
-            ErrorKind::QuotaExceeded => (403, "quotaExceeded"),
-            ErrorKind::NotFound => (404, "notFound"),
-            other => panic!("the fake has no answer for {other}"),
-        };
-        self.0.fail_next(endpoint, status, reason);
-    }
+        fake.fail_next(endpoint, status, reason);
+    })
+    .on_every_op([
+        (Throttled, (403, "rateLimitExceeded")),
+        (Conflict, (400, "resourceNotReady")),
+        (InvalidRequest, (400, "invalid")),
+        (Transient, (503, "backendError")),
+        (Permanent, (403, "forbidden")),
+    ])
+    .on(Op::Create, QuotaExceeded, (403, "quotaExceeded"))
+    .on(Op::Delete, NotFound, (404, "notFound"))
 }
 
 async fn subject() -> Subject {
@@ -101,7 +87,7 @@ async fn subject() -> Subject {
         .expect("the provider connects");
     let counted = Arc::clone(&fake);
     Subject::new(Arc::new(cloud), "conformance", nodes)
-        .with_faults(FakeFaults(Arc::clone(&fake)))
+        .with_faults(faults(Arc::clone(&fake)))
         .with_server_requests(move || counted.total())
         .with_quota(MAX_ROUTES)
         .keep_alive(fake)
@@ -109,7 +95,5 @@ async fn subject() -> Subject {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gce_provider_conforms() {
-    tokio::time::timeout(Duration::from_secs(120), run_all(subject, &[]))
-        .await
-        .expect("the suite finishes in time");
+    run_all_within(Duration::from_secs(120), subject, &[]).await;
 }

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use provider_gce::fake::{FakeConfig, FakeGce};
+use provider_gce::testing::{FakeConfig, FakeGce};
 use provider_gce::{ConfigError, GceConfig, GceRoutes};
 use route_cloud::{CloudRoutes, ErrorKind};
 use route_core::{Cidr, NodeView, Route};

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use provider_gce::fake::{FakeConfig, FakeGce};
+use provider_gce::testing::{FakeConfig, FakeGce};
 use provider_gce::{GceConfig, GceRoutes, InstanceRef, disabled_fix, disabled_what};
 use route_cloud::{CloudRoutes, ErrorKind, Forwarding, ForwardingCheck};
 use route_core::NodeView;

@@ -7,8 +7,8 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use provider_gce::fake::{FakeConfig, FakeGce};
 use provider_gce::permissions::REQUESTS;
+use provider_gce::testing::{FakeConfig, FakeGce};
 use provider_gce::{GceConfig, GceRoutes};
 use route_cloud::permissions::{request_kind, unaccounted};
 use route_cloud::{Access, CloudRoutes, Forwarding, ForwardingCheck};

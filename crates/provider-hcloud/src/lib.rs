@@ -23,16 +23,16 @@
 //! ([`config::ONE_NETWORK`]).
 //!
 //! Ownership: this crate translates; the controller decides what should
-//! exist. The [`fake`] module (feature `testing`) is a stateful stand-in for the
+//! exist. The [`testing`] module (feature `testing`) is a stateful stand-in for the
 //! API used by tests here and in the controller's end-to-end suite.
 
 mod client;
 pub mod config;
-#[cfg(feature = "testing")]
-pub mod fake;
 pub mod native;
 pub mod permissions;
 mod schema;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 use std::collections::HashMap;
 use std::net::IpAddr;

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use provider_conformance::{Faults, Op, Subject, run_all};
-use provider_hcloud::fake::{FakeConfig, FakeHcloud};
+use provider_conformance::{FaultTable, Op, Subject, run_all_within};
+use provider_hcloud::testing::{FakeConfig, FakeHcloud};
 use provider_hcloud::{HcloudConfig, HcloudRoutes, Token};
 use route_cloud::ErrorKind;
 use route_core::{NodeAddress, NodeView};
@@ -16,41 +16,27 @@ const NET: u64 = 7;
 const MAX_ROUTES: usize = 4;
 
 /// The fake's "answer the next request with this error" knob, by the
-/// endpoint each operation calls first.
-struct FakeFaults(Arc<FakeHcloud>);
-
-impl Faults for FakeFaults {
-    fn injectable(&self) -> Vec<(Op, ErrorKind)> {
-        use ErrorKind::*;
-        let mut pairs = Vec::new();
-        for op in [Op::List, Op::Create, Op::Delete] {
-            for kind in [Throttled, Conflict, InvalidRequest, Transient, Permanent] {
-                pairs.push((op, kind));
-            }
-        }
-        pairs.extend([(Op::Create, QuotaExceeded), (Op::Delete, NotFound)]);
-        pairs
-    }
-
-    fn fail_next(&self, op: Op, kind: ErrorKind) {
+/// endpoint each operation calls first, with the status and code the real
+/// API documents for each class.
+fn faults(fake: Arc<FakeHcloud>) -> FaultTable<(u16, &'static str)> {
+    use ErrorKind::*;
+    FaultTable::new(move |op, &(status, code)| {
         let endpoint = match op {
             Op::List => "get_network",
             Op::Create => "add_route",
             Op::Delete => "delete_route",
         };
-        // The status and code the real API documents for each class.
-        let (status, code) = match kind {
-            ErrorKind::Throttled => (429, "rate_limit_exceeded"),
-            ErrorKind::Conflict => (409, "conflict"),
-            ErrorKind::InvalidRequest => (400, "invalid_input"),
-            ErrorKind::Transient => (503, "unavailable"),
-            ErrorKind::Permanent => (403, "forbidden"),
-            ErrorKind::QuotaExceeded => (403, "resource_limit_exceeded"),
-            ErrorKind::NotFound => (404, "not_found"),
-            other => panic!("the fake has no answer for {other}"),
-        };
-        self.0.fail_next(endpoint, 1, status, code);
-    }
+        fake.fail_next(endpoint, 1, status, code);
+    })
+    .on_every_op([
+        (Throttled, (429, "rate_limit_exceeded")),
+        (Conflict, (409, "conflict")),
+        (InvalidRequest, (400, "invalid_input")),
+        (Transient, (503, "unavailable")),
+        (Permanent, (403, "forbidden")),
+    ])
+    .on(Op::Create, QuotaExceeded, (403, "resource_limit_exceeded"))
+    .on(Op::Delete, NotFound, (404, "not_found"))
 }
 
 async fn subject() -> Subject {
@@ -90,7 +76,7 @@ async fn subject() -> Subject {
         .expect("a valid config");
     let counted = Arc::clone(&fake);
     Subject::new(Arc::new(cloud), "conformance", nodes)
-        .with_faults(FakeFaults(Arc::clone(&fake)))
+        .with_faults(faults(Arc::clone(&fake)))
         .with_server_requests(move || counted.total())
         .with_quota(MAX_ROUTES)
         .keep_alive(fake)
@@ -98,7 +84,5 @@ async fn subject() -> Subject {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_hcloud_provider_conforms() {
-    tokio::time::timeout(Duration::from_secs(120), run_all(subject, &[]))
-        .await
-        .expect("the suite finishes in time");
+    run_all_within(Duration::from_secs(120), subject, &[]).await;
 }

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use provider_hcloud::fake::{FakeConfig, FakeHcloud, LockAnswer};
+use provider_hcloud::testing::{FakeConfig, FakeHcloud, LockAnswer};
 use provider_hcloud::{HcloudConfig, HcloudRoutes, Token};
 use route_cloud::{CloudError, CloudRoutes, ErrorKind};
 use route_core::{Cidr, Destination, NodeAddress, Route};

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use provider_hcloud::fake::{FakeConfig, FakeHcloud};
+use provider_hcloud::testing::{FakeConfig, FakeHcloud};
 use serde_json::Value;
 
 const NET: u64 = 7;

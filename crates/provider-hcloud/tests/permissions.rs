@@ -7,8 +7,8 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use provider_hcloud::fake::{FakeConfig, FakeHcloud};
 use provider_hcloud::permissions::{READ, READ_WRITE, REQUESTS};
+use provider_hcloud::testing::{FakeConfig, FakeHcloud};
 use provider_hcloud::{HcloudConfig, HcloudRoutes, Token};
 use route_cloud::permissions::{request_kind, unaccounted};
 use route_cloud::{Access, CloudRoutes};

@@ -7,42 +7,36 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use provider_conformance::{Faults, Op, Subject, run_all};
+use provider_conformance::{FaultTable, Op, Subject, run_all};
 use provider_memory::{LatencyConfig, MemoryCloud, MemoryConfig, Operation};
 use route_cloud::{Capabilities, CloudError, CloudRoutes, ErrorKind, RequestStats};
 use route_core::{NodeAddress, NodeView, Route};
 
-/// The simulated server's "fail the next call" knob.
-struct MemoryFaults(MemoryCloud);
-
-impl Faults for MemoryFaults {
-    fn injectable(&self) -> Vec<(Op, ErrorKind)> {
-        use ErrorKind::*;
-        let mut pairs = vec![(Op::List, Timeout)];
-        for op in [Op::List, Op::Create, Op::Delete] {
-            for kind in [
-                Throttled,
-                Conflict,
-                NotFound,
-                QuotaExceeded,
-                InvalidRequest,
-                Transient,
-                Permanent,
-            ] {
-                pairs.push((op, kind));
-            }
-        }
-        pairs
-    }
-
-    fn fail_next(&self, op: Op, kind: ErrorKind) {
+/// The simulated server's "fail the next call" knob: it answers any class
+/// on any operation, so the answer is the class itself.
+fn memory_faults(cloud: MemoryCloud) -> FaultTable<ErrorKind> {
+    use ErrorKind::*;
+    FaultTable::new(move |op, &kind| {
         let op = match op {
             Op::List => Operation::List,
             Op::Create => Operation::Create,
             Op::Delete => Operation::Delete,
         };
-        self.0.fail_next(op, 1, kind);
-    }
+        cloud.fail_next(op, 1, kind);
+    })
+    .on(Op::List, Timeout, Timeout)
+    .on_every_op(
+        [
+            Throttled,
+            Conflict,
+            NotFound,
+            QuotaExceeded,
+            InvalidRequest,
+            Transient,
+            Permanent,
+        ]
+        .map(|kind| (kind, kind)),
+    )
 }
 
 fn nodes() -> Vec<NodeView> {
@@ -68,7 +62,7 @@ fn subject(config: MemoryConfig) -> Subject {
     let quota = cloud.config().max_routes;
     let log = cloud.clone();
     let mut s = Subject::new(Arc::new(cloud.clone()), "conformance", nodes())
-        .with_faults(MemoryFaults(cloud))
+        .with_faults(memory_faults(cloud))
         .with_server_requests(move || log.log().len() as u64);
     if let Some(max) = quota {
         s = s.with_quota(max);
@@ -139,7 +133,7 @@ impl CloudRoutes for Misclassifying {
 async fn the_suite_catches_a_provider_that_misclassifies_not_found() {
     let cloud = MemoryCloud::default();
     let broken = Subject::new(Arc::new(Misclassifying(cloud.clone())), "c", nodes())
-        .with_faults(MemoryFaults(cloud));
+        .with_faults(memory_faults(cloud));
     let e = provider_conformance::delete_gone(&broken)
         .await
         .unwrap_err();

@@ -13,7 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use provider_conformance::{Faults, Op, Subject, run_all};
+use provider_conformance::{FaultTable, Op, Subject, run_all_within};
 use provider_openstack::testing::{Admin, Proxy, neutron_server};
 use provider_openstack::{OpenStackConfig, OpenStackRoutes, UpdateMode};
 use route_cloud::ErrorKind;
@@ -22,38 +22,23 @@ use route_core::{NodeAddress, NodeView};
 /// Routes the project may put on its router.
 const QUOTA: usize = 3;
 
-/// The proxy's "answer the next request with this Neutron error" knob.
-struct ProxyFaults(Arc<Proxy>);
-
-impl Faults for ProxyFaults {
-    fn injectable(&self) -> Vec<(Op, ErrorKind)> {
-        use ErrorKind::*;
+/// The proxy's "answer the next request with this Neutron error" knob, with
+/// the status and Neutron error type for each class.
+fn faults(proxy: Arc<Proxy>) -> FaultTable<(u16, &'static str)> {
+    use ErrorKind::*;
+    // Whichever request comes next: each operation's first request is the
+    // one its classification rests on.
+    FaultTable::new(move |_op, &(status, neutron_type)| proxy.fail_next(1, status, neutron_type))
         // Not `Conflict`: the whole-list path retries a 409/412 on a fresh
         // read by design, so one injected conflict never reaches the caller.
-        let mut pairs = Vec::new();
-        for op in [Op::List, Op::Create, Op::Delete] {
-            for kind in [Throttled, InvalidRequest, Transient, Permanent, NotFound] {
-                pairs.push((op, kind));
-            }
-        }
-        pairs.push((Op::Create, QuotaExceeded));
-        pairs
-    }
-
-    fn fail_next(&self, _op: Op, kind: ErrorKind) {
-        // Whichever request comes next: each operation's first request is
-        // the one its classification rests on.
-        let (status, neutron_type) = match kind {
-            ErrorKind::Throttled => (429, "OverLimit"),
-            ErrorKind::InvalidRequest => (400, "BadRequest"),
-            ErrorKind::Transient => (503, "ServiceUnavailable"),
-            ErrorKind::Permanent => (403, "PolicyNotAuthorized"),
-            ErrorKind::NotFound => (404, "RouterNotFound"),
-            ErrorKind::QuotaExceeded => (409, "OverQuota"),
-            other => panic!("no Neutron answer for {other}"),
-        };
-        self.0.fail_next(1, status, neutron_type);
-    }
+        .on_every_op([
+            (Throttled, (429, "OverLimit")),
+            (InvalidRequest, (400, "BadRequest")),
+            (Transient, (503, "ServiceUnavailable")),
+            (Permanent, (403, "PolicyNotAuthorized")),
+            (NotFound, (404, "RouterNotFound")),
+        ])
+        .on(Op::Create, QuotaExceeded, (409, "OverQuota"))
 }
 
 async fn subject(mode: UpdateMode) -> Subject {
@@ -101,27 +86,27 @@ async fn subject(mode: UpdateMode) -> Subject {
     let counted = Arc::clone(&proxy);
     Subject::new(Arc::new(cloud), "conformance", nodes)
         .with_quota(QUOTA)
-        .with_faults(ProxyFaults(Arc::clone(&proxy)))
+        .with_faults(faults(Arc::clone(&proxy)))
         .with_server_requests(move || counted.requests())
         .keep_alive(proxy)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_openstack_provider_conforms_with_atomic_updates() {
-    tokio::time::timeout(
+    run_all_within(
         Duration::from_secs(300),
-        run_all(async || subject(UpdateMode::Auto).await, &[]),
+        async || subject(UpdateMode::Auto).await,
+        &[],
     )
-    .await
-    .expect("the suite finishes in time");
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_openstack_provider_conforms_with_whole_list_updates() {
-    tokio::time::timeout(
+    run_all_within(
         Duration::from_secs(300),
-        run_all(async || subject(UpdateMode::WholeList).await, &[]),
+        async || subject(UpdateMode::WholeList).await,
+        &[],
     )
-    .await
-    .expect("the suite finishes in time");
+    .await;
 }

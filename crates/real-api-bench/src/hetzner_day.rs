@@ -19,7 +19,7 @@ use anyhow::{Context, bail};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, PostParams};
-use provider_hcloud::fake::{FakeConfig, FakeHcloud};
+use provider_hcloud::testing::{FakeConfig, FakeHcloud};
 use serde::Serialize;
 use test_cluster::{Binaries, ControlPlane, StartOptions, TestNode};
 use tokio::task::JoinHandle;

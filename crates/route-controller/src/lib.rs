@@ -41,6 +41,8 @@ pub mod schedule;
 pub mod select;
 pub mod snapshot;
 pub mod status;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod throttle;
 pub mod warnings;
 pub mod watch;

@@ -9,93 +9,57 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Patch, PatchParams};
 use provider_memory::{MemoryCloud, Operation};
 use route_cloud::{CloudRoutes, ErrorKind};
-use route_controller::{
-    BackoffConfig, Controller, ControllerConfig, Fence, KubeStatusWriter, Mode, NodeStore,
-    PassReport, Timing,
-};
-use route_core::{PlanConfig, Route, parse_cluster_cidrs};
+use route_controller::testing::{self, CLUSTER, Fixture};
+use route_controller::{BackoffConfig, KubeStatusWriter, Mode, NodeStore};
+use route_core::{Route, parse_cluster_cidrs};
 use serde_json::json;
 use test_cluster::{ClusterGuard, TestCluster, TestNode, wait_until};
-use tokio::sync::{mpsc, watch};
-use tokio_util::sync::CancellationToken;
-
-const CLUSTER: &str = "kubernetes";
 const WAIT: Duration = Duration::from_secs(30);
 const MODES: [Mode; 3] = [Mode::Periodic, Mode::Watch, Mode::Incremental];
 
+/// The running controller and the Node watcher feeding its cache.
 struct Running {
-    shutdown: CancellationToken,
-    task: tokio::task::JoinHandle<()>,
+    run: testing::Running,
     watcher: tokio::task::JoinHandle<()>,
-    reports: mpsc::UnboundedReceiver<PassReport>,
-    _leader: watch::Sender<bool>,
 }
 
 impl Running {
     async fn stop(self) {
-        self.shutdown.cancel();
-        let _ = self.task.await;
+        self.run.stop().await;
         let _ = self.watcher.await;
     }
 
     fn drain_passes(&mut self) -> usize {
-        let mut n = 0;
-        while self.reports.try_recv().is_ok() {
-            n += 1;
-        }
-        n
+        self.run.passes().len()
     }
 }
 
 fn start(c: &ClusterGuard, mode: Mode, cloud: &MemoryCloud, resync: Duration) -> Running {
-    let nodes = NodeStore::new(None);
-    let shutdown = CancellationToken::new();
-    let watcher = tokio::spawn(route_controller::watch::watch_nodes(
-        c.client(),
-        nodes.clone(),
-        route_controller::select::NodeSelector::default(),
-        shutdown.clone(),
-    ));
-    let cfg = ControllerConfig {
-        cluster_name: CLUSTER.into(),
-        plan: PlanConfig {
-            cluster_cidrs: parse_cluster_cidrs("10.244.0.0/16,fd00:10::/56")
-                .expect("the test CIDRs are valid"),
-            ..PlanConfig::default()
-        },
-        mode,
-        // Shorter than production so the test does not sit idle; the exact
-        // cadence is tested on a virtual clock in tests/timing.rs.
-        timing: Timing {
-            period: Duration::from_secs(2),
-            min_interval: Duration::from_secs(2),
-            resync,
-            discovery: route_controller::schedule::DEFAULT_DISCOVERY_PERIOD,
-            drift: std::time::Duration::ZERO,
-        },
-        backoff: BackoffConfig::default(),
-        status_concurrency: 10,
-        deletion_grace: route_controller::controller::DEFAULT_DELETION_GRACE,
-    };
-    let (tx, reports) = mpsc::unbounded_channel();
-    let (leader_tx, leader_rx) = watch::channel(true);
-    let ctrl = Controller::new(
-        cfg,
-        nodes,
+    let mut fx = Fixture::new(mode, &[]);
+    // Filled by the watcher from the API server, not synced up front.
+    fx.nodes = NodeStore::new(None);
+    fx.config.plan.cluster_cidrs =
+        parse_cluster_cidrs("10.244.0.0/16,fd00:10::/56").expect("the test CIDRs are valid");
+    // Shorter than production so the test does not sit idle; the exact
+    // cadence is tested on a virtual clock in tests/timing.rs.
+    fx.config.timing.period = Duration::from_secs(2);
+    fx.config.timing.min_interval = Duration::from_secs(2);
+    fx.config.timing.resync = resync;
+    // As the binary: backoff with jitter, the deletion grace.
+    fx.config.backoff = BackoffConfig::default();
+    fx.config.deletion_grace = route_controller::controller::DEFAULT_DELETION_GRACE;
+    let nodes = fx.nodes.clone();
+    let run = fx.start_writing_to(
         Arc::new(cloud.clone()) as Arc<dyn CloudRoutes>,
         Arc::new(KubeStatusWriter::new(c.client(), "test")),
-        Fence::default(),
-        None,
-    )
-    .with_reports(tx);
-    let task = tokio::spawn(ctrl.run(leader_rx, shutdown.clone()));
-    Running {
-        shutdown,
-        task,
-        watcher,
-        reports,
-        _leader: leader_tx,
-    }
+    );
+    let watcher = tokio::spawn(route_controller::watch::watch_nodes(
+        c.client(),
+        nodes,
+        route_controller::select::NodeSelector::default(),
+        run.shutdown.clone(),
+    ));
+    Running { run, watcher }
 }
 
 fn hour() -> Duration {

@@ -9,6 +9,7 @@
 //! source/destination check), found off only when read afresh.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Deref;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -19,16 +20,10 @@ use route_cloud::{
     RequestStats,
 };
 use route_controller::forwarding::RECHECK;
-use route_controller::{
-    BackoffConfig, Controller, ControllerConfig, Fence, Mode, NodeEvent, NodeStore,
-    RecordingStatusWriter, Timing,
-};
-use route_core::{NetworkCondition, NodeView, PlanConfig, Route, parse_cluster_cidrs};
-use tokio::sync::watch;
+use route_controller::testing::{CLUSTER, Fixture, Running};
+use route_controller::{Mode, NodeEvent};
+use route_core::{NetworkCondition, NodeView, Route, parse_cluster_cidrs};
 use tokio::time::sleep;
-use tokio_util::sync::CancellationToken;
-
-const CLUSTER: &str = "kubernetes";
 
 /// Who turns a prerequisite that is off back on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,16 +158,13 @@ impl CloudRoutes for Cloud {
     }
 }
 
-struct Run {
-    nodes: Arc<NodeStore>,
-    status: Arc<RecordingStatusWriter>,
-    shutdown: CancellationToken,
-    _leader: watch::Sender<bool>,
-}
+/// The running controller over the wrapped cloud.
+struct Run(Running);
 
-impl Drop for Run {
-    fn drop(&mut self) {
-        self.shutdown.cancel();
+impl Deref for Run {
+    type Target = Running;
+    fn deref(&self) -> &Running {
+        &self.0
     }
 }
 
@@ -188,43 +180,13 @@ impl Run {
         drift: Duration,
         skip_families: Vec<route_core::IpFamily>,
     ) -> Run {
-        let nodes = NodeStore::new(None);
-        nodes.apply(NodeEvent::Init);
-        nodes.apply(NodeEvent::InitDone);
-        let status = Arc::new(RecordingStatusWriter::default());
-        let fence = Fence::new(true);
-        let cfg = ControllerConfig {
-            cluster_name: CLUSTER.into(),
-            plan: PlanConfig {
-                cluster_cidrs: parse_cluster_cidrs("10.244.0.0/16,fd00:10::/56").expect("valid"),
-                skip_families,
-                ..PlanConfig::default()
-            },
-            mode,
-            timing: Timing {
-                period: Duration::from_secs(10),
-                min_interval: Duration::from_secs(10),
-                resync,
-                discovery: Duration::from_secs(300),
-                drift,
-            },
-            backoff: BackoffConfig {
-                jitter: 0.0,
-                ..Default::default()
-            },
-            status_concurrency: 10,
-            deletion_grace: Duration::ZERO,
-        };
-        let (leader, leader_rx) = watch::channel(true);
-        let shutdown = CancellationToken::new();
-        let ctl = Controller::new(cfg, nodes.clone(), cloud, status.clone(), fence, None);
-        tokio::spawn(ctl.run(leader_rx, shutdown.clone()));
-        Run {
-            nodes,
-            status,
-            shutdown,
-            _leader: leader,
-        }
+        let mut fx = Fixture::new(mode, &[]);
+        fx.config.plan.cluster_cidrs =
+            parse_cluster_cidrs("10.244.0.0/16,fd00:10::/56").expect("valid");
+        fx.config.plan.skip_families = skip_families;
+        fx.config.timing.resync = resync;
+        fx.config.timing.drift = drift;
+        Run(fx.start(cloud))
     }
 
     fn add(&self, i: usize) {

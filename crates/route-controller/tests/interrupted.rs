@@ -5,21 +5,18 @@
 //! deadline counts on that clock (so "the process was paused" is the clock
 //! moving while no renewal arrives).
 
+use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
 use provider_memory::{MemoryCloud, MemoryConfig, Operation};
 use route_cloud::{CloudRoutes, ErrorKind, TokioClock};
+use route_controller::testing::{CLUSTER, Fixture, Running};
 use route_controller::{
-    BackoffConfig, Controller, ControllerConfig, Fence, Mode, NodeEvent, NodeRef, NodeStore,
-    RecordingStatusWriter, StatusError, StatusWriter, Timing,
+    Fence, Mode, NodeEvent, NodeRef, RecordingStatusWriter, StatusError, StatusWriter,
 };
-use route_core::{NetworkCondition, NodeView, PlanConfig, parse_cluster_cidrs};
-use tokio::sync::watch;
+use route_core::{NetworkCondition, NodeView};
 use tokio::time::sleep;
-use tokio_util::sync::CancellationToken;
-
-const CLUSTER: &str = "kubernetes";
 /// The Lease's renew deadline in these tests.
 const RENEW_DEADLINE: Duration = Duration::from_secs(10);
 /// How often the route targets are looked up again in these tests.
@@ -58,19 +55,18 @@ impl StatusWriter for Api {
     }
 }
 
+/// The running controller, the simulated cloud behind it and the writer
+/// that can refuse its patches.
 struct Run {
-    nodes: Arc<NodeStore>,
+    run: Running,
     cloud: MemoryCloud,
-    status: Arc<RecordingStatusWriter>,
     api: Arc<Api>,
-    fence: Fence,
-    shutdown: CancellationToken,
-    _leader: watch::Sender<bool>,
 }
 
-impl Drop for Run {
-    fn drop(&mut self) {
-        self.shutdown.cancel();
+impl Deref for Run {
+    type Target = Running;
+    fn deref(&self) -> &Running {
+        &self.run
     }
 }
 
@@ -88,61 +84,22 @@ impl Run {
         initial: &[NodeView],
         resync: Duration,
     ) -> Run {
-        let nodes = NodeStore::new(None);
-        nodes.apply(NodeEvent::Init);
-        for n in initial {
-            nodes.apply(NodeEvent::InitApply(n.clone()));
-        }
-        nodes.apply(NodeEvent::InitDone);
-        let status = Arc::new(RecordingStatusWriter::default());
+        let mut fx = Fixture::new(mode, initial);
+        fx.config.timing.resync = resync;
+        fx.config.timing.discovery = DISCOVERY;
         let api = Arc::new(Api {
-            recorded: status.clone(),
+            recorded: fx.status.clone(),
             down: std::sync::atomic::AtomicBool::new(false),
         });
-        let fence = Fence::leased(Arc::new(TokioClock::new()));
-        fence.set_leader(true);
-        fence.renewed(fence.mark(), RENEW_DEADLINE);
-        let cfg = ControllerConfig {
-            cluster_name: CLUSTER.into(),
-            plan: PlanConfig {
-                cluster_cidrs: parse_cluster_cidrs("10.244.0.0/16").expect("valid"),
-                ..PlanConfig::default()
-            },
-            mode,
-            timing: Timing {
-                period: Duration::from_secs(10),
-                min_interval: Duration::from_secs(10),
-                resync,
-                discovery: DISCOVERY,
-                drift: std::time::Duration::ZERO,
-            },
-            backoff: BackoffConfig {
-                jitter: 0.0,
-                ..Default::default()
-            },
-            status_concurrency: 10,
-            deletion_grace: Duration::ZERO,
-        };
-        let (leader, leader_rx) = watch::channel(true);
-        let shutdown = CancellationToken::new();
+        // A Lease holder's fence, its deadline on the paused clock.
+        fx.fence = Fence::leased(Arc::new(TokioClock::new()));
+        fx.fence.set_leader(true);
+        fx.fence.renewed(fx.fence.mark(), RENEW_DEADLINE);
         let provider = Arc::new(cloud.clone()) as Arc<dyn CloudRoutes>;
-        let ctl = Controller::new(
-            cfg,
-            nodes.clone(),
-            provider,
-            api.clone(),
-            fence.clone(),
-            None,
-        );
-        tokio::spawn(ctl.run(leader_rx, shutdown.clone()));
         Run {
-            nodes,
+            run: fx.start_writing_to(provider, api.clone()),
             cloud,
-            status,
             api,
-            fence,
-            shutdown,
-            _leader: leader,
         }
     }
 

@@ -4,29 +4,34 @@
 //! the simulated cloud; Nodes are fed straight into the [`NodeStore`] the way
 //! the watcher feeds it, and status writes land in a recording writer.
 
+use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 use std::time::Duration;
 
 use provider_memory::{MemoryCloud, MemoryConfig, Operation};
 use route_cloud::{CloudRoutes, ErrorKind};
-use route_controller::{
-    BackoffConfig, Controller, ControllerConfig, Fence, Mode, NodeEvent, NodeStore, PassReport,
-    RecordingStatusWriter, Timing,
-};
-use route_core::{NetworkCondition, NodeAddress, NodeView, PlanConfig, parse_cluster_cidrs};
-use tokio::sync::{mpsc, watch};
+use route_controller::testing::{CLUSTER, Fixture, Running};
+use route_controller::{Mode, NodeEvent};
+use route_core::{NetworkCondition, NodeAddress, NodeView};
 use tokio::time::{Instant, sleep};
-use tokio_util::sync::CancellationToken;
 
-const CLUSTER: &str = "kubernetes";
-
+/// The running controller and the simulated cloud behind it.
 struct Harness {
-    nodes: Arc<NodeStore>,
+    run: Running,
     cloud: MemoryCloud,
-    status: Arc<RecordingStatusWriter>,
-    reports: mpsc::UnboundedReceiver<PassReport>,
-    shutdown: CancellationToken,
-    _leader: watch::Sender<bool>,
+}
+
+impl Deref for Harness {
+    type Target = Running;
+    fn deref(&self) -> &Running {
+        &self.run
+    }
+}
+
+impl DerefMut for Harness {
+    fn deref_mut(&mut self) -> &mut Running {
+        &mut self.run
+    }
 }
 
 fn node(i: usize) -> NodeView {
@@ -75,54 +80,13 @@ fn start_full(
     initial: &[NodeView],
     drift: Duration,
 ) -> Harness {
-    let nodes = NodeStore::new(None);
-    nodes.apply(NodeEvent::Init);
-    for n in initial {
-        nodes.apply(NodeEvent::InitApply(n.clone()));
-    }
-    nodes.apply(NodeEvent::InitDone);
-    let status = Arc::new(RecordingStatusWriter::default());
-    let cfg = ControllerConfig {
-        cluster_name: CLUSTER.into(),
-        plan: PlanConfig {
-            cluster_cidrs: parse_cluster_cidrs("10.244.0.0/16").expect("the test CIDRs are valid"),
-            ..PlanConfig::default()
-        },
-        mode,
-        timing: Timing {
-            period: Duration::from_secs(10),
-            min_interval: Duration::from_secs(10),
-            resync: Duration::from_secs(12 * 3600),
-            discovery: route_controller::schedule::DEFAULT_DISCOVERY_PERIOD,
-            drift,
-        },
-        backoff: BackoffConfig {
-            jitter: 0.0,
-            ..Default::default()
-        },
-        status_concurrency: 10,
-        deletion_grace: route_controller::controller::DEFAULT_DELETION_GRACE,
-    };
-    let (tx, reports) = mpsc::unbounded_channel();
-    let (leader_tx, leader_rx) = watch::channel(true);
-    let shutdown = CancellationToken::new();
-    let ctrl = Controller::new(
-        cfg,
-        nodes.clone(),
-        provider,
-        status.clone(),
-        Fence::default(),
-        None,
-    )
-    .with_reports(tx);
-    tokio::spawn(ctrl.run(leader_rx, shutdown.clone()));
+    let mut fx = Fixture::new(mode, initial);
+    fx.config.timing.drift = drift;
+    // The production grace: these tests time deletions as the binary does.
+    fx.config.deletion_grace = route_controller::controller::DEFAULT_DELETION_GRACE;
     Harness {
-        nodes,
+        run: fx.start(provider),
         cloud,
-        status,
-        reports,
-        shutdown,
-        _leader: leader_tx,
     }
 }
 
@@ -132,19 +96,6 @@ impl Harness {
     }
     fn mutations(&self) -> u64 {
         self.cloud.stats().total("create") + self.cloud.stats().total("delete")
-    }
-    fn passes(&mut self) -> Vec<PassReport> {
-        let mut v = Vec::new();
-        while let Ok(r) = self.reports.try_recv() {
-            v.push(r);
-        }
-        v
-    }
-}
-
-impl Drop for Harness {
-    fn drop(&mut self) {
-        self.shutdown.cancel();
     }
 }
 
