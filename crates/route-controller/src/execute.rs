@@ -444,7 +444,7 @@ impl Executor {
                     .map(|(k, _)| k)
                     .chain(creations.iter().map(|(k, _)| k))
                     .filter_map(|k| results.get(k))
-                    .find_map(|r| r.as_ref().err().filter(|e| e.kind == ErrorKind::Throttled));
+                    .find_map(|r| r.as_ref().err().filter(|e| paces(e)));
                 match throttled {
                     Some(e) => note(ticket, Err(e)),
                     None => ticket.succeeded(),
@@ -575,11 +575,17 @@ impl Executor {
     }
 }
 
+/// The answer refuses the rate, not the change: the throttle closes until
+/// its retry-after ([`policy::Retry::Paced`]).
+fn paces(e: &CloudError) -> bool {
+    policy::of(e.kind).retry == policy::Retry::Paced
+}
+
 /// Tells the gate how the cloud answered.
 fn note(ticket: Ticket<'_>, r: Result<(), &CloudError>) {
     match r {
         Ok(()) => ticket.succeeded(),
-        Err(e) if e.kind == ErrorKind::Throttled => {
+        Err(e) if paces(e) => {
             ticket.throttled(e.retry_after.unwrap_or(Duration::from_secs(1)));
         }
         Err(_) => ticket.answered(),
