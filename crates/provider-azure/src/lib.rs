@@ -39,11 +39,14 @@
 
 pub mod client_cert;
 pub mod config;
+mod entry;
 #[cfg(feature = "testing")]
 pub mod fake;
 pub mod forwarding;
 pub mod names;
 pub mod permissions;
+
+pub use entry::PROVIDER;
 
 mod client;
 

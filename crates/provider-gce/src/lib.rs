@@ -43,12 +43,15 @@
 
 pub mod alt_token;
 pub mod config;
+mod entry;
 mod error;
 #[cfg(feature = "testing")]
 pub mod fake;
 mod forwarding;
 pub mod native;
 pub mod permissions;
+
+pub use entry::PROVIDER;
 
 use std::collections::HashMap;
 use std::hash::Hasher;

@@ -28,11 +28,14 @@
 
 mod client;
 pub mod config;
+mod entry;
 #[cfg(feature = "testing")]
 pub mod fake;
 pub mod native;
 pub mod permissions;
 mod schema;
+
+pub use entry::PROVIDER;
 
 use std::collections::HashMap;
 use std::net::IpAddr;

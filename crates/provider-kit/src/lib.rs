@@ -3,6 +3,14 @@
 //! answer means for the engine. Each provider crate stands on it; what a
 //! cloud's *answers* mean stays in the provider, next to that cloud's
 //! error codes.
+//!
+//! [`registry`] is the other thing every provider crate shares: the one
+//! value ([`Provider`]) through which the binary's registry reads its
+//! `--cloud-config` and builds it.
+
+pub mod registry;
+
+pub use registry::{BuildError, Building, Provider, Reads, Start};
 
 use std::time::{Duration, SystemTime};
 
