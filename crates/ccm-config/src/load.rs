@@ -401,7 +401,7 @@ mod tests {
             Some(json!({"region": "r2", "max_routes": 5}))
         );
         let native = d.file("cloud.conf", "[Global]\nRegion = r1\n");
-        let e = load("x", &[native.clone()], &BOTH, &lookup).unwrap_err();
+        let e = load("x", std::slice::from_ref(&native), &BOTH, &lookup).unwrap_err();
         assert_eq!(
             e.to_string(),
             format!(
@@ -443,13 +443,13 @@ mod tests {
     fn unreadable_and_invalid_files_name_the_flag_and_the_file() {
         let d = Dir::new("bad");
         let missing = d.0.join("missing.yaml");
-        let e = load("x", &[missing.clone()], &BOTH, &no_env).unwrap_err();
+        let e = load("x", std::slice::from_ref(&missing), &BOTH, &no_env).unwrap_err();
         assert!(
             message(&e).starts_with(&format!("reading --cloud-config {}: ", missing.display())),
             "{e}"
         );
         let bad = d.file("bad.conf", "[Global]\nRe_gion = r1\n");
-        let e = load("x", &[bad.clone()], &BOTH, &no_env).unwrap_err();
+        let e = load("x", std::slice::from_ref(&bad), &BOTH, &no_env).unwrap_err();
         assert!(
             message(&e).starts_with(&format!("--cloud-config {}: line 2", bad.display())),
             "{}",
