@@ -8,13 +8,27 @@
 //! native format cannot say: rate limits, extra tables) over it, refusing a
 //! key set in both rather than letting one silently win.
 //!
-//! This crate owns parsing and joining only: no I/O, no provider knowledge.
+//! [`load`] is the one reader of `--cloud-config` for every provider with a
+//! native format ([`one_file`] and [`read_file`] for those without): it
+//! reads the files, tells a native file from ours, asks the provider's
+//! translation and environment for the native side, joins, and gives the
+//! errors an operator sees. It lives here rather than in
+//! provider-kit because it is the last step of the same job as the parsing
+//! and the join (what the operator wrote, as our schema's document) and
+//! needs no cloud, HTTP or route code: a provider passes in its
+//! translations ([`Sources`]), and this crate knows no provider by name.
+//! provider-kit builds on it for the contract between a provider crate and
+//! the binary's registry.
 
 mod gcfg;
 mod join;
+mod load;
 
 pub use gcfg::{Entry, Ini, IniError, Reader};
 pub use join::{JoinError, NativeConfig, join};
+pub use load::{
+    BoxError, FromEnv, Joined, LoadError, Sources, Translate, load, one_file, read_file,
+};
 
 /// Whether `text` looks like an INI file rather than YAML or JSON: its
 /// first line that is neither blank nor a comment opens a section.

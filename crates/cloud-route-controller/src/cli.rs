@@ -379,13 +379,13 @@ impl ClusterArgs {
                 crate::providers::choices()
             )));
         };
-        if provider == "memory" && !crate::providers::PROVIDERS.contains(&provider) {
+        if provider == "memory" && !crate::providers::is_known(provider) {
             return Err(FlagError::Invalid(format!(
                 "--cloud-provider memory: the simulated cloud is not part of this build (a release build carries only the real clouds); build with `--features lab` (as make demo does) to use it, or choose one of {}",
                 crate::providers::choices()
             )));
         }
-        if !crate::providers::PROVIDERS.contains(&provider) {
+        if !crate::providers::is_known(provider) {
             return Err(FlagError::Invalid(format!(
                 "--cloud-provider {provider:?} is not known; this build supports: {}",
                 crate::providers::choices()
@@ -569,7 +569,7 @@ mod tests {
     use super::*;
 
     /// A provider this build knows, for tests about other flags.
-    const ANY_PROVIDER: &str = crate::providers::PROVIDERS[0];
+    const ANY_PROVIDER: &str = crate::providers::REGISTRY[0].name;
 
     /// A release build has no simulated cloud, and says how to get one.
     #[cfg(not(feature = "lab"))]

@@ -1,48 +1,53 @@
-//! Choosing and configuring the cloud provider (`--cloud-provider`,
-//! `--cloud-config`). Each provider lives in its own crate; this is the only
-//! place that names them.
+//! The provider registry: which clouds `--cloud-provider` can name, each
+//! provider crate's [`Provider`] entry (feature-gated, so a build for one
+//! cloud compiles no other), and the one loop that builds the one chosen.
+//! Adding a cloud adds its entry to [`REGISTRY`] and its Cargo feature;
+//! nothing here knows any cloud's configuration.
 //!
 //! `--cloud-config` takes the cloud-controller-manager's own file (the INI
 //! of cloud-provider-aws, cloud-provider-openstack's `cloud.conf`,
 //! cloud-provider-gcp's `gce.conf`; hcloud's environment needs no file), our
-//! YAML, or both (the flag given twice): each provider crate translates its
-//! native format into its YAML keys, and [`ccm_config::join`] lays our YAML
-//! over that, refusing a key both set.
+//! YAML, or both (the flag given twice): [`ccm_config::load`] reads them for
+//! every provider, each provider crate translating its native format into
+//! its YAML keys.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::{Context as _, bail};
-use ccm_config::NativeConfig;
+use anyhow::bail;
+use provider_kit::{Provider, Start};
 use route_cloud::{CloudRoutes, Fence};
-use serde::de::DeserializeOwned;
-use tracing::{info, warn};
 
-/// The providers this build knows.
-pub const PROVIDERS: &[&str] = &[
+/// The providers this build knows, the simulated one first.
+pub const REGISTRY: &[Provider] = &[
     #[cfg(feature = "lab")]
-    "memory",
+    cloud_sim::PROVIDER,
     #[cfg(feature = "aws")]
-    "aws",
+    provider_aws::PROVIDER,
     #[cfg(feature = "openstack")]
-    "openstack",
+    provider_openstack::PROVIDER,
     #[cfg(feature = "hcloud")]
-    "hcloud",
+    provider_hcloud::PROVIDER,
     #[cfg(feature = "azure")]
-    "azure",
+    provider_azure::PROVIDER,
     #[cfg(feature = "gce")]
-    "gce",
+    provider_gce::PROVIDER,
 ];
+
+/// Whether this build knows the provider `name`.
+pub fn is_known(name: &str) -> bool {
+    REGISTRY.iter().any(|p| p.name == name)
+}
 
 /// The choices of `--cloud-provider`, for messages: the real clouds first,
 /// the simulated one named as such.
 pub fn choices() -> String {
-    let real: Vec<&str> = PROVIDERS
+    let real: Vec<&str> = REGISTRY
         .iter()
-        .copied()
+        .map(|p| p.name)
         .filter(|p| *p != "memory")
         .collect();
-    match (real.is_empty(), PROVIDERS.contains(&"memory")) {
+    match (real.is_empty(), is_known("memory")) {
         (true, _) => "memory (a simulated cloud)".into(),
         (false, true) => format!("{}, or memory (a simulated cloud)", real.join(", ")),
         (false, false) => real.join(", "),
@@ -96,264 +101,30 @@ pub fn memory_refusal<'a>(nodes: impl IntoIterator<Item = (&'a str, &'a str)>) -
 /// cloud; long and plain so that nobody sets it by accident.
 pub const UNSAFE_MEMORY_FLAG: &str = "unsafe-memory-provider-on-cloud-nodes";
 
-/// Builds the provider named by `--cloud-provider`.
-/// Providers that wait inside a call (token buckets, throttling pauses)
-/// check `fence` again after each wait.
-#[cfg_attr(
-    not(any(
-        feature = "aws",
-        feature = "hcloud",
-        feature = "openstack",
-        feature = "azure",
-        feature = "gce"
-    )),
-    allow(unused_variables, reason = "only the real providers use the fence")
-)]
+/// Builds the provider named by `--cloud-provider` from its
+/// `--cloud-config` files and the environment. Providers that wait inside a
+/// call (token buckets, throttling pauses) check `fence` again after each
+/// wait.
 pub async fn build(
     name: &str,
     configs: &[PathBuf],
     identity: &str,
     fence: &Fence,
 ) -> anyhow::Result<Arc<dyn CloudRoutes>> {
-    let config = single(name, configs)?;
-    match name {
-        #[cfg(feature = "lab")]
-        "memory" => {
-            // With `endpoint:` the simulated cloud is a separate `cloud-sim`
-            // process (shared by replicas, surviving restarts); without it,
-            // an in-process table.
-            let doc: Option<serde_json::Value> = read_config(config)?;
-            if doc.as_ref().is_some_and(|d| d.get("endpoint").is_some()) {
-                let mut cfg: cloud_sim::RemoteConfig =
-                    read_config(config)?.context("--cloud-config for the memory provider")?;
-                if cfg.caller.is_none() {
-                    cfg.caller = Some(identity.to_string());
-                }
-                // No request here: capabilities are fetched on first use, so a
-                // simulator that starts after the controller is not an error.
-                let cloud = cloud_sim::RemoteMemoryCloud::new(&cfg)
-                    .map_err(|e| anyhow::anyhow!("{e}"))
-                    .context("--cloud-config for the remote memory provider")?;
-                return Ok(Arc::new(cloud));
-            }
-            let cfg: provider_memory::MemoryConfig = match doc {
-                Some(d) => serde_json::from_value(d)
-                    .map_err(|e| anyhow::anyhow!("--cloud-config for the memory provider: {e}"))?,
-                None => Default::default(),
-            };
-            let cloud = provider_memory::MemoryCloud::new(cfg)
-                .context("--cloud-config for the memory provider")?
-                .with_caller(identity);
-            Ok(Arc::new(cloud))
-        }
-        #[cfg(feature = "aws")]
-        "aws" => {
-            let cfg: provider_aws::AwsConfig = joined_config(
-                name,
-                configs,
-                provider_aws::native::is_ccm_config,
-                |text| Ok(provider_aws::native::from_ccm_config(text)?),
-                None,
-            )?
-            .unwrap_or_default();
-            let cloud = provider_aws::Ec2Routes::connect(cfg)
-                .await
-                .context("configuring the aws provider")?
-                .with_fence(fence.clone());
-            Ok(Arc::new(cloud))
-        }
-        #[cfg(feature = "hcloud")]
-        "hcloud" => {
-            // hcloud-cloud-controller-manager has no file, only its
-            // environment (HCLOUD_NETWORK, HCLOUD_ENDPOINT, ...): every
-            // --cloud-config is ours, and the environment is the native side.
-            let env = provider_hcloud::native::from_ccm_env(&|k| std::env::var(k).ok())?;
-            let cfg: Option<provider_hcloud::HcloudConfig> = joined_config(
-                name,
-                configs,
-                |_| false,
-                |_| bail!("hcloud-cloud-controller-manager has no config file to translate"),
-                env,
-            )?;
-            let cfg = cfg.filter(|c| !c.network.trim().is_empty()).context(
-                "--cloud-provider hcloud needs --cloud-config (at least `network: <id or name>`) or HCLOUD_NETWORK, as hcloud-cloud-controller-manager reads it",
-            )?;
-            let cloud = provider_hcloud::HcloudRoutes::from_config(cfg)
-                .context("--cloud-config for the hcloud provider")?
-                .with_fence(fence.clone());
-            Ok(Arc::new(cloud))
-        }
-        #[cfg(feature = "openstack")]
-        "openstack" => {
-            let doc: serde_json::Value = joined_config(
-                name,
-                configs,
-                provider_openstack::native::is_ccm_config,
-                |text| Ok(provider_openstack::native::from_ccm_config(text)?),
-                None,
-            )?
-            .context("--cloud-provider openstack needs --cloud-config (cloud-provider-openstack's cloud.conf, or this controller's YAML)")?;
-            let cfg = provider_openstack::OpenStackConfig::from_value(doc)
-                .context("the openstack configuration")?;
-            let cloud = provider_openstack::OpenStackRoutes::new(cfg)
-                .map_err(|e| anyhow::anyhow!("{e}"))
-                .context("configuring the openstack provider")?
-                .with_fence(fence.clone());
-            Ok(Arc::new(cloud))
-        }
-        #[cfg(feature = "azure")]
-        "azure" => {
-            let path = config.context(
-                "--cloud-provider azure needs --cloud-config (the cloud provider's azure.json: subscriptionId, resourceGroup, routeTableName and a credential)",
-            )?;
-            let cfg = provider_azure::AzureConfig::from_file(path)
-                .with_context(|| format!("--cloud-config {}", path.display()))?;
-            let cloud = provider_azure::AzureRoutes::new(cfg)
-                .map_err(|e| anyhow::anyhow!("{e}"))
-                .context("configuring the azure provider")?
-                .with_fence(fence.clone());
-            Ok(Arc::new(cloud))
-        }
-        #[cfg(feature = "gce")]
-        "gce" => {
-            let cfg: provider_gce::GceConfig = joined_config(
-                name,
-                configs,
-                provider_gce::native::is_ccm_config,
-                |text| Ok(provider_gce::native::from_ccm_config(text)?),
-                None,
-            )?
-            .context(
-                "--cloud-provider gce needs --cloud-config (cloud-provider-gcp's gce.conf with project-id and network-name, or this controller's YAML with at least `project` and `network`)",
-            )?;
-            let cloud = provider_gce::GceRoutes::connect(cfg)
-                .await
-                .context("configuring the gce provider")?
-                .with_fence(fence.clone());
-            Ok(Arc::new(cloud))
-        }
-        other => bail!(
-            "--cloud-provider {other:?} is not known; this build supports: {}",
+    let Some(provider) = REGISTRY.iter().find(|p| p.name == name) else {
+        // A name without a native format to join takes one file, and that
+        // is checked before the name is.
+        ccm_config::one_file(name, configs)?;
+        bail!(
+            "--cloud-provider {name:?} is not known; this build supports: {}",
             choices()
-        ),
-    }
-}
-
-/// The one `--cloud-config` of a provider without a native format of its own
-/// to join (the memory cloud; Azure, whose `azure.json` is both).
-fn single<'a>(name: &str, configs: &'a [PathBuf]) -> anyhow::Result<Option<&'a Path>> {
-    match configs {
-        [] => Ok(None),
-        [one] => Ok(Some(one.as_path())),
-        _ if NATIVE.contains(&name) => Ok(None),
-        _ => bail!(
-            "--cloud-provider {name} takes one --cloud-config, not {}",
-            configs.len()
-        ),
-    }
-}
-
-/// The providers whose cloud-controller-manager has a config format of its
-/// own that `--cloud-config` reads beside ours.
-const NATIVE: &[&str] = &["aws", "openstack", "gce", "hcloud"];
-
-/// Reads the `--cloud-config` files of a provider with a native format: at
-/// most one native file (told by `is_native` from its text, and translated
-/// by `translate`) and at most one of ours, plus what the environment says
-/// natively (`env`, hcloud). Returns our YAML schema's value of the two
-/// joined, or `None` when nothing was given.
-#[cfg_attr(
-    not(any(
-        feature = "aws",
-        feature = "hcloud",
-        feature = "openstack",
-        feature = "gce"
-    )),
-    allow(dead_code, reason = "only the providers with a native config read it")
-)]
-pub fn joined_config<T: DeserializeOwned>(
-    provider: &str,
-    configs: &[PathBuf],
-    is_native: impl Fn(&str) -> bool,
-    translate: impl Fn(&str) -> anyhow::Result<NativeConfig>,
-    env: Option<NativeConfig>,
-) -> anyhow::Result<Option<T>> {
-    let mut native: Option<(PathBuf, NativeConfig)> = None;
-    let mut ours: Option<(PathBuf, serde_json::Value)> = None;
-    for path in configs {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading --cloud-config {}", path.display()))?;
-        if is_native(&text) {
-            if let Some((first, _)) = &native {
-                bail!(
-                    "--cloud-config {} and {} are both {provider} cloud-controller-manager files; give one",
-                    first.display(),
-                    path.display()
-                );
-            }
-            let n =
-                translate(&text).with_context(|| format!("--cloud-config {}", path.display()))?;
-            native = Some((path.clone(), n));
-        } else {
-            if let Some((first, _)) = &ours {
-                bail!(
-                    "--cloud-config {} and {} are both YAML configs; give one (and at most one cloud-controller-manager file)",
-                    first.display(),
-                    path.display()
-                );
-            }
-            let value: serde_json::Value = read_config(Some(path))?.unwrap_or_default();
-            ours = Some((path.clone(), value));
-        }
-    }
-    let native = match (native, env) {
-        (Some((path, _)), Some(e)) => bail!(
-            "--cloud-config {} and the {} both configure {provider}; use one",
-            path.display(),
-            e.format
-        ),
-        (Some((path, n)), None) => Some((path.display().to_string(), n)),
-        (None, Some(e)) => Some((e.format.clone(), e)),
-        (None, None) => None,
+        );
     };
-    if let Some((from, n)) = &native {
-        info!(source = %from, format = %n.format, keys = ?n.origins.values().collect::<Vec<_>>(), "reading the cloud-controller-manager's configuration");
-        for note in &n.ignored {
-            warn!(source = %from, "{note}");
-        }
-    }
-    let ours_path = ours.as_ref().map(|(p, _)| p.display().to_string());
-    let joined = ccm_config::join(native.as_ref().map(|(_, n)| n), ours.map(|(_, v)| v))
-        .map_err(|e| anyhow::anyhow!("{e}"))
-        .with_context(|| match &ours_path {
-            Some(p) => format!("joining the {provider} configuration with --cloud-config {p}"),
-            None => format!("the {provider} configuration"),
-        })?;
-    joined
-        .map(|v| {
-            serde_json::from_value(v)
-                .map_err(|e| anyhow::anyhow!("{e}"))
-                .with_context(|| format!("the {provider} configuration is not valid"))
-        })
-        .transpose()
-}
-
-/// Reads a provider config file: TOML when the name ends in `.toml`, YAML otherwise.
-pub fn read_config<T: DeserializeOwned>(path: Option<&Path>) -> anyhow::Result<Option<T>> {
-    let Some(path) = path else { return Ok(None) };
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading --cloud-config {}", path.display()))?;
-    let parsed = if path.extension().is_some_and(|e| e == "toml") {
-        toml::from_str(&text).map_err(|e| anyhow::anyhow!("{e}"))
-    } else {
-        serde_yaml_ng::from_str(&text).map_err(|e| anyhow::anyhow!("{e}"))
+    let start = Start {
+        identity: identity.to_string(),
+        fence: fence.clone(),
     };
-    parsed.map(Some).with_context(|| {
-        format!(
-            "--cloud-config {} is not a valid configuration",
-            path.display()
-        )
-    })
+    Ok(provider.build(configs, start).await?)
 }
 
 #[cfg(test)]

@@ -415,7 +415,7 @@ fn hcloud_joined(ours: &str, network: &str) -> provider_hcloud::HcloudConfig {
 /// The OpenStack configuration the binary makes of the CCM's cloud.conf and
 /// our YAML: the native file translated, then the two joined.
 fn openstack_joined(cloud_conf: &str, ours: &str) -> provider_openstack::OpenStackConfig {
-    assert!(provider_openstack::native::is_ccm_config(cloud_conf));
+    assert!(ccm_config::looks_like_ini(cloud_conf));
     let native = provider_openstack::native::from_ccm_config(cloud_conf)
         .unwrap_or_else(|e| panic!("{cloud_conf}: {e}"));
     let ours: Value = serde_yaml_ng::from_str(ours).expect("our YAML");

@@ -15,11 +15,14 @@
 //!   behind-the-back edits, for tests, the demo and the benchmark;
 //! - [`wire`]: the JSON shapes both ends share;
 //! - [`process::SimProcess`] and [`parent`]: running the binary as a child
-//!   that dies with its parent.
+//!   that dies with its parent;
+//! - [`PROVIDER`]: `--cloud-provider memory`, in process or remote by its
+//!   `--cloud-config`, for the binary's registry.
 
 pub mod admin;
 pub mod client;
 pub mod config;
+mod entry;
 pub mod parent;
 pub mod process;
 pub mod server;
@@ -27,4 +30,5 @@ pub mod wire;
 
 pub use admin::{AdminClient, AdminError};
 pub use client::{RemoteConfig, RemoteConfigError, RemoteMemoryCloud};
+pub use entry::PROVIDER;
 pub use server::{ServeError, SimServer};

@@ -5,7 +5,6 @@
 //! (environment, shared profile, web identity, container or instance
 //! metadata). The file is YAML; JSON is accepted too, being YAML.
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -144,14 +143,6 @@ impl Default for RateLimitConfig {
 /// Why a configuration cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// The file could not be read.
-    #[error("reading {path}: {source}")]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
     /// The text does not match the schema.
     #[error("parsing the AWS cloud config: {0}")]
     Parse(String),
@@ -171,15 +162,6 @@ impl AwsConfig {
         };
         c.validate()?;
         Ok(c)
-    }
-
-    /// Reads and parses a file.
-    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        Self::from_yaml(&text)
     }
 
     /// Checks values serde cannot.
@@ -398,11 +380,5 @@ mod tests {
         ] {
             assert!(AwsConfig::from_yaml(bad).is_err(), "{bad} was accepted");
         }
-    }
-
-    #[test]
-    fn missing_file_is_a_read_error() {
-        let e = AwsConfig::from_file(Path::new("/nonexistent/aws.yaml")).unwrap_err();
-        assert!(matches!(e, ConfigError::Read { .. }), "{e}");
     }
 }

@@ -47,12 +47,15 @@
 
 pub mod assume_role;
 mod config;
+mod entry;
 mod error;
 mod index;
 pub mod native;
 pub mod permissions;
 #[cfg(feature = "testing")]
 pub mod testing;
+
+pub use entry::PROVIDER;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -26,11 +26,6 @@ const NOT_ROUTES: &[&str] = &[
     "DisableStrictZoneCheck",
 ];
 
-/// Whether `text` is cloud-provider-aws's INI rather than our YAML.
-pub fn is_ccm_config(text: &str) -> bool {
-    ccm_config::looks_like_ini(text)
-}
-
 /// The region an availability zone is in (`us-east-1a` → `us-east-1`,
 /// the Local Zone `us-west-2-lax-1a` → `us-west-2`).
 pub fn region_of_zone(zone: &str) -> Option<String> {

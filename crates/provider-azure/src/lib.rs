@@ -39,11 +39,14 @@
 
 pub mod client_cert;
 pub mod config;
+mod entry;
 pub mod forwarding;
 pub mod names;
 pub mod permissions;
 #[cfg(feature = "testing")]
 pub mod testing;
+
+pub use entry::PROVIDER;
 
 mod client;
 

@@ -43,12 +43,15 @@
 
 pub mod alt_token;
 pub mod config;
+mod entry;
 mod error;
 mod forwarding;
 pub mod native;
 pub mod permissions;
 #[cfg(feature = "testing")]
 pub mod testing;
+
+pub use entry::PROVIDER;
 
 use std::collections::HashMap;
 use std::hash::Hasher;

@@ -49,11 +49,6 @@ const NOT_ROUTES: &[(&str, &str)] = &[
 /// Why the zone keys change nothing here.
 const ZONES: &str = "each Node's instance and zone come from its providerID (gce://<project>/<zone>/<instance>), so no zone is looked up";
 
-/// Whether `text` is cloud-provider-gcp's `gce.conf` rather than our YAML.
-pub fn is_ccm_config(text: &str) -> bool {
-    ccm_config::looks_like_ini(text)
-}
-
 fn invalid(message: String) -> ConfigError {
     ConfigError::Invalid(format!("{FORMAT}: {message}"))
 }

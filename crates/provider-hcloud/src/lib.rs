@@ -28,11 +28,14 @@
 
 mod client;
 pub mod config;
+mod entry;
 pub mod native;
 pub mod permissions;
 mod schema;
 #[cfg(feature = "testing")]
 pub mod testing;
+
+pub use entry::PROVIDER;
 
 use std::collections::HashMap;
 use std::net::IpAddr;

@@ -1,13 +1,20 @@
-//! The plumbing the HTTP cloud providers share, written once: the request
-//! path every request of theirs takes ([`Client::send`]: budget, fence,
-//! request counters, the pause after throttling, authentication through
-//! [`Auth`]), what a `Retry-After` asks for, what a request that failed
-//! before its answer means for the engine, and [`Secret`] for their
+//! The plumbing the cloud providers share, written once: the request path
+//! every request of the HTTP providers takes ([`Client::send`]: budget,
+//! fence, request counters, the pause after throttling, authentication
+//! through [`Auth`]), what a `Retry-After` asks for, what a request that
+//! failed before its answer means for the engine, and [`Secret`] for their
 //! credentials. Each provider crate stands on it; what a cloud's *answers*
 //! mean stays in the provider, next to that cloud's error codes.
+//!
+//! [`registry`] is the other thing every provider crate shares: the one
+//! value ([`Provider`]) through which the binary's registry reads its
+//! `--cloud-config` and builds it.
 
 mod http;
+pub mod registry;
 mod secret;
+
+pub use registry::{BuildError, Building, Provider, Reads, Start};
 
 use std::time::{Duration, SystemTime};
 

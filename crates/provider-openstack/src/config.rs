@@ -4,8 +4,8 @@
 //! environment (`OS_PASSWORD`, `OS_APPLICATION_CREDENTIAL_SECRET`) so the file
 //! can live in a ConfigMap.
 //!
-//! This module owns parsing and validation only; nothing here does I/O except
-//! [`OpenStackConfig::from_file`].
+//! This module owns parsing and validation only; the files are read by
+//! `ccm_config::load`, except the `clouds.yaml` a configuration names.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -490,15 +490,6 @@ impl OpenStackConfig {
         c.fill_from_env(env);
         c.validate()?;
         Ok(c)
-    }
-
-    /// Reads and parses a file.
-    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        Self::from_yaml(&text)
     }
 
     /// Secrets left empty in the file come from the environment.

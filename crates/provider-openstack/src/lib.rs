@@ -41,10 +41,13 @@
 //! creation whose port step failed is a failed creation.
 
 pub mod config;
+mod entry;
 pub mod index;
 pub mod native;
 #[cfg(feature = "testing")]
 pub mod testing;
+
+pub use entry::PROVIDER;
 
 mod client;
 pub mod permissions;

@@ -16,11 +16,6 @@ use crate::config::ConfigError;
 /// The name messages give this format.
 pub const FORMAT: &str = "cloud-provider-openstack cloud.conf";
 
-/// Whether `text` is a `cloud.conf` rather than our YAML.
-pub fn is_ccm_config(text: &str) -> bool {
-    ccm_config::looks_like_ini(text)
-}
-
 /// `[Global]` keys copied as they are: (cloud.conf key, our key).
 const AUTH: &[(&str, &str)] = &[
     ("auth-url", "auth.auth_url"),
