@@ -119,7 +119,9 @@ impl Verdict {
                 } else {
                     format!("route table {table}")
                 };
-                format!("no room: {table} is full at the provider's limit of {max} routes")
+                format!(
+                    "no room: the provider allows at most {max} routes and {table} is full; delete routes or raise the limit"
+                )
             }
             Verdict::Blocked { by } => {
                 let by: Vec<String> = by.iter().map(ToString::to_string).collect();
