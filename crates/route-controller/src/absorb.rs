@@ -13,7 +13,7 @@
 
 use rand::Rng;
 use route_cloud::ErrorKind;
-use route_core::{Creation, Plan};
+use route_core::{Creation, Plan, Route};
 use tokio::time::Instant;
 use tracing::info;
 
@@ -49,8 +49,9 @@ pub struct Absorbed {
 
 /// How a record ends for the loop's state.
 enum Fold {
-    /// Done (or, for a deletion, its goal reached).
-    Done,
+    /// Done (or, for a deletion, its goal reached); for a creation, the
+    /// route as the cloud lists it, when it said.
+    Done(Option<Route>),
     /// Refused or failed with an answer of this class.
     Refused {
         kind: ErrorKind,
@@ -65,15 +66,10 @@ enum Fold {
 }
 
 fn fold(ops: &OpRecords, key: &route_core::OpKey, now: Instant) -> Fold {
-    let Some(record) = ops.record(key) else {
-        // `of` reports the bug.
-        let _ = ops.of(key);
-        return Fold::Nothing;
-    };
-    match &record.result {
-        Some(OpResult::Done(_)) => Fold::Done,
-        Some(OpResult::Abandoned) => Fold::MayHaveHappened,
-        _ => match record.refusal(now) {
+    match ops.of(key) {
+        OpResult::Done(created) => Fold::Done(created.clone()),
+        OpResult::Abandoned => Fold::MayHaveHappened,
+        _ => match ops.record(key).and_then(|r| r.refusal(now)) {
             Some((kind, retry_after, text)) => Fold::Refused {
                 kind,
                 retry_after,
@@ -103,7 +99,7 @@ pub fn absorb(
     for d in &plan.deletions {
         let key = d.key();
         match fold(ops, &key, now) {
-            Fold::Done => {
+            Fold::Done(_) => {
                 book.succeeded(&key);
                 book.release_quota_waiters(now);
                 routes.remove(&d.route);
@@ -153,17 +149,13 @@ pub fn absorb(
     for c in &plan.creations {
         let key = c.key();
         match fold(ops, &key, now) {
-            Fold::Done => {
+            Fold::Done(created) => {
                 book.succeeded(&key);
                 if let Some(replaced) = &c.replaces {
                     holds.repaired(c, now);
                     routes.remove(replaced);
                 }
-                let created = match ops.of(&key) {
-                    OpResult::Done(Some(r)) => r.clone(),
-                    _ => c.route.clone(),
-                };
-                routes.add(created);
+                routes.add(created.unwrap_or_else(|| c.route.clone()));
             }
             Fold::Refused {
                 kind,

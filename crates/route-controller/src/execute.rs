@@ -108,7 +108,8 @@ static NO_RESULT: OpResult = OpResult::NotSent;
 
 impl OpRecords {
     /// The records of `plan`'s operations with their verdicts from
-    /// `gated`, no result yet.
+    /// `gated`: [`OpResult::NotSent`] for those it keeps back, no result yet
+    /// for those it lets run.
     pub fn gated(plan: &Plan, gated: &Gated) -> Self {
         let mut records = HashMap::new();
         for key in plan
@@ -123,13 +124,10 @@ impl OpRecords {
                 error!(operation = %key, "the gate gave this operation no verdict; it is not sent");
                 Verdict::Blocked { by: Vec::new() }
             });
-            records.insert(
-                key,
-                OpRecord {
-                    verdict,
-                    result: None,
-                },
-            );
+            // What the verdict keeps back has its result now; the executor
+            // records the others'.
+            let result = (!verdict.runs()).then_some(OpResult::NotSent);
+            records.insert(key, OpRecord { verdict, result });
         }
         Self { records }
     }
@@ -294,9 +292,6 @@ impl Executor {
     /// are recorded as not sent, their verdict saying why.
     pub async fn execute(&self, plan: &Plan, gated: &Gated) -> OpRecords {
         let mut out = OpRecords::gated(plan, gated);
-        for r in out.records.values_mut().filter(|r| !r.verdict.runs()) {
-            r.result = Some(OpResult::NotSent);
-        }
         if self.cloud.capabilities().supports_batch {
             self.execute_batch(plan, gated, &mut out).await;
         } else {
