@@ -26,7 +26,7 @@ def initdb(url):
 
 
 def serve(host, port):
-    from wsgiref.simple_server import WSGIRequestHandler, make_server
+    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
     # Neutron parses sys.argv when the application boots.
     sys.argv = sys.argv[:1]
@@ -36,7 +36,16 @@ def serve(host, port):
         def log_message(self, fmt, *args):
             sys.stderr.write("access: %s\n" % (fmt % args))
 
-    server = make_server(host, port, api.application, handler_class=Handler)
+    class Server(WSGIServer):
+        # socketserver's default backlog of 5 is too short for the tests
+        # that start eight clients at once: while one slow request is
+        # served, the kernel drops the sixth SYN, and the client's SYN
+        # retries (1 s, 2 s, 4 s, 8 s) outlast its 10 s connect timeout.
+        request_queue_size = 128
+
+    server = make_server(
+        host, port, api.application, server_class=Server, handler_class=Handler
+    )
     print("neutron-server listening on http://%s:%d" % (host, port), flush=True)
     server.serve_forever()
 
