@@ -68,12 +68,12 @@ use aws_sdk_ec2::Client;
 use aws_sdk_ec2::config::retry::RetryConfig;
 use aws_sdk_ec2::config::timeout::TimeoutConfig;
 use aws_sdk_ec2::types::{AttributeBooleanValue, Filter, RouteOrigin, RouteState, RouteTable};
+use provider_kit::Meter;
 use route_cloud::ratelimit::TokenBucket;
 use route_cloud::{
     Capabilities, CloudError, CloudRoutes, ErrorKind, Forwarding, ForwardingCheck, RequestStats,
 };
 use route_core::{Cidr, Destination, IpFamily, NodeView, Route, TargetNeeds, Text};
-use provider_kit::Meter;
 use tracing::{debug, info, warn};
 
 pub use config::{AwsConfig, Budget, ConfigError, RateLimitConfig};
@@ -1952,7 +1952,11 @@ mod tests {
         l.throttled(Op::CreateRoute, Some(Duration::from_secs(20)))
             .await;
         let t0 = tokio::time::Instant::now();
-        let e = l.acquire_fenced(Op::CreateRoute, &fence).await.unwrap_err();
+        let e = l
+            .bucket(Op::CreateRoute)
+            .acquire_fenced(&fence)
+            .await
+            .unwrap_err();
         assert_eq!(e.kind, ErrorKind::Fenced);
         assert_eq!(
             t0.elapsed(),
@@ -1989,9 +1993,9 @@ mod tests {
         );
         // Other actions keep their own budget.
         let t0 = tokio::time::Instant::now();
-        l.acquire(Op::DeleteRoute).await;
+        l.bucket(Op::DeleteRoute).acquire().await;
         assert_eq!(t0.elapsed(), Duration::ZERO);
-        let waited = l.acquire(Op::CreateRoute).await;
+        let waited = l.bucket(Op::CreateRoute).acquire().await;
         assert!(waited >= Duration::from_secs(1), "{waited:?}");
     }
 }

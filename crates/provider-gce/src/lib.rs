@@ -65,6 +65,7 @@ use google_cloud_compute_v1::model::Operation;
 use google_cloud_compute_v1::model::operation::Status as OpStatus;
 use google_cloud_gax::options::RequestOptionsBuilder as _;
 use google_cloud_gax::retry_policy::NeverRetry;
+use provider_kit::Meter;
 use route_cloud::ratelimit::TokenBucket;
 use route_cloud::{
     Capabilities, CloudError, CloudRoutes, ErrorKind, Fence, Forwarding, ForwardingCheck,
@@ -72,7 +73,6 @@ use route_cloud::{
 };
 use route_core::{Cidr, Destination, IpFamily, NodeView, Route, TargetNeeds, Text};
 use tokio::time::Instant;
-use provider_kit::Meter;
 use tracing::{debug, info, warn};
 
 pub use crate::config::{ConfigError, GceConfig};

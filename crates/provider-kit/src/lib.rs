@@ -22,7 +22,8 @@ use std::time::{Duration, SystemTime};
 
 use route_cloud::{CloudError, ErrorKind};
 
-pub use http::{Auth, Bearer, Budget, Call, Client, NoAuth, Renewing, TokenHeader, client_builder,
+pub use http::{
+    Auth, Bearer, Budget, Call, Client, NoAuth, Renewing, TokenHeader, client_builder,
     connect_timeout,
 };
 pub use meter::Meter;
