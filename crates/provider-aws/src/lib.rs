@@ -68,6 +68,7 @@ use aws_sdk_ec2::Client;
 use aws_sdk_ec2::config::retry::RetryConfig;
 use aws_sdk_ec2::config::timeout::TimeoutConfig;
 use aws_sdk_ec2::types::{AttributeBooleanValue, Filter, RouteOrigin, RouteState, RouteTable};
+use provider_kit::Meter;
 use route_cloud::ratelimit::TokenBucket;
 use route_cloud::{
     Capabilities, CloudError, CloudRoutes, ErrorKind, Forwarding, ForwardingCheck, RequestStats,
@@ -198,16 +199,8 @@ impl Limiter {
         }
     }
 
-    async fn acquire(&self, op: Op) -> Duration {
-        self.buckets[op.index()].acquire().await
-    }
-
-    async fn acquire_fenced(
-        &self,
-        op: Op,
-        fence: &route_cloud::Fence,
-    ) -> Result<Duration, CloudError> {
-        self.buckets[op.index()].acquire_fenced(fence).await
+    fn bucket(&self, op: Op) -> &TokenBucket {
+        &self.buckets[op.index()]
     }
 
     fn succeeded(&self, op: Op) {
@@ -338,10 +331,9 @@ fn is_main_table(t: &RouteTable) -> bool {
 pub struct Ec2Routes {
     client: Client,
     config: AwsConfig,
-    stats: RequestStats,
+    meter: Meter,
     limiter: Limiter,
     state: Mutex<State>,
-    fence: route_cloud::Fence,
 }
 
 impl std::fmt::Debug for Ec2Routes {
@@ -399,7 +391,7 @@ impl Ec2Routes {
             .retry_config(RetryConfig::disabled())
             .timeout_config(
                 TimeoutConfig::builder()
-                    .connect_timeout(timeout.min(Duration::from_secs(10)))
+                    .connect_timeout(provider_kit::connect_timeout(timeout))
                     .operation_attempt_timeout(timeout)
                     .operation_timeout(timeout)
                     .build(),
@@ -426,9 +418,8 @@ impl Ec2Routes {
             client: Client::from_conf(ec2),
             limiter: Limiter::new(&config.rate_limit),
             config,
-            stats: RequestStats::default(),
+            meter: Meter::default(),
             state: Mutex::new(State::default()),
-            fence: route_cloud::Fence::default(),
         })
     }
 
@@ -436,7 +427,7 @@ impl Ec2Routes {
     /// bucket, throttling pauses) before sending a change, so a change that
     /// waited past this replica's renew deadline is never sent.
     pub fn with_fence(mut self, fence: route_cloud::Fence) -> Self {
-        self.fence = fence;
+        self.meter.set_fence(fence);
         self
     }
 
@@ -460,38 +451,29 @@ impl Ec2Routes {
         >,
         E: aws_sdk_ec2::error::ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     {
-        // A change (ModifyInstanceAttribute, CreateRoute, ...) may have waited
-        // for its token past this replica's renew deadline; then it is not sent.
-        let waited = if op.is_write() {
-            self.limiter.acquire_fenced(op, &self.fence).await?
-        } else {
-            self.limiter.acquire(op).await
-        };
-        if !waited.is_zero() {
-            self.stats.add_rate_limit_wait(waited);
-        }
-        match request().await {
-            Ok(v) => {
-                self.stats.record(op.name(), "ok");
-                self.limiter.succeeded(op);
-                Ok(v)
+        let answer = self
+            .meter
+            .call(
+                op.name(),
+                self.limiter.bucket(op),
+                op.is_write(),
+                request(),
+                |e| classify(op.name(), &e),
+            )
+            .await;
+        match &answer {
+            Ok(_) => self.limiter.succeeded(op),
+            Err(e) if e.kind == ErrorKind::Throttled => {
+                let pause = self.limiter.throttled(op, e.retry_after).await;
+                warn!(
+                    operation = op.name(),
+                    pause_ms = pause.as_millis() as u64,
+                    "EC2 throttled the request; pausing this action"
+                );
             }
-            Err(e) => {
-                let ce = classify(op.name(), &e);
-                self.stats.record(op.name(), ce.kind.as_str());
-                if ce.kind == ErrorKind::Throttled {
-                    let pause = self.limiter.throttled(op, ce.retry_after).await;
-                    warn!(
-                        operation = op.name(),
-                        pause_ms = pause.as_millis() as u64,
-                        "EC2 throttled the request; pausing this action"
-                    );
-                } else {
-                    debug!(operation = op.name(), error = %ce, "EC2 request failed");
-                }
-                Err(ce)
-            }
+            Err(e) => debug!(operation = op.name(), error = %e, "EC2 request failed"),
         }
+        answer
     }
 
     /// Describes the cluster's route tables: the configured ids, or every
@@ -1420,7 +1402,7 @@ impl CloudRoutes for Ec2Routes {
     }
 
     fn stats(&self) -> &RequestStats {
-        &self.stats
+        self.meter.stats()
     }
 
     async fn check_forwarding(
@@ -1970,7 +1952,11 @@ mod tests {
         l.throttled(Op::CreateRoute, Some(Duration::from_secs(20)))
             .await;
         let t0 = tokio::time::Instant::now();
-        let e = l.acquire_fenced(Op::CreateRoute, &fence).await.unwrap_err();
+        let e = l
+            .bucket(Op::CreateRoute)
+            .acquire_fenced(&fence)
+            .await
+            .unwrap_err();
         assert_eq!(e.kind, ErrorKind::Fenced);
         assert_eq!(
             t0.elapsed(),
@@ -2007,9 +1993,9 @@ mod tests {
         );
         // Other actions keep their own budget.
         let t0 = tokio::time::Instant::now();
-        l.acquire(Op::DeleteRoute).await;
+        l.bucket(Op::DeleteRoute).acquire().await;
         assert_eq!(t0.elapsed(), Duration::ZERO);
-        let waited = l.acquire(Op::CreateRoute).await;
+        let waited = l.bucket(Op::CreateRoute).acquire().await;
         assert!(waited >= Duration::from_secs(1), "{waited:?}");
     }
 }

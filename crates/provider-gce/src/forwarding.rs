@@ -60,17 +60,17 @@ impl GceRoutes {
     /// One `instances.get`: `Some(canIpForward)`, or `None` when the
     /// instance does not exist (a Node whose instance is gone has no news).
     async fn can_ip_forward(&self, instance: &InstanceRef) -> Result<Option<bool>, CloudError> {
-        self.take(&self.requests, false).await?;
-        let answer = self
+        let get = self
             .instances
             .get()
             .set_project(&instance.project)
             .set_zone(&instance.zone)
             .set_instance(&instance.name)
-            .with_attempt_timeout(self.config.request_timeout())
-            .send()
-            .await;
-        match self.outcome("get_instance", &self.requests, answer).await {
+            .with_attempt_timeout(self.config.request_timeout());
+        match self
+            .send("get_instance", &self.requests, false, get.send())
+            .await
+        {
             // An absent field is the API's way of writing false.
             Ok(found) => Ok(Some(found.can_ip_forward.unwrap_or(false))),
             Err(e) if e.kind == ErrorKind::NotFound => Ok(None),

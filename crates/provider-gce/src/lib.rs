@@ -65,6 +65,7 @@ use google_cloud_compute_v1::model::Operation;
 use google_cloud_compute_v1::model::operation::Status as OpStatus;
 use google_cloud_gax::options::RequestOptionsBuilder as _;
 use google_cloud_gax::retry_policy::NeverRetry;
+use provider_kit::Meter;
 use route_cloud::ratelimit::TokenBucket;
 use route_cloud::{
     Capabilities, CloudError, CloudRoutes, ErrorKind, Fence, Forwarding, ForwardingCheck,
@@ -307,12 +308,11 @@ pub struct GceRoutes {
     /// The network's `selfLink`, as routes carry it.
     network_url: String,
     supports_ipv6: bool,
-    stats: RequestStats,
+    meter: Meter,
     /// The client's budget for list, insert, get and delete.
     requests: TokenBucket,
     /// Upstream's `operationPollRateLimiter`: operation reads per second.
     polls: TokenBucket,
-    fence: Fence,
     /// Instances to Node names, from the Nodes' providerIDs.
     nodes: Mutex<HashMap<InstanceRef, Text>>,
     /// `canIpForward` of every instance read so far.
@@ -343,7 +343,7 @@ impl GceRoutes {
         let operations = client!(GlobalOperations, config, creds);
         let networks = client!(Networks, config, creds);
         let instances = client!(Instances, config, creds);
-        let stats = RequestStats::default();
+        let meter = Meter::default();
         let project = config.routes_project().to_string();
         let answer = networks
             .get()
@@ -352,17 +352,12 @@ impl GceRoutes {
             .with_attempt_timeout(config.request_timeout())
             .send()
             .await;
-        stats.record(
-            "get_network",
-            match &answer {
-                Ok(_) => "ok",
-                Err(e) => classify("networks.get", e).kind.as_str(),
-            },
-        );
+        let answer = answer.map_err(|e| classify("networks.get", &e));
+        meter.count("get_network", &answer);
         let network = answer.map_err(|e| ConfigError::Network {
             project: project.clone(),
             network: config.network.clone(),
-            reason: classify("networks.get", &e).message,
+            reason: e.message,
         })?;
         let network_url = network.self_link.clone().unwrap_or_else(|| {
             format!(
@@ -394,10 +389,9 @@ impl GceRoutes {
             instances,
             network_url,
             supports_ipv6,
-            stats,
+            meter,
             requests,
             polls,
-            fence: Fence::default(),
             nodes: Mutex::new(HashMap::new()),
             forwarding: Mutex::new(HashMap::new()),
         })
@@ -407,7 +401,7 @@ impl GceRoutes {
     /// throttling pauses) before sending a change, so a change that waited
     /// past this replica's renew deadline is never sent.
     pub fn with_fence(mut self, fence: Fence) -> Self {
-        self.fence = fence;
+        self.meter.set_fence(fence);
         self
     }
 
@@ -425,42 +419,31 @@ impl GceRoutes {
         self.config.routes_project()
     }
 
-    /// Records one request's outcome; on a throttling answer pauses `bucket`
-    /// until the API's quota window turns over and says so in the error.
-    async fn outcome<T>(
+    /// Sends one request inside `bucket` (a `change` through the fence)
+    /// and counts it under `operation`; on a throttling answer pauses
+    /// `bucket` until the API's quota window turns over and says so in the
+    /// error.
+    async fn send<T>(
         &self,
         operation: &'static str,
         bucket: &TokenBucket,
-        answer: Result<T, google_cloud_gax::error::Error>,
+        change: bool,
+        request: impl Future<Output = Result<T, google_cloud_gax::error::Error>>,
     ) -> Result<T, CloudError> {
-        match answer {
-            Ok(v) => {
-                self.stats.record(operation, "ok");
-                Ok(v)
-            }
-            Err(e) => {
-                let mut err = classify(operation, &e);
-                self.stats.record(operation, err.kind.as_str());
-                if err.kind == ErrorKind::Throttled {
-                    let wait = until_window_turns(self.config.quota_window_secs);
-                    bucket.pause_until(Instant::now() + wait).await;
-                    err.retry_after = Some(wait);
-                }
-                Err(err)
-            }
+        let mut answer = self
+            .meter
+            .call(operation, bucket, change, request, |e| {
+                classify(operation, &e)
+            })
+            .await;
+        if let Err(err) = &mut answer
+            && err.kind == ErrorKind::Throttled
+        {
+            let wait = until_window_turns(self.config.quota_window_secs);
+            bucket.pause_until(Instant::now() + wait).await;
+            err.retry_after = Some(wait);
         }
-    }
-
-    async fn take(&self, bucket: &TokenBucket, mutating: bool) -> Result<(), CloudError> {
-        let waited = if mutating {
-            bucket.acquire_fenced(&self.fence).await?
-        } else {
-            bucket.acquire().await
-        };
-        if !waited.is_zero() {
-            self.stats.add_rate_limit_wait(waited);
-        }
-        Ok(())
+        answer
     }
 
     /// Follows an insert's or a delete's operation until it is `DONE`, with
@@ -495,18 +478,19 @@ impl GceRoutes {
                     ),
                 ));
             }
-            self.take(&self.polls, false).await?;
-            last_read = Some(Instant::now());
-            let attempt = cap.min(deadline.saturating_duration_since(Instant::now()));
-            let answer = self
-                .operations
-                .wait()
-                .set_project(self.project())
-                .set_operation(&name)
-                .with_attempt_timeout(attempt.max(Duration::from_millis(1)))
-                .send()
-                .await;
-            match self.outcome("wait_operation", &self.polls, answer).await {
+            // The attempt is cut to what is left once the poll's token came.
+            let wait = async {
+                last_read = Some(Instant::now());
+                let attempt = cap.min(deadline.saturating_duration_since(Instant::now()));
+                self.operations
+                    .wait()
+                    .set_project(self.project())
+                    .set_operation(&name)
+                    .with_attempt_timeout(attempt.max(Duration::from_millis(1)))
+                    .send()
+                    .await
+            };
+            match self.send("wait_operation", &self.polls, false, wait).await {
                 Ok(next) => op = next,
                 // A wait that the client cut at its own attempt timeout is
                 // no answer about the operation: ask again.
@@ -528,16 +512,14 @@ impl GceRoutes {
         &self,
         name: &str,
     ) -> Result<google_cloud_compute_v1::model::Route, CloudError> {
-        self.take(&self.requests, false).await?;
-        let answer = self
+        let get = self
             .routes
             .get()
             .set_project(self.project())
             .set_route(name)
-            .with_attempt_timeout(self.config.request_timeout())
-            .send()
-            .await;
-        self.outcome("get_route", &self.requests, answer).await
+            .with_attempt_timeout(self.config.request_timeout());
+        self.send("get_route", &self.requests, false, get.send())
+            .await
     }
 
     /// Whether a listed route is this cluster's: the name prefix, the
@@ -715,7 +697,7 @@ impl CloudRoutes for GceRoutes {
     }
 
     fn stats(&self) -> &RequestStats {
-        &self.stats
+        self.meter.stats()
     }
 
     fn observe_nodes(&self, nodes: &[Arc<NodeView>]) {
@@ -736,7 +718,6 @@ impl CloudRoutes for GceRoutes {
         let mut token = String::new();
         // Bounded so a server that keeps announcing a next page cannot loop us.
         for _ in 0..10_000 {
-            self.take(&self.requests, false).await?;
             let mut call = self
                 .routes
                 .list()
@@ -748,7 +729,7 @@ impl CloudRoutes for GceRoutes {
                 call = call.set_page_token(&token);
             }
             let page = self
-                .outcome("list", &self.requests, call.send().await)
+                .send("list", &self.requests, false, call.send())
                 .await?;
             for r in &page.items {
                 if !self.owned(cluster, r) {
@@ -824,16 +805,16 @@ impl CloudRoutes for GceRoutes {
             .set_next_hop_instance(instance.path())
             .set_priority(ROUTE_PRIORITY)
             .set_description(ROUTE_DESCRIPTION);
-        self.take(&self.requests, true).await?;
-        let answer = self
+        let insert = self
             .routes
             .insert()
             .set_project(self.project())
             .set_body(body)
-            .with_attempt_timeout(self.config.request_timeout())
-            .send()
-            .await;
-        let done = match self.outcome("insert", &self.requests, answer).await {
+            .with_attempt_timeout(self.config.request_timeout());
+        let done = match self
+            .send("insert", &self.requests, true, insert.send())
+            .await
+        {
             Ok(op) => self.finish(op, true).await,
             Err(e) => Err(e),
         };
@@ -909,16 +890,15 @@ impl CloudRoutes for GceRoutes {
                 ),
             ));
         }
-        self.take(&self.requests, true).await?;
-        let answer = self
+        let delete = self
             .routes
             .delete()
             .set_project(self.project())
             .set_route(route.name.as_str())
-            .with_attempt_timeout(self.config.request_timeout())
-            .send()
-            .await;
-        let op = self.outcome("delete", &self.requests, answer).await?;
+            .with_attempt_timeout(self.config.request_timeout());
+        let op = self
+            .send("delete", &self.requests, true, delete.send())
+            .await?;
         self.finish(op, false).await
     }
 }

@@ -20,11 +20,17 @@ use route_cloud::ratelimit::TokenBucket;
 use route_cloud::{CloudError, ErrorKind, Fence, RequestStats};
 use tokio::time::Instant;
 
-use crate::{Secret, transport_error};
+use crate::{Meter, Secret, transport_error};
 
 /// A connection that takes longer than this is not going to come: the
 /// request is reported before a long request timeout has passed.
 const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The connect timeout of a client whose requests time out after
+/// `request`: at most ten seconds.
+pub fn connect_timeout(request: Duration) -> Duration {
+    request.min(MAX_CONNECT_TIMEOUT)
+}
 
 /// A `reqwest` client builder with what every provider's client has: the
 /// request `timeout`, a connect timeout of at most ten seconds, and the
@@ -33,7 +39,7 @@ const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub fn client_builder(timeout: Duration) -> reqwest::ClientBuilder {
     reqwest::Client::builder()
         .timeout(timeout)
-        .connect_timeout(timeout.min(MAX_CONNECT_TIMEOUT))
+        .connect_timeout(connect_timeout(timeout))
         .user_agent(concat!(
             "cloud-route-controller/",
             env!("CARGO_PKG_VERSION")
@@ -286,8 +292,7 @@ impl<T: Clone> Renewing<T> {
 pub struct Client {
     http: reqwest::Client,
     budget: Budget,
-    stats: RequestStats,
-    fence: Fence,
+    meter: Meter,
     provider: &'static str,
     throttle_pause: Option<Duration>,
 }
@@ -300,8 +305,7 @@ impl Client {
         Self {
             http,
             budget,
-            stats: RequestStats::default(),
-            fence: Fence::default(),
+            meter: Meter::default(),
             provider,
             throttle_pause: None,
         }
@@ -321,12 +325,12 @@ impl Client {
 
     /// The counters of every request sent.
     pub fn stats(&self) -> &RequestStats {
-        &self.stats
+        self.meter.stats()
     }
 
     /// Replaces the fence every change passes.
     pub fn set_fence(&mut self, fence: Fence) {
-        self.fence = fence;
+        self.meter.set_fence(fence);
     }
 
     /// Hands out no budget before `until` (a server's reset).
@@ -367,15 +371,10 @@ impl Client {
         Fut: Future<Output = Result<T, CloudError>>,
     {
         let credentials = auth.credentials(self).await?;
-        let waited = match call.take {
-            Take::Read => self.budget.reads().acquire().await,
-            // A change may have waited for its token past this replica's
-            // renew deadline; then it is not sent.
-            Take::Write => self.budget.writes().acquire_fenced(&self.fence).await?,
-            Take::Nothing => Duration::ZERO,
-        };
-        if !waited.is_zero() {
-            self.stats.add_rate_limit_wait(waited);
+        match call.take {
+            Take::Read => self.meter.take(self.budget.reads(), false).await?,
+            Take::Write => self.meter.take(self.budget.writes(), true).await?,
+            Take::Nothing => {}
         }
         let result = match request {
             Err(e) => Err(e),
@@ -384,10 +383,7 @@ impl Client {
                 Ok(resp) => read(resp).await,
             },
         };
-        self.stats.record(
-            call.op,
-            result.as_ref().map_or_else(|e| e.kind.as_str(), |_| "ok"),
-        );
+        self.meter.count(call.op, &result);
         match &result {
             Err(e) => {
                 if call.pauses

@@ -1,7 +1,8 @@
 //! The plumbing the cloud providers share, written once: the request path
 //! every request of the HTTP providers takes ([`Client::send`]: budget,
 //! fence, request counters, the pause after throttling, authentication
-//! through [`Auth`]), what a `Retry-After` asks for, what a request that
+//! through [`Auth`]), the budget, fence and counters alone ([`Meter`]) for
+//! the providers that send through a cloud's official SDK, what a `Retry-After` asks for, what a request that
 //! failed before its answer means for the engine, and [`Secret`] for their
 //! credentials. Each provider crate stands on it; what a cloud's *answers*
 //! mean stays in the provider, next to that cloud's error codes.
@@ -11,6 +12,7 @@
 //! `--cloud-config` and builds it.
 
 mod http;
+mod meter;
 pub mod registry;
 mod secret;
 
@@ -20,7 +22,11 @@ use std::time::{Duration, SystemTime};
 
 use route_cloud::{CloudError, ErrorKind};
 
-pub use http::{Auth, Bearer, Budget, Call, Client, NoAuth, Renewing, TokenHeader, client_builder};
+pub use http::{
+    Auth, Bearer, Budget, Call, Client, NoAuth, Renewing, TokenHeader, client_builder,
+    connect_timeout,
+};
+pub use meter::Meter;
 pub use secret::Secret;
 
 /// The wait a `Retry-After` value asks for: delta-seconds or an HTTP date
