@@ -80,16 +80,24 @@ pub struct OpRecord {
 }
 
 impl OpRecord {
-    /// The answer the operation counts as having had, when it is not done:
-    /// the cloud's failure, or the refusal its verdict gives in the cloud's
-    /// place ([`policy::refusal`]), with its retry-after and its text.
+    /// The class of answer the operation counts as having had, when it is
+    /// not done: the cloud's failure, or the refusal its verdict gives in
+    /// the cloud's place ([`policy::refusal`]).
+    pub fn refused(&self) -> Option<ErrorKind> {
+        match &self.result {
+            Some(OpResult::Failed(e)) => Some(e.kind),
+            Some(OpResult::NotSent) => policy::refusal(&self.verdict),
+            _ => None,
+        }
+    }
+
+    /// [`OpRecord::refused`], with the answer's retry-after and its text.
     pub fn refusal(&self, now: Instant) -> Option<(ErrorKind, Option<Duration>, String)> {
         match &self.result {
             Some(OpResult::Failed(e)) => Some((e.kind, e.retry_after, e.to_string())),
-            Some(OpResult::NotSent) => {
-                policy::refusal(&self.verdict).map(|k| (k, None, self.verdict.describe(now)))
-            }
-            _ => None,
+            _ => self
+                .refused()
+                .map(|k| (k, None, self.verdict.describe(now))),
         }
     }
 }
@@ -197,10 +205,7 @@ impl OpRecords {
     /// Any operation failed, or was refused by its verdict in the cloud's
     /// place.
     pub fn any_failed(&self) -> bool {
-        self.records.values().any(|r| {
-            matches!(r.result, Some(OpResult::Failed(_)))
-                || (r.result == Some(OpResult::NotSent) && policy::refusal(&r.verdict).is_some())
-        })
+        self.records.values().any(|r| r.refused().is_some())
     }
 
     /// Operations not done by the end of the pass.

@@ -12,7 +12,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use route_cloud::{CloudError, ErrorKind};
+use route_cloud::ErrorKind;
 use tokio::time::Instant;
 
 use crate::policy::{self, Retry};
@@ -93,8 +93,16 @@ impl RetryBook {
     }
 
     /// Records a failure; returns when the operation may be retried.
-    /// `unit` is a random number in `[0, 1)` for the jitter.
-    pub fn failed(&mut self, key: OpKey, err: &CloudError, now: Instant, unit: f64) -> Instant {
+    /// `unit` is a random number in `[0, 1)` for the jitter. The tests'
+    /// shorthand for [`RetryBook::answered`].
+    #[cfg(test)]
+    pub fn failed(
+        &mut self,
+        key: OpKey,
+        err: &route_cloud::CloudError,
+        now: Instant,
+        unit: f64,
+    ) -> Instant {
         self.answered(key, err.kind, err.retry_after, now, unit)
     }
 
@@ -234,6 +242,7 @@ impl RetryBook {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use route_cloud::CloudError;
 
     fn key() -> OpKey {
         OpKey::Create {

@@ -23,7 +23,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use route_core::{NetworkCondition, OpKey, Plan};
 use tracing::warn;
 
-use crate::execute::{Fence, OpRecords, OpResult};
+use crate::execute::{Fence, OpRecord, OpRecords, OpResult};
 use crate::metrics::MetricsHandle;
 use crate::nodes::{NodeRef, NodeStore};
 use crate::retry::RetryBook;
@@ -168,8 +168,7 @@ pub fn explain(ops: &OpRecords, book: &RetryBook, key: &OpKey) -> Option<Network
         OpResult::Done(_) => return None,
         _ => ops
             .record(key)
-            .and_then(|r| r.refusal(tokio::time::Instant::now()))
-            .map(|(kind, ..)| kind)
+            .and_then(OpRecord::refused)
             .or_else(|| book.refusal(key)),
     };
     Some(refusal.map_or(NetworkCondition::NoRouteCreated, |k| {
