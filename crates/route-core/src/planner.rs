@@ -27,8 +27,10 @@
 //!    claimants are kept, claimants without a route are unroutable.
 //! 7. A pod CIDR not entirely inside a cluster CIDR (or of a family without
 //!    one) gets no route: upstream would create one it can never delete. It
-//!    is reported in [`Plan::outside_cluster`]. Pod CIDRs that are not CIDRs
-//!    are reported in [`Plan::invalid_pod_cidrs`].
+//!    is reported in [`Plan::outside_cluster`]. A live route already listed
+//!    for it (upstream's, before the switch-over) is kept, never deleted,
+//!    and routes the Node: its network works, so it is not `InvalidPodCIDR`.
+//!    Pod CIDRs that are not CIDRs are reported in [`Plan::invalid_pod_cidrs`].
 //! 8. Ordering is explicit: a creation lists, in [`Creation::after`], the
 //!    keys of every deletion with the same destination in its table; nothing
 //!    else is ordered.
@@ -721,6 +723,25 @@ fn judge_routes<N: Borrow<NodeView>, R: Borrow<Route>>(
         // Correction 2's ownership rule (upstream's `isResponsibleForRoute`),
         // and correction 12: a family not routed is not ours either.
         if !responsible(cluster, &c) || !config.routes_family(c.family()) {
+            // Correction 7: not ours to delete, but a live route for a pod
+            // CIDR outside the cluster CIDRs (upstream creates those, and
+            // someone else's may be in place before the switch-over)
+            // routes its Node all the same.
+            if !r.blackhole
+                && let Some(s) = node.and_then(|ni| {
+                    let i = info[ni as usize];
+                    (i.start..i.end).find(|&s| {
+                        let s = &slots[s as usize];
+                        s.cidr == c && s.state == SlotState::Outside
+                    })
+                })
+            {
+                let slot = &mut slots[s as usize];
+                if slot.kept.is_none() {
+                    let fit = Fit::of(r, nodes[slot.node as usize].borrow());
+                    slot.kept = Some(Kept { route: ix, fit });
+                }
+            }
             continue;
         }
         if let Some(ni) = leaving {
@@ -879,10 +900,13 @@ fn create_and_report<N: Borrow<NodeView>, R: Borrow<Route>>(
         }
         for s in &slots[i.start as usize..i.end as usize] {
             match s.state {
-                // Correction 7: no route outside the cluster CIDRs.
+                // Correction 7: no route is created outside the cluster
+                // CIDRs; one already in place still routes the Node.
                 SlotState::Outside => {
-                    unroutable = true;
-                    because(NetworkCondition::InvalidPodCidr, &mut cause);
+                    if s.kept.is_none() {
+                        unroutable = true;
+                        because(NetworkCondition::InvalidPodCidr, &mut cause);
+                    }
                 }
                 // Correction 6: a contested CIDR gets nothing new.
                 SlotState::Conflict | SlotState::Overlap => {

@@ -336,6 +336,43 @@ fn pod_cidr_outside_the_cluster_cidrs_gets_a_route_that_can_never_be_deleted() {
     );
 }
 
+// 7, continued: a Node whose pod CIDR lies outside the cluster CIDRs but
+//    whose route is in the table (upstream's, before the switch-over) has a
+//    working network; a wrong --cluster-cidr must not taint it.
+#[test]
+fn upstream_routes_outside_a_wrong_cluster_cidr_keep_their_nodes_route_created() {
+    let nodes = [
+        node("node-1", "01", &["10.42.1.0/24"], "10.0.1.1").with_condition("False", "RouteCreated"),
+        node("node-2", "02", &["10.42.2.0/24"], "10.0.2.1"),
+        node("node-3", "03", &["10.42.3.0/24"], "10.0.3.1"),
+        node("node-4", "04", &["10.42.4.0/24"], "10.0.4.1"),
+    ];
+    let routes = [
+        route("node-1", "10.42.1.0/24", &["10.0.1.1"], false),
+        route("node-2", "10.42.2.0/24", &["10.0.2.1"], false),
+        route("node-3", "10.42.3.0/24", &["10.0.3.1"], false).blackholed(),
+    ];
+    let p = plan(&nodes, &routes, &config(&["10.244.0.0/16"]));
+    assert!(p.deletions.is_empty(), "not ours to delete: {p:#?}");
+    assert!(p.creations.is_empty(), "none created outside: {p:#?}");
+    assert_eq!(p.outside_cluster.len(), 4, "still reported");
+    let outcome: Vec<(&str, Option<NetworkCondition>)> = p
+        .nodes
+        .iter()
+        .map(|n| (n.node.as_str(), n.condition_after(|_| false)))
+        .collect();
+    assert_eq!(
+        outcome,
+        [
+            // node-1 already says RouteCreated: nothing to write.
+            ("node-2", Some(NetworkCondition::RouteCreated)),
+            // A blackhole routes nothing; no live route: no network.
+            ("node-3", Some(NetworkCondition::InvalidPodCidr)),
+            ("node-4", Some(NetworkCondition::InvalidPodCidr)),
+        ]
+    );
+}
+
 #[test]
 fn invalid_pod_cidr_text_is_reported_and_the_node_is_unroutable() {
     let mut n = node("node-1", "01", &["10.120.0.0/24"], "10.0.1.1");
