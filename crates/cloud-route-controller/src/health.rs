@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use route_controller::{Fence, NodeStore};
+use route_controller::{ConfigAlarm, Fence, NodeStore};
 
 /// Set by the tasks, read by `/healthz` and `/readyz`.
 pub struct Health {
@@ -14,15 +14,23 @@ pub struct Health {
     pub leader: Fence,
     /// A task that must run for the process to be useful has stopped.
     pub task_died: AtomicBool,
+    /// Raised while the settings disagree with the cluster.
+    pub config: ConfigAlarm,
 }
 
 impl Health {
-    pub fn new(nodes: Arc<NodeStore>, first_sync: Arc<AtomicBool>, leader: Fence) -> Arc<Self> {
+    pub fn new(
+        nodes: Arc<NodeStore>,
+        first_sync: Arc<AtomicBool>,
+        leader: Fence,
+        config: ConfigAlarm,
+    ) -> Arc<Self> {
         Arc::new(Self {
             nodes,
             first_sync,
             leader,
             task_died: AtomicBool::new(false),
+            config,
         })
     }
 
@@ -35,14 +43,24 @@ impl Health {
         }
     }
 
-    /// The node cache is synced and, on the leader, the first full sync is done.
-    pub fn ready(&self) -> Result<(), &'static str> {
+    /// The node cache is synced and, on the leader, the first full sync is
+    /// done and the settings agree with the cluster. A leader holding every
+    /// change for a wrong setting is not ready: a rollout that brought the
+    /// setting stops there, and `kubectl get pods` shows it.
+    pub fn ready(&self) -> Result<(), String> {
         self.live()?;
         if !self.nodes.is_synced() {
-            return Err("node cache not synced");
+            return Err("node cache not synced".into());
         }
-        if self.leader.is_leader() && !self.first_sync.load(Ordering::SeqCst) {
-            return Err("leader has not finished its first full sync");
+        if self.leader.is_leader() {
+            if let Some(why) = self.config.reason() {
+                return Err(format!(
+                    "the settings disagree with the cluster, no change is made: {why}"
+                ));
+            }
+            if !self.first_sync.load(Ordering::SeqCst) {
+                return Err("leader has not finished its first full sync".into());
+            }
         }
         Ok(())
     }

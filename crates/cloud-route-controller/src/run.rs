@@ -65,7 +65,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     Metrics::register_fence(&mut registry, fence.clone());
     let nodes = NodeStore::new(Some(metrics.clone()));
     let first_sync = Arc::new(AtomicBool::new(false));
-    let health = Health::new(nodes.clone(), first_sync.clone(), fence.clone());
+    let config_alarm = route_controller::ConfigAlarm::default();
+    let health = Health::new(
+        nodes.clone(),
+        first_sync.clone(),
+        fence.clone(),
+        config_alarm.clone(),
+    );
     let shutdown = CancellationToken::new();
 
     let app = http::router(Arc::new(registry), health.clone());
@@ -194,7 +200,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let controller = Controller::new(cfg, nodes, cloud, status, fence.clone(), Some(metrics))
-        .with_first_sync(first_sync);
+        .with_first_sync(first_sync)
+        .with_config_alarm(config_alarm);
     let mut controller_task = tokio::spawn(controller.run(leader_rx, shutdown.clone()));
 
     let mut controller_done = false;

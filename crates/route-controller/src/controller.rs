@@ -47,6 +47,7 @@ use crate::metrics::{Metrics, MetricsHandle, PassOutcome};
 use crate::nodes::{NodeRef, NodeStore};
 use crate::retry::{BackoffConfig, OpKey, RetryBook};
 use crate::schedule::{Decision, Mode, PassKind, Scheduler, SyncTrigger, Timing};
+use crate::settings_check::{ConfigAlarm, SettingsCheck};
 use crate::snapshot::{self, RouteCache, Snapshot};
 use crate::status::{self, StatusWriter};
 use crate::warnings::{PlanWarnings, Warning};
@@ -92,6 +93,9 @@ pub struct PassReport {
     pub list_error: Option<CloudError>,
     /// Conditions written.
     pub conditions: Vec<(String, NetworkCondition)>,
+    /// The settings disagreed with the cluster: the plan was made and
+    /// nothing of it carried out.
+    pub misconfigured: Option<route_core::Misconfiguration>,
 }
 
 /// The route controller. Build with [`Controller::new`], run with [`Controller::run`].
@@ -119,6 +123,8 @@ pub struct Controller {
     /// When the last listing that succeeded started: what a Node's
     /// `RouteCreated` rests on.
     last_listed: Option<Instant>,
+    /// The settings held against the cluster, and what was reported of it.
+    settings: SettingsCheck,
 }
 
 impl Controller {
@@ -161,6 +167,7 @@ impl Controller {
             nearly_full: std::collections::HashSet::new(),
             passes: 0,
             last_listed: None,
+            settings: SettingsCheck::default(),
         }
     }
 
@@ -168,6 +175,13 @@ impl Controller {
     /// the cloud and ran its plan (for `/readyz`).
     pub fn with_first_sync(mut self, flag: Arc<AtomicBool>) -> Self {
         self.first_sync = Some(flag);
+        self
+    }
+
+    /// Raises `alarm` (read by `/readyz`) while the settings disagree with
+    /// the cluster.
+    pub fn with_config_alarm(mut self, alarm: ConfigAlarm) -> Self {
+        self.settings = SettingsCheck::with_alarm(alarm);
         self
     }
 
@@ -217,6 +231,7 @@ impl Controller {
                 self.scheduler.became_leader();
                 self.prerequisites.became_leader();
                 self.routes.forget();
+                self.settings.forget();
             }
             if !self.executor.fence().is_open() {
                 // Still leader, but the fence is closed: the renewal is late
@@ -303,6 +318,16 @@ impl Controller {
         }
         // 2. Plan: what must exist, from the snapshot alone (pure).
         let plan = route_core::plan(&snap.nodes, &snap.routes, &self.cfg.plan);
+        // 2b. Check the settings against the cluster (pure): a setting the
+        //     whole cluster disagrees with holds every change of the pass.
+        let (mismatch, warning) = self.settings.check(&snap.nodes, &self.cfg.plan);
+        self.metrics
+            .configuration(mismatch.as_ref().map(route_core::Misconfiguration::check));
+        if let Some(m) = mismatch {
+            self.emit(warning.as_slice()).await;
+            self.routes.keep(snap.routes);
+            return self.held(report, plan, m, started);
+        }
         // 3. Gate: one verdict per operation: run now, or why not (pure).
         let room = self.room(&snap);
         let gated = self.gate(&plan, &room, snap.listed);
@@ -759,6 +784,26 @@ impl Controller {
         report.ops = outcome;
     }
 
+    /// Step 2b's end of a pass: the settings disagree with the cluster, so
+    /// nothing of the plan runs and no condition is written. The plan is
+    /// reported (for `plan` and tests); the next Node event or resync
+    /// checks again.
+    fn held(
+        &mut self,
+        mut report: PassReport,
+        plan: Plan,
+        m: route_core::Misconfiguration,
+        started: Instant,
+    ) -> PassReport {
+        self.metrics.pending_operations(0);
+        let took = started.elapsed();
+        self.metrics
+            .pass_finished(report.trigger, report.kind, PassOutcome::Error, 0, took);
+        report.plan = plan;
+        report.misconfigured = Some(m);
+        report
+    }
+
     /// No listing has succeeded for the drift period plus one pass: what
     /// the controller knows of the cloud is older than it promises.
     fn listing_stale(&self, now: Instant) -> bool {
@@ -818,6 +863,7 @@ impl PassReport {
             ops: OpRecords::default(),
             list_error: None,
             conditions: Vec::new(),
+            misconfigured: None,
         }
     }
 }
@@ -928,6 +974,70 @@ mod tests {
         let again = f.ctl.pass(PassKind::Full, SyncTrigger::Periodic).await;
         assert!(again.plan.is_noop(), "a settled cluster plans nothing");
         assert!(again.conditions.is_empty(), "and patches nothing again");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cluster_cidr_no_node_lies_in_holds_every_change_until_the_nodes_agree() {
+        // Upstream routed these Nodes; this controller runs with a
+        // --cluster-cidr (10.0.0.0/16) that is not the cluster's.
+        let nodes: Vec<NodeView> = (1..=3)
+            .map(|i| {
+                node(&format!("n{i}"), &format!("10.42.{i}.0/24"))
+                    .with_condition("False", "RouteCreated")
+            })
+            .collect();
+        let mut f = fixture(Mode::Watch, &nodes);
+        // A route inside the configured CIDR, to a gone Node:
+        // deletable, were the settings right.
+        f.cloud.insert_route(
+            "c",
+            route_core::Route::new("gone", "10.0.9.0/24".parse::<Cidr>().unwrap()),
+        );
+        let r = f.ctl.pass(PassKind::Full, SyncTrigger::NodeChange).await;
+        let held = r.misconfigured.as_ref().expect("held for the setting");
+        assert_eq!(held.flag(), "--cluster-cidr");
+        assert!(
+            !r.plan.deletions.is_empty(),
+            "the plan is made: {:?}",
+            r.plan
+        );
+        assert!(r.ops.results().next().is_none() && r.conditions.is_empty());
+        assert!(
+            f.cloud.log().iter().all(|c| c.op == Operation::List),
+            "only the listing was sent: {:?}",
+            f.cloud.log()
+        );
+        let recorded = f.status.recorded();
+        assert!(recorded.conditions.is_empty(), "no condition written");
+        let warned: Vec<(&str, &str)> = recorded
+            .events
+            .iter()
+            .map(|(n, r, _)| (n.name.as_str(), r.as_str()))
+            .collect();
+        assert_eq!(warned, [("n1", Reason::ConfigurationMismatch.as_str())]);
+        assert!(recorded.events[0].2.contains("10.42.1.0/24"));
+        // Passes go on checking, and say it once.
+        let again = f.ctl.pass(PassKind::Full, SyncTrigger::Periodic).await;
+        assert!(again.misconfigured.is_some());
+        assert_eq!(
+            f.status.recorded().events.len(),
+            1,
+            "one Warning per mismatch"
+        );
+        // The Nodes are re-created with pod CIDRs inside it: reconciled, no restart.
+        for i in 1..=3 {
+            f.nodes.apply(NodeEvent::Apply(node(
+                &format!("n{i}"),
+                &format!("10.0.{i}.0/24"),
+            )));
+        }
+        let fixed = f.ctl.pass(PassKind::Full, SyncTrigger::NodeChange).await;
+        assert!(fixed.misconfigured.is_none());
+        assert_eq!(fixed.ops.changed(), 4, "three creations, one deletion");
+        assert_eq!(
+            f.status.condition_of("n2"),
+            Some(NetworkCondition::RouteCreated)
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -39,6 +39,7 @@ pub mod reference;
 pub mod retry;
 pub mod schedule;
 pub mod select;
+pub mod settings_check;
 pub mod snapshot;
 pub mod status;
 #[cfg(feature = "testing")]
@@ -53,5 +54,6 @@ pub use metrics::{Metrics, MetricsHandle};
 pub use nodes::{NodeEvent, NodeRef, NodeStore, node_view};
 pub use retry::BackoffConfig;
 pub use schedule::{Mode, PassKind, SyncTrigger, Timing, pick_resync};
+pub use settings_check::ConfigAlarm;
 pub use status::{KubeStatusWriter, RecordingStatusWriter, StatusError, StatusWriter};
 pub use warnings::{Reason, Warning};

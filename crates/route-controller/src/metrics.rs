@@ -81,6 +81,15 @@ pub struct Metrics {
     nodes_by_reason: Family<NodeReasonLabels, Gauge>,
     /// Changes found in the cloud that this controller did not make.
     drift: Family<DriftLabels, Counter>,
+    /// 1 while a setting disagrees with the whole cluster, by check.
+    configuration_error: Family<CheckLabels, Gauge>,
+}
+
+/// Labels of `route_controller_configuration_error`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CheckLabels {
+    /// `cluster_cidr`, `route_ip_families` or `node_selector`.
+    pub check: &'static str,
 }
 
 /// Labels of `route_controller_drift_total`.
@@ -153,7 +162,18 @@ impl Metrics {
             table_route_limit: Family::default(),
             nodes_by_reason: Family::default(),
             drift: Family::default(),
+            configuration_error: Family::default(),
         });
+        for check in route_core::Misconfiguration::CHECKS {
+            // Present at zero, so an alert reads a series before the first
+            // mismatch.
+            let _ = m.configuration_error.get_or_create(&CheckLabels { check });
+        }
+        registry.register(
+            "route_controller_configuration_error",
+            "1 while a setting of the controller disagrees with the whole cluster (check: cluster_cidr, route_ip_families, node_selector) and the controller changes nothing; the log and a ConfigurationMismatch Warning say which flag and why",
+            m.configuration_error.clone(),
+        );
         for kind in crate::drift::DriftKind::ALL {
             // Present at zero from the start, so an alert on its rate has
             // a series to read before the first drift.
@@ -397,6 +417,18 @@ impl MetricsHandle {
                         target: t.to_string(),
                     })
                     .set(1);
+            }
+        }
+    }
+
+    /// The configuration check's verdict of the last pass: the check that
+    /// failed, or none.
+    pub fn configuration(&self, failed: Option<&'static str>) {
+        if let Some(m) = &self.0 {
+            for check in route_core::Misconfiguration::CHECKS {
+                m.configuration_error
+                    .get_or_create(&CheckLabels { check })
+                    .set(i64::from(failed == Some(check)));
             }
         }
     }

@@ -53,11 +53,15 @@ pub enum Reason {
     /// The Node's route was found deleted, retargeted or changed by
     /// someone else, and the controller created it again.
     RouteRepaired,
+    /// A setting of the controller disagrees with the whole cluster
+    /// (`--cluster-cidr`, `--route-ip-families`, `--node-selector`): the
+    /// controller changes nothing until it agrees again.
+    ConfigurationMismatch,
 }
 
 impl Reason {
     /// Every reason, in the order of docs/reference/conditions-and-events.md.
-    pub const ALL: [Reason; 12] = [
+    pub const ALL: [Reason; 13] = [
         Reason::FailedToCreateRoute,
         Reason::FailedToDeleteRoute,
         Reason::PodCidrConflict,
@@ -70,6 +74,7 @@ impl Reason {
         Reason::RouteTableNearlyFull,
         Reason::PodCidrOverlap,
         Reason::RouteRepaired,
+        Reason::ConfigurationMismatch,
     ];
 
     /// The Event's `reason`.
@@ -87,6 +92,7 @@ impl Reason {
             Reason::RouteTableNearlyFull => "RouteTableNearlyFull",
             Reason::PodCidrOverlap => "PodCIDROverlap",
             Reason::RouteRepaired => "RouteRepaired",
+            Reason::ConfigurationMismatch => "ConfigurationMismatch",
         }
     }
 
@@ -128,6 +134,9 @@ impl Reason {
             }
             Reason::RouteRepaired => {
                 "the drift check found the Node's route deleted, pointed elsewhere or changed by someone else, and the controller created it again; the message says what was found (every repair)"
+            }
+            Reason::ConfigurationMismatch => {
+                "a setting of the controller disagrees with the whole cluster: no more than half of the Nodes' pod CIDRs of a family lie inside `--cluster-cidr`, `--route-ip-families` leaves out every pod CIDR, or `--node-selector` leaves out every Node. The controller changes no route and writes no condition until the Nodes or the flag agree; the message names the flag, its value and the Nodes' CIDRs. On one Node of the cluster (the first by name), once per distinct mismatch"
             }
         }
     }
@@ -196,6 +205,18 @@ impl Warning {
             node,
             reason: Reason::FailedToDeleteRoute,
             message,
+        }
+    }
+
+    /// A setting disagrees with the whole cluster; `node` is the Node the
+    /// Event is filed under (one per mismatch, not one per Node).
+    pub fn configuration_mismatch(node: NodeRef, m: &route_core::Misconfiguration) -> Self {
+        Self {
+            node,
+            reason: Reason::ConfigurationMismatch,
+            message: format!(
+                "{m}; until then this controller changes no route and writes no NetworkUnavailable condition"
+            ),
         }
     }
 

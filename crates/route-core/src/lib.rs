@@ -8,12 +8,14 @@
 //! The rules follow the route controller of `k8s.io/cloud-provider`
 //! (`controllers/route`), with the corrections listed on [`planner`].
 
+pub mod check;
 pub mod cidr;
 pub mod model;
 pub mod plan;
 pub mod planner;
 pub mod text;
 
+pub use check::{Misconfiguration, check_configuration};
 pub use cidr::{Cidr, CidrError, IpFamily};
 pub use model::{
     ConditionState, Destination, NodeAddress, NodeView, PodCidr, Route, parse_cluster_cidrs,

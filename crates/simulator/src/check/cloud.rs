@@ -118,6 +118,9 @@ pub struct World {
     pub stopped: BTreeSet<String>,
     /// Routes that must never be touched, as inserted.
     pub foreign: Vec<Route>,
+    /// The final state disagreed with the settings (most live Nodes' pod
+    /// CIDRs outside the cluster CIDR): the controller held it on purpose.
+    pub held_at_end: bool,
     /// Everything found so far.
     pub violations: Vec<Violation>,
     /// Mutations that took effect, per route table and destination.

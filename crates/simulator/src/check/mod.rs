@@ -254,6 +254,8 @@ pub struct RunStats {
     pub conflicts: u64,
     /// Times the Lease moved from one live replica to the other.
     pub lease_moves: u64,
+    /// The final state was held by the settings check, not converged.
+    pub held_at_end: bool,
 }
 
 /// What one run found.
@@ -1148,6 +1150,18 @@ impl Driver<'_> {
     /// The final check: exact routes, conditions, mutations per destination.
     fn check_final(&self) {
         let nodes = self.api.nodes();
+        // A cluster whose Nodes mostly disagree with the settings (odd pod
+        // CIDRs on most live Nodes) is held by the controller's settings
+        // check: nothing converges on purpose, and the continuous
+        // invariants (nothing foreign or live deleted) are what holds.
+        let settings = route_core::PlanConfig {
+            cluster_cidrs: self.cluster.clone(),
+            ..route_core::PlanConfig::default()
+        };
+        if route_core::check_configuration(&nodes, &settings).is_some() {
+            lock(&self.world).held_at_end = true;
+            return;
+        }
         let reports = self.reports();
         let want = wants(&nodes, &self.cluster);
         let claimed = claims(&nodes, &self.cluster);
@@ -1302,7 +1316,18 @@ fn expected_condition(
     // explanation is the Node's (`NetworkCondition::or`).
     let unrouted = n.pod_cidrs.iter().filter_map(|pc| match pc {
         PodCidr::Invalid(_) => Some(NetworkCondition::InvalidPodCidr),
-        PodCidr::Valid(c) if !in_cluster(cluster, c) => Some(NetworkCondition::InvalidPodCidr),
+        // Outside the cluster CIDRs: no route is created, but one already
+        // in every table (someone else's) routes the Node all the same.
+        PodCidr::Valid(c) if !in_cluster(cluster, c) => {
+            let routed = tables.iter().all(|table| {
+                table.iter().any(|r| {
+                    !r.blackhole
+                        && r.destination == Destination::Cidr(*c)
+                        && r.node == n.name.as_str()
+                })
+            });
+            (!routed).then_some(NetworkCondition::InvalidPodCidr)
+        }
         PodCidr::Valid(c) => {
             let conflicted = claimed
                 .iter()
@@ -1448,6 +1473,7 @@ async fn drive(case: &Case, options: &Options) -> Outcome {
         conflicts_met: 0,
         behind_back_at: None,
         lease_moves: 0,
+        held_at_end: false,
         lease: case.rival.then_some(Lease {
             holder: Replica::Checked,
             renewed: Duration::ZERO,
@@ -1668,6 +1694,7 @@ async fn drive(case: &Case, options: &Options) -> Outcome {
             forwarding_repairs: w.forwarding_repairs,
             conflicts: w.conflicts_met,
             lease_moves: w.lease_moves,
+            held_at_end: w.held_at_end,
         },
         trace: std::mem::take(&mut w.trace),
     }
@@ -1856,6 +1883,8 @@ pub struct Summary {
     pub lease_moves: u64,
     /// Whole-table writes refused for a stale version (`412`), summed.
     pub conflicts: u64,
+    /// Runs whose final state the settings check held.
+    pub held: u64,
 }
 
 /// Runs `count` seeds from `first` on `threads` threads.
@@ -1887,6 +1916,7 @@ pub fn run_seeds(
                         part.minimum += out.stats.minimum;
                         part.lease_moves += out.stats.lease_moves;
                         part.conflicts += out.stats.conflicts;
+                        part.held += u64::from(out.stats.held_at_end);
                         if !out.passed() {
                             part.failures.push((case, out));
                         }
@@ -1908,6 +1938,7 @@ pub fn run_seeds(
         total.minimum += p.minimum;
         total.lease_moves += p.lease_moves;
         total.conflicts += p.conflicts;
+        total.held += p.held;
     }
     total.failures.sort_by_key(|(c, _)| c.seed);
     total
@@ -1962,7 +1993,7 @@ pub fn check(args: CheckArgs) -> bool {
     let threads = std::thread::available_parallelism().map_or(1, usize::from);
     let summary = run_seeds(args.first_seed, args.seeds, faults, args.mode, threads);
     println!(
-        "{} seeds ({}..{}), faults {faults}: {} failed; {:.1} h of virtual time in {:.1} s; {} mutations, minimum {}; {} Lease moves between two replicas; {} whole-table writes refused 412",
+        "{} seeds ({}..{}), faults {faults}: {} failed; {:.1} h of virtual time in {:.1} s; {} mutations, minimum {}; {} Lease moves between two replicas; {} whole-table writes refused 412; {} ended held by the settings check",
         summary.seeds,
         args.first_seed,
         args.first_seed.saturating_add(args.seeds),
@@ -1972,7 +2003,8 @@ pub fn check(args: CheckArgs) -> bool {
         summary.mutations,
         summary.minimum,
         summary.lease_moves,
-        summary.conflicts
+        summary.conflicts,
+        summary.held
     );
     if let Some((case, out)) = summary.failures.first() {
         let seeds: Vec<String> = summary
