@@ -513,6 +513,15 @@ pub async fn route_created_count(nodes: &kube::Api<k8s_openapi::api::core::v1::N
         .count()
 }
 
+/// The chart's required values without a default (the cluster's own pod CIDR
+/// and name), as `helm template` flags: deploy/'s manifests' values.
+pub const CHART_CLUSTER: &[&str] = &[
+    "--set",
+    "clusterCIDRs={10.244.0.0/16}",
+    "--set",
+    "clusterName=kubernetes",
+];
+
 /// Every monitoring toggle of the chart on, as `helm template` flags: the
 /// PodMonitor with a token Secret, the ServiceMonitor, the PrometheusRule
 /// and the metrics reader bound to `monitoring/prometheus`.
