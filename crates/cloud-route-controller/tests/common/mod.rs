@@ -82,7 +82,7 @@ impl Controller {
     ) -> Controller {
         let log = log_dir.join(format!("{name}.log"));
         let out = std::fs::File::create(&log).expect("log file");
-        // Off unless the test serves it: parallel tests would all want 10260.
+        // Off unless the test serves it: parallel tests would all want the default port (10288).
         let secure_off: &[&str] = if args.iter().any(|a| a.starts_with("--secure-port")) {
             &[]
         } else {
