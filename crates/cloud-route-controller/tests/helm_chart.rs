@@ -2148,34 +2148,41 @@ fn cluster_cidrs_of_one_family_render_route_ip_families_of_that_family() {
 fn the_notes_plan_command_carries_the_deployments_flags() {
     let helm = helm();
     let dir = TempDir::new("helm-notes");
+    // `helm template` leaves NOTES.txt out and `helm install --dry-run`
+    // needs a cluster: a copy of the chart renders the notes' exact text
+    // through `tpl` in a template of its own.
+    let copy = dir.path().join("chart");
+    copy_dir(&chart(), &copy);
+    std::fs::copy(
+        chart().join("templates/NOTES.txt"),
+        copy.join("notes-under-test.txt"),
+    )
+    .expect("copy NOTES.txt");
+    std::fs::write(
+        copy.join("templates/notes-under-test.yaml"),
+        "notes: {{ tpl (.Files.Get \"notes-under-test.txt\") . | toJson }}\n",
+    )
+    .expect("write the notes' template");
     let notes = |extra: &[&str]| -> (Vec<String>, String) {
         let values = cluster_values();
+        let mut args = vec!["-f", values.to_str().expect("utf-8 path")];
+        args.extend_from_slice(extra);
         let mut cmd = Command::new(&helm);
-        cmd.args(["install", RELEASE])
-            .arg(chart())
-            .args(["-n", NAMESPACE, "--dry-run=client", "-f"])
-            .arg(values)
-            .args(extra)
-            .env("HELM_CACHE_HOME", dir.path().join("cache"))
-            .env("HELM_CONFIG_HOME", dir.path().join("config"))
-            .env("HELM_DATA_HOME", dir.path().join("data"));
-        let out = run(&mut cmd);
-        let notes = out
-            .split_once("NOTES:")
-            .unwrap_or_else(|| panic!("no notes: {out}"))
-            .1;
+        cmd.args(["template", RELEASE])
+            .arg(&copy)
+            .args(["-n", NAMESPACE])
+            .args(&args);
+        let docs = yaml_docs(&run(&mut cmd));
+        let notes = docs
+            .iter()
+            .find_map(|d| d["notes"].as_str())
+            .expect("the notes rendered")
+            .to_string();
         let plan = notes
             .lines()
             .find(|l| l.contains("cloud-route-controller plan "))
             .unwrap_or_else(|| panic!("no plan command in the notes: {notes}"));
         let plan = plan.split_once(" plan ").expect("plan").1;
-        let docs = yaml_docs(
-            out.split_once("NOTES:")
-                .expect("notes")
-                .0
-                .split_once("MANIFEST:")
-                .map_or("", |m| m.1),
-        );
         (
             plan.split(' ')
                 .map(|w| w.trim_matches('\'').to_string())
@@ -2218,4 +2225,18 @@ fn the_notes_plan_command_carries_the_deployments_flags() {
         !plan.iter().any(|w| w.starts_with("--node-selector")),
         "no selector set: {plan:?}"
     );
+}
+
+/// Copies the directory `from` to `to`, recursively.
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("create the copy's directory");
+    for entry in std::fs::read_dir(from).expect("read the directory") {
+        let entry = entry.expect("a directory entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("its type").is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copy a file");
+        }
+    }
 }
