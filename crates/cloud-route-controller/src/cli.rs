@@ -185,8 +185,8 @@ pub struct RunArgs {
 /// The secure port, as the cloud-controller-manager's secure serving flags.
 #[derive(Debug, Args, Clone)]
 pub struct ServingArgs {
-    /// The HTTPS port for /metrics, /healthz, /livez and /readyz; /metrics needs a bearer token the API server authenticates (TokenReview) and authorizes for get on /metrics (SubjectAccessReview). 10260 beside the CCM's 10258 and kube-controller-manager's 10257, which run on the same control-plane hosts; 0 turns it off.
-    #[arg(long, default_value_t = 10260)]
+    /// The HTTPS port for /metrics, /healthz, /livez and /readyz; /metrics needs a bearer token the API server authenticates (TokenReview) and authorizes for get on /metrics (SubjectAccessReview). 10288 lies in 10280-10299, where a survey of what binds on control-plane hosts found no default user: kubelet 10250/10248, kube-proxy 10249/10256, kube-controller-manager 10257, cloud-controller-manager 10258 and its webhook 10260, kube-scheduler 10259, etcd 2379-2381, Azure's CCM chart 10267/10268, hcloud CCM metrics 8233, Cilium 4240/4244/9962-9965, Calico 9091/9099, ingress-nginx 10254, OpenYurt 10261-10273, Antrea 10350. The default was 10260 until the CCM's webhook port, bound on 0.0.0.0 by many CCMs, made whichever started second on a host fail; 0 turns it off.
+    #[arg(long, default_value_t = 10288)]
     pub secure_port: u16,
 
     /// The address the secure port listens on.
@@ -595,7 +595,7 @@ mod tests {
     fn defaults_match_the_cloud_controller_manager() {
         let r = run(&["--cluster-cidr", "10.244.0.0/16", "--cloud-provider", "aws"]);
         assert_eq!(r.cluster.cluster_name, "kubernetes");
-        assert_eq!(r.serving.secure_port, 10260);
+        assert_eq!(r.serving.secure_port, 10288);
         assert_eq!(
             r.serving.authorization_always_allow_paths,
             "/healthz,/readyz,/livez"
@@ -690,7 +690,7 @@ mod tests {
             "--cloud-provider",
             ANY_PROVIDER,
             "--metrics-bind-address",
-            "0.0.0.0:10260",
+            "0.0.0.0:10288",
         ]);
         let e = r.validate().unwrap_err();
         assert!(e.to_string().contains("name the same port"), "{e}");

@@ -345,12 +345,9 @@ pub async fn serve(
         .with_cert_resolver(certs);
     tls.alpn_protocols = vec![b"http/1.1".to_vec()];
     let acceptor = TlsAcceptor::from(Arc::new(tls));
-    let listener = TcpListener::bind(cfg.addr).await.map_err(|e| {
-        anyhow::anyhow!(
-            "--bind-address/--secure-port {}: {e} (0 as --secure-port turns the secure port off)",
-            cfg.addr
-        )
-    })?;
+    let listener = TcpListener::bind(cfg.addr)
+        .await
+        .map_err(|e| anyhow::anyhow!(bind_error(cfg.addr, &e)))?;
     let local = listener.local_addr()?;
     let auth = Arc::new(Delegated::new(
         KubeReview::new(client),
@@ -367,6 +364,72 @@ pub async fn serve(
         }
     });
     Ok((local, handle))
+}
+
+/// Ports bound by default on control-plane hosts, and who binds them: the
+/// survey behind `--secure-port`'s default (inclusive ranges).
+const WELL_KNOWN_PORTS: &[(u16, u16, &str)] = &[
+    (2379, 2380, "etcd's client and peer ports"),
+    (2381, 2381, "etcd's metrics port"),
+    (4240, 4240, "Cilium's health port"),
+    (4244, 4245, "Cilium's Hubble ports"),
+    (
+        8233,
+        8233,
+        "the hcloud cloud-controller-manager's metrics port",
+    ),
+    (9091, 9091, "Calico's (Felix's) metrics port"),
+    (9099, 9099, "Calico's health port"),
+    (9962, 9965, "Cilium's metrics ports"),
+    (10248, 10248, "the kubelet's healthz port"),
+    (10249, 10249, "kube-proxy's metrics port"),
+    (10250, 10250, "the kubelet's port"),
+    (10254, 10254, "ingress-nginx's metrics and health port"),
+    (10256, 10256, "kube-proxy's healthz port"),
+    (10257, 10257, "kube-controller-manager's secure port"),
+    (10258, 10258, "the cloud-controller-manager's secure port"),
+    (10259, 10259, "kube-scheduler's secure port"),
+    (
+        10260,
+        10260,
+        "the cloud-controller-manager's webhook port (--webhook-secure-port, bound on 0.0.0.0 by k8s.io/cloud-provider v0.27-v0.31 whether or not a webhook is enabled, from v0.32 when --webhooks is set; cert-manager's webhook is also often moved there under hostNetwork)",
+    ),
+    (10261, 10273, "OpenYurt's components"),
+    (
+        10267,
+        10268,
+        "Azure's cloud-controller-manager (its chart's --secure-port)",
+    ),
+    (10350, 10350, "Antrea's agent API port"),
+];
+
+/// Who usually holds `port` on a control-plane host, per the survey.
+pub fn usual_holder(port: u16) -> Option<&'static str> {
+    // Azure's narrower range wins over OpenYurt's wider one.
+    WELL_KNOWN_PORTS
+        .iter()
+        .filter(|(lo, hi, _)| (*lo..=*hi).contains(&port))
+        .min_by_key(|(lo, hi, _)| hi - lo)
+        .map(|(_, _, who)| *who)
+}
+
+/// The message for a secure port that cannot be bound: the address, the
+/// flag, and for an address in use who usually holds the port.
+fn bind_error(addr: SocketAddr, e: &std::io::Error) -> String {
+    if e.kind() == std::io::ErrorKind::AddrInUse {
+        let port = addr.port();
+        let who = usual_holder(port).map_or_else(
+            || "another process holds it".to_string(),
+            |who| format!("on a control-plane host {port} is usually {who}"),
+        );
+        format!(
+            "cannot listen on {addr} for --secure-port: address already in use; {who} \u{2014} pick a free port with --secure-port (0 turns the secure port off)"
+        )
+    } else {
+        format!(
+            "cannot listen on {addr} for --bind-address/--secure-port: {e} (0 as --secure-port turns the secure port off)"
+        )
+    }
 }
 
 /// Accepts TCP connections and hands on those whose TLS handshake
@@ -546,6 +609,70 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use super::*;
+
+    #[test]
+    fn a_taken_secure_port_names_the_address_the_flag_and_its_usual_holder() {
+        let in_use = std::io::Error::from(std::io::ErrorKind::AddrInUse);
+        let m = bind_error("0.0.0.0:10260".parse().unwrap(), &in_use);
+        assert!(
+            m.starts_with(
+                "cannot listen on 0.0.0.0:10260 for --secure-port: address already in use; on a control-plane host 10260 is usually the cloud-controller-manager's webhook port"
+            ),
+            "{m}"
+        );
+        assert!(m.ends_with("pick a free port with --secure-port (0 turns the secure port off)"));
+        let m = bind_error("127.0.0.1:10257".parse().unwrap(), &in_use);
+        assert!(
+            m.contains("usually kube-controller-manager's secure port"),
+            "{m}"
+        );
+        let m = bind_error("0.0.0.0:10288".parse().unwrap(), &in_use);
+        assert!(
+            m.contains(
+                "0.0.0.0:10288 for --secure-port: address already in use; another process holds it"
+            ),
+            "{m}"
+        );
+        let denied = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        let m = bind_error("0.0.0.0:443".parse().unwrap(), &denied);
+        assert!(
+            m.contains("0.0.0.0:443 for --bind-address/--secure-port"),
+            "{m}"
+        );
+    }
+
+    #[test]
+    fn the_survey_names_the_holders_of_the_control_plane_ports_and_none_of_the_default() {
+        for (port, who) in [
+            (10250, "kubelet"),
+            (10248, "kubelet"),
+            (10249, "kube-proxy"),
+            (10256, "kube-proxy"),
+            (10257, "kube-controller-manager"),
+            (10258, "cloud-controller-manager"),
+            (10259, "kube-scheduler"),
+            (10260, "webhook"),
+            (2379, "etcd"),
+            (2381, "etcd"),
+            (10267, "Azure"),
+            (10268, "Azure"),
+            (10261, "OpenYurt"),
+            (10273, "OpenYurt"),
+            (8233, "hcloud"),
+            (4240, "Cilium"),
+            (9963, "Cilium"),
+            (9091, "Calico"),
+            (9099, "Calico"),
+            (10254, "ingress-nginx"),
+            (10350, "Antrea"),
+        ] {
+            let got = usual_holder(port).unwrap_or_else(|| panic!("{port} has no holder"));
+            assert!(got.contains(who), "{port}: {got}");
+        }
+        for free in 10280..=10299 {
+            assert_eq!(usual_holder(free), None, "{free}");
+        }
+    }
 
     /// A review answering from a table; counts the questions.
     #[derive(Default)]

@@ -196,8 +196,8 @@ fn the_rendered_deployment_is_hardened_and_its_flags_are_accepted() {
     };
     assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
     assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
-    assert_eq!(port_of(&c["livenessProbe"]), 10260);
-    assert_eq!(port_of(&c["readinessProbe"]), 10260);
+    assert_eq!(port_of(&c["livenessProbe"]), 10288);
+    assert_eq!(port_of(&c["readinessProbe"]), 10288);
 
     // Identity and Lease namespace from the downward API.
     let env = c["env"].as_array().expect("env");

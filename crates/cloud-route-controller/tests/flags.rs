@@ -494,7 +494,7 @@ fn help_lists_every_flag() {
         "2s",
         "12h",
         "cloud-route-controller",
-        "10260",
+        "10288",
         "/healthz,/readyz,/livez",
     ] {
         assert!(
@@ -583,4 +583,156 @@ fn the_readme_flag_table_names_every_flag_of_run_and_no_other() {
         unknown.is_empty(),
         "docs/flags.md's flag table names flags the binary lacks: {unknown:?}"
     );
+}
+
+/// A kubeconfig naming an API server on a loopback port nobody listens on:
+/// the controller starts (a client is built without asking the server),
+/// binds its secure port and waits for the Node cache, which never syncs.
+fn unreachable_kubeconfig(dir: &TempDir) -> std::path::PathBuf {
+    let path = dir.path().join("kubeconfig");
+    let server = format!("https://127.0.0.1:{}", common::free_port());
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\n    insecure-skip-tls-verify: true\nusers:\n- name: u\n  user:\n    token: none\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\n"
+        ),
+    )
+    .expect("write the kubeconfig");
+    path
+}
+
+/// The flags every start below shares: a simulated cloud, no election, an
+/// API server that never answers.
+fn start_args(kubeconfig: &std::path::Path) -> Vec<String> {
+    [
+        "--kubeconfig",
+        kubeconfig.to_str().expect("temporary paths are UTF-8"),
+        "--cluster-cidr",
+        "10.244.0.0/16",
+        "--cloud-provider",
+        "memory",
+        "--leader-elect=false",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// The default ports of what the survey found binding on control-plane hosts
+/// (see `--secure-port`'s help): kubelet, kube-proxy, kube-controller-manager,
+/// the cloud-controller-manager and its webhook, kube-scheduler, etcd, Azure's
+/// CCM chart, the hcloud CCM's metrics, Cilium, Calico, ingress-nginx,
+/// OpenYurt, Antrea.
+const SURVEYED_PORTS: &[u16] = &[
+    10250, 10248, 10249, 10256, 10257, 10258, 10260, 10259, 2379, 2380, 2381, 10267, 10268, 8233,
+    4240, 4244, 9962, 9963, 9964, 9965, 9091, 9099, 10254, 10261, 10262, 10263, 10264, 10265,
+    10266, 10269, 10270, 10271, 10272, 10273, 10350,
+];
+
+/// The secure port's default.
+const DEFAULT_SECURE_PORT: u16 = 10288;
+
+/// The only test of this binary that binds fixed ports (the survey's and the
+/// default): the others start nothing that listens, or listen on a port of
+/// their own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_listeners_on_every_default_port_of_the_survey_the_controller_starts_on_its_own_default_port()
+ {
+    let dir = TempDir::new("flags-survey");
+    let mut held = Vec::new();
+    let mut taken = Vec::new();
+    for &port in SURVEYED_PORTS {
+        match std::net::TcpListener::bind(("0.0.0.0", port)) {
+            Ok(l) => held.push(l),
+            // Already bound on this machine: held by someone else, which
+            // is just as good for this test.
+            Err(e) => taken.push(format!("{port} ({e})")),
+        }
+    }
+    if !taken.is_empty() {
+        eprintln!(
+            "already taken on this machine, so not bound by the test: {}",
+            taken.join(", ")
+        );
+    }
+    assert!(
+        std::net::TcpListener::bind(("0.0.0.0", DEFAULT_SECURE_PORT)).is_ok(),
+        "{DEFAULT_SECURE_PORT} is taken on this machine: the test cannot run"
+    );
+    let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    let made =
+        rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).expect("a certificate");
+    std::fs::write(&key, made.signing_key.serialize_pem()).expect("write the key");
+    std::fs::write(&cert, made.cert.pem()).expect("write the certificate");
+    let ca = made.cert.der().clone();
+
+    let kubeconfig = unreachable_kubeconfig(&dir);
+    let log = dir.path().join("controller.log");
+    let mut args = start_args(&kubeconfig);
+    args.extend(
+        [
+            "--tls-cert-file",
+            cert.to_str().expect("UTF-8"),
+            "--tls-private-key-file",
+            key.to_str().expect("UTF-8"),
+        ]
+        .map(String::from),
+    );
+    let mut child = Command::new(binary())
+        .args(&args)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log file"))
+        .spawn()
+        .expect("start cloud-route-controller");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let answered = loop {
+        let got = common::https_get(DEFAULT_SECURE_PORT, &ca, "/healthz", None).await;
+        if matches!(got, Ok((200, _))) {
+            break Ok(());
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            break Err(format!("the controller exited: {status}"));
+        }
+        if std::time::Instant::now() >= deadline {
+            break Err(format!("no 200 on /healthz within 60 s: {got:?}"));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    drop(held);
+    if let Err(e) = answered {
+        panic!("{e}\n{}", std::fs::read_to_string(&log).unwrap_or_default());
+    }
+}
+
+/// A secure port held by another process: exit 1 without a panic, and
+/// stderr names the address, the port and the flag. The port is one this
+/// test holds, not the default, so nothing else running can take it.
+#[test]
+fn with_its_default_port_taken_the_controller_exits_non_zero_naming_the_port_and_the_flag() {
+    let home = TempDir::new("flags-taken");
+    let holder = std::net::TcpListener::bind("0.0.0.0:0").expect("bind a free port");
+    let port = holder.local_addr().expect("its address").port();
+    let kubeconfig = unreachable_kubeconfig(&home);
+    let mut args = start_args(&kubeconfig);
+    args.push(format!("--secure-port={port}"));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = run(&home, &args);
+    drop(holder);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let ctx = format!("exit {:?}\nstderr:\n{stderr}", out.status);
+    assert_eq!(out.status.code(), Some(1), "{ctx}");
+    assert!(
+        stderr.contains(&format!(
+            "cannot listen on 0.0.0.0:{port} for --secure-port: address already in use"
+        )),
+        "{ctx}"
+    );
+    assert!(
+        stderr.contains("pick a free port with --secure-port"),
+        "{ctx}"
+    );
+    assert!(!stderr.contains("panicked"), "{ctx}");
 }

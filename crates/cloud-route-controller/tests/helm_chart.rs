@@ -81,14 +81,29 @@ fn helm_against(helm: &Path, kubeconfig: &Path, dir: &Path, args: &[&str]) -> Co
     cmd
 }
 
-/// `helm template` of the chart in kube-system with extra arguments.
-fn template_cmd(helm: &Path, extra: &[&str]) -> Command {
+/// The values the chart requires and has no default for (clusterCIDRs,
+/// clusterName), as deploy/'s manifests set them.
+fn cluster_values() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/chart-cluster.yaml")
+}
+
+/// `helm template` of the chart in kube-system with extra arguments only.
+fn bare_template_cmd(helm: &Path, extra: &[&str]) -> Command {
     let mut cmd = Command::new(helm);
     cmd.args(["template", RELEASE])
         .arg(chart())
         .args(["-n", NAMESPACE])
         .args(extra);
     cmd
+}
+
+/// `helm template` of the chart in kube-system with the cluster's values
+/// ([`cluster_values`]) and then extra arguments, which win.
+fn template_cmd(helm: &Path, extra: &[&str]) -> Command {
+    let values = cluster_values();
+    let mut all = vec!["-f", values.to_str().expect("utf-8 path")];
+    all.extend_from_slice(extra);
+    bare_template_cmd(helm, &all)
 }
 
 fn template(helm: &Path, values: Option<&Path>) -> String {
@@ -197,7 +212,11 @@ fn provider_accepts(provider: &str, text: &str) {
 #[test]
 fn the_chart_lints_for_its_defaults_and_every_provider_example() {
     let helm = helm();
-    run(Command::new(&helm).args(["lint", "--strict"]).arg(chart()));
+    run(Command::new(&helm)
+        .args(["lint", "--strict"])
+        .arg(chart())
+        .arg("-f")
+        .arg(cluster_values()));
     let examples = all_examples();
     for p in PROVIDERS
         .iter()
@@ -1763,6 +1782,7 @@ fn the_cloud_config_can_come_from_the_ccms_existing_configmap() {
 fn the_chart_monitoring_objects_select_the_release_and_scrape_its_secure_port() {
     let helm = helm();
     let args = [
+        common::CHART_CLUSTER,
         &["--set", "monitoring.labels.release=kube-prometheus-stack"][..],
         common::CHART_MONITORING_ON,
     ]
@@ -2007,5 +2027,216 @@ fn the_chart_readme_values_table_is_generated_from_values_yaml_and_describes_eve
                     || r.starts_with(&format!("| `{key}."))),
             "{key} is not in the chart README's table"
         );
+    }
+}
+
+/// `helm template` with `args` only (no cluster values): it must fail; its
+/// stderr.
+fn refused_without(helm: &Path, args: &[&str]) -> String {
+    let out = bare_template_cmd(helm, args).output().expect("run helm");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "{args:?} rendered");
+    stderr
+}
+
+/// The cluster's pod CIDRs have no default: a wrong one would make the
+/// controller misjudge every Node, so the schema refuses a release without.
+#[test]
+fn helm_install_without_cluster_cidrs_fails_with_the_schemas_message() {
+    let helm = helm();
+    let stderr = refused_without(&helm, &["--set", "clusterName=kubernetes"]);
+    assert!(
+        stderr.contains("values don't meet the specifications of the schema"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("at '/clusterCIDRs'"), "{stderr}");
+    // Not a CIDR: refused by the schema too.
+    let stderr = refused_without(
+        &helm,
+        &[
+            "--set",
+            "clusterName=kubernetes",
+            "--set",
+            "clusterCIDRs={kubernetes}",
+        ],
+    );
+    assert!(stderr.contains("at '/clusterCIDRs/0'"), "{stderr}");
+    // Both CIDR families are accepted.
+    for cidrs in [
+        "{10.244.0.0/16}",
+        "{fd00:10:244::/56}",
+        "{10.244.0.0/16,fd00:10:244::/56}",
+    ] {
+        let set = format!("clusterCIDRs={cidrs}");
+        run(&mut bare_template_cmd(
+            &helm,
+            &["--set", "clusterName=kubernetes", "--set", &set],
+        ));
+    }
+}
+
+/// The cluster's name has no default either: it is the CCM's own.
+#[test]
+fn helm_install_without_cluster_name_fails_with_the_schemas_message() {
+    let helm = helm();
+    let stderr = refused_without(&helm, &["--set", "clusterCIDRs={10.244.0.0/16}"]);
+    assert!(
+        stderr.contains("values don't meet the specifications of the schema"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("at '/clusterName'"), "{stderr}");
+}
+
+#[test]
+fn cluster_cidrs_of_one_family_render_route_ip_families_of_that_family() {
+    let helm = helm();
+    let families = |extra: &[&str]| {
+        let mut args = vec!["--set", "clusterName=kubernetes"];
+        args.extend_from_slice(extra);
+        let docs = yaml_docs(&run(&mut bare_template_cmd(&helm, &args)));
+        let args = args_of(&docs);
+        let with = |prefix: &str| {
+            args.iter()
+                .filter(|a| a.starts_with(prefix))
+                .cloned()
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(with("--route-ip-families").len(), 1, "{args:?}");
+        with("--route-ip-families=")[0].clone()
+    };
+    assert_eq!(
+        families(&["--set", "clusterCIDRs={10.244.0.0/16}"]),
+        "--route-ip-families=IPv4"
+    );
+    assert_eq!(
+        families(&["--set", "clusterCIDRs={fd00:10:244::/56}"]),
+        "--route-ip-families=IPv6"
+    );
+    // A dual-stack pair, in either order: both, IPv4 first.
+    for cidrs in [
+        "{10.244.0.0/16,fd00:10:244::/56}",
+        "{fd00:10:244::/56,10.244.0.0/16}",
+    ] {
+        let set = format!("clusterCIDRs={cidrs}");
+        assert_eq!(families(&["--set", &set]), "--route-ip-families=IPv4,IPv6");
+    }
+    // routeIPFamilies set: it wins.
+    assert_eq!(
+        families(&[
+            "--set",
+            "clusterCIDRs={10.244.0.0/16,fd00:10:244::/56}",
+            "--set",
+            "routeIPFamilies={IPv4}",
+        ]),
+        "--route-ip-families=IPv4"
+    );
+    assert_eq!(
+        families(&[
+            "--set",
+            "clusterCIDRs={10.244.0.0/16}",
+            "--set",
+            "routeIPFamilies={IPv4,IPv6}",
+        ]),
+        "--route-ip-families=IPv4,IPv6"
+    );
+}
+
+/// The notes' `plan` command carries the flags the Deployment runs with
+/// that change what plan computes, so the operator checks the
+/// configuration that will run.
+#[test]
+fn the_notes_plan_command_carries_the_deployments_flags() {
+    let helm = helm();
+    let dir = TempDir::new("helm-notes");
+    // `helm template` leaves NOTES.txt out and `helm install --dry-run`
+    // needs a cluster: a copy of the chart renders the notes' exact text
+    // through `tpl` in a template of its own.
+    let copy = dir.path().join("chart");
+    copy_dir(&chart(), &copy);
+    std::fs::copy(
+        chart().join("templates/NOTES.txt"),
+        copy.join("notes-under-test.txt"),
+    )
+    .expect("copy NOTES.txt");
+    std::fs::write(
+        copy.join("templates/notes-under-test.yaml"),
+        "notes: {{ tpl (.Files.Get \"notes-under-test.txt\") . | toJson }}\n",
+    )
+    .expect("write the notes' template");
+    let notes = |extra: &[&str]| -> (Vec<String>, String) {
+        let values = cluster_values();
+        let mut args = vec!["-f", values.to_str().expect("utf-8 path")];
+        args.extend_from_slice(extra);
+        let mut cmd = Command::new(&helm);
+        cmd.args(["template", RELEASE])
+            .arg(&copy)
+            .args(["-n", NAMESPACE])
+            .args(&args);
+        let docs = yaml_docs(&run(&mut cmd));
+        let notes = docs
+            .iter()
+            .find_map(|d| d["notes"].as_str())
+            .expect("the notes rendered")
+            .to_string();
+        let plan = notes
+            .lines()
+            .find(|l| l.contains("cloud-route-controller plan "))
+            .unwrap_or_else(|| panic!("no plan command in the notes: {notes}"));
+        let plan = plan.split_once(" plan ").expect("plan").1;
+        (
+            plan.split(' ')
+                .map(|w| w.trim_matches('\'').to_string())
+                .collect(),
+            args_of(&docs).join(" "),
+        )
+    };
+    let (plan, args) = notes(&[
+        "-f",
+        example("hcloud").to_str().expect("utf-8 path"),
+        "--set",
+        "extraArgs={--route-deletion-grace=10s,--reconcile-mode=full}",
+    ]);
+    for flag in [
+        "--cluster-cidr=10.244.0.0/16",
+        "--cluster-name=kubernetes",
+        "--node-selector=instance.hetzner.cloud/is-root-server!=true",
+        "--route-ip-families=IPv4",
+        "--cloud-provider=hcloud",
+        "--cloud-config=/etc/cloud-route-controller/cloud.yaml",
+        "--route-deletion-grace=10s",
+    ] {
+        assert!(plan.iter().any(|w| w == flag), "{flag} not in {plan:?}");
+        assert!(
+            args.contains(flag),
+            "the Deployment runs without {flag}: {args}"
+        );
+    }
+    assert!(
+        !plan.iter().any(|w| w.starts_with("--reconcile-mode")),
+        "plan takes no --reconcile-mode: {plan:?}"
+    );
+    // Dual-stack without routeIPFamilies: both families, as the Deployment.
+    let (plan, _) = notes(&["--set", "clusterCIDRs={10.244.0.0/16,fd00:10:244::/56}"]);
+    assert!(
+        plan.iter().any(|w| w == "--route-ip-families=IPv4,IPv6"),
+        "{plan:?}"
+    );
+    assert!(
+        !plan.iter().any(|w| w.starts_with("--node-selector")),
+        "no selector set: {plan:?}"
+    );
+}
+
+/// Copies the directory `from` to `to`, recursively.
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("create the copy's directory");
+    for entry in std::fs::read_dir(from).expect("read the directory") {
+        let entry = entry.expect("a directory entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("its type").is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copy a file");
+        }
     }
 }

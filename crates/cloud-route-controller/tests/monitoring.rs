@@ -555,6 +555,7 @@ async fn the_prometheusrule_and_podmonitor_apply_against_the_operators_crds() {
             "--show-only",
             "templates/metrics-reader.yaml",
         ])
+        .args(common::CHART_CLUSTER)
         .args(common::CHART_MONITORING_ON)
         .output()
         .expect("run helm");

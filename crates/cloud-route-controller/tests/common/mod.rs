@@ -82,7 +82,7 @@ impl Controller {
     ) -> Controller {
         let log = log_dir.join(format!("{name}.log"));
         let out = std::fs::File::create(&log).expect("log file");
-        // Off unless the test serves it: parallel tests would all want 10260.
+        // Off unless the test serves it: parallel tests would all want the default port (10288).
         let secure_off: &[&str] = if args.iter().any(|a| a.starts_with("--secure-port")) {
             &[]
         } else {
@@ -512,6 +512,15 @@ pub async fn route_created_count(nodes: &kube::Api<k8s_openapi::api::core::v1::N
         })
         .count()
 }
+
+/// The chart's required values without a default (the cluster's own pod CIDR
+/// and name), as `helm template` flags: deploy/'s manifests' values.
+pub const CHART_CLUSTER: &[&str] = &[
+    "--set",
+    "clusterCIDRs={10.244.0.0/16}",
+    "--set",
+    "clusterName=kubernetes",
+];
 
 /// Every monitoring toggle of the chart on, as `helm template` flags: the
 /// PodMonitor with a token Secret, the ServiceMonitor, the PrometheusRule

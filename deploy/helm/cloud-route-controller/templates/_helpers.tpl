@@ -141,3 +141,33 @@ true
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/* --route-ip-families: routeIPFamilies when set, else the families of clusterCIDRs (a ":" makes a CIDR IPv6), IPv4 first. */}}
+{{- define "crc.routeIPFamilies" -}}
+{{- if .Values.routeIPFamilies -}}
+{{- join "," .Values.routeIPFamilies -}}
+{{- else -}}
+{{- $families := list -}}
+{{- range .Values.clusterCIDRs -}}
+{{- $families = append $families (ternary "IPv6" "IPv4" (contains ":" .)) -}}
+{{- end -}}
+{{- $families = uniq $families -}}
+{{- if and (has "IPv4" $families) (has "IPv6" $families) -}}
+IPv4,IPv6
+{{- else -}}
+{{- join "," $families -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The flags of `plan` that make it compute what the Deployment's `run` does: the same cluster, CIDRs, families, Node selector, provider, cloud config and deletion grace. */}}
+{{- define "crc.planFlags" -}}
+--cluster-cidr={{ join "," .Values.clusterCIDRs }} --cluster-name={{ .Values.clusterName }}
+{{- with .Values.routeNodeSelector }} {{ printf "--node-selector=%s" . | squote }}{{ end }} --route-ip-families={{ include "crc.routeIPFamilies" . }} --cloud-provider={{ .Values.provider }}
+{{- with .Values.cloudConfigSecret.existingSecret }} --cloud-config=/etc/cloud-route-controller-secret/{{ $.Values.cloudConfigSecret.key }}{{ end }}
+{{- with .Values.cloudConfigConfigMap.existingConfigMap }} --cloud-config=/etc/cloud-route-controller-configmap/{{ $.Values.cloudConfigConfigMap.key }}{{ end }}
+{{- if include "crc.configMap" . }} --cloud-config=/etc/cloud-route-controller/cloud.yaml{{ end }}
+{{- range .Values.extraArgs }}
+{{- if or (hasPrefix "--route-deletion-grace=" .) (hasPrefix "--kube-api-qps=" .) (hasPrefix "--kube-api-burst=" .) }} {{ . | squote }}{{ end }}
+{{- end }}
+{{- end -}}
