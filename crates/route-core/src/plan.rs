@@ -377,8 +377,8 @@ pub enum NetworkCondition {
     /// `True`/`PodCIDRConflict`: another Node claims the pod CIDR, or a
     /// route that is provably another cluster's overlaps it.
     PodCidrConflict,
-    /// `True`/`InvalidPodCIDR`: a pod CIDR is not a CIDR or lies outside
-    /// every cluster CIDR.
+    /// `True`/`InvalidPodCIDR`: a pod CIDR is not a CIDR, or lies outside
+    /// every cluster CIDR with no live route for it in the table.
     InvalidPodCidr,
     /// `False`/`NodeExcluded`: the Node is left out of routing on purpose
     /// (`--node-selector`) and a route controller routed it before; its
@@ -498,7 +498,7 @@ impl NetworkCondition {
                 "another Node claims the pod CIDR, or it overlaps a route that is provably another cluster's (a `PodCIDRConflict` or `PodCIDROverlap` Warning)"
             }
             NetworkCondition::InvalidPodCidr => {
-                "a pod CIDR is not a CIDR or lies outside every `--cluster-cidr`"
+                "a pod CIDR is not a CIDR, or lies outside every `--cluster-cidr` and no live route for it is in the table (one in place, such as upstream's, routes the Node: `RouteCreated`). When no more than half of the Nodes' pod CIDRs of a family lie inside `--cluster-cidr`, the setting is wrong, not the Nodes: no condition is written at all (a `ConfigurationMismatch` Warning)"
             }
             NetworkCondition::NodeExcluded => {
                 "the Node left `--node-selector` after a route controller routed it; its routes are gone. `False`, so the network-unavailable taint does not keep pods off a Node whose pod network is someone else's"
