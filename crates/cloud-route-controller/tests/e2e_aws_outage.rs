@@ -68,7 +68,7 @@ impl Watcher {
                     let now = (status.clone(), reason.clone());
                     if last.get(n) != Some(&now) {
                         last.insert(n.clone(), now);
-                        out.lock().unwrap().push(Seen {
+                        out.lock().unwrap_or_else(|e| e.into_inner()).push(Seen {
                             node: n.clone(),
                             status,
                             reason,
@@ -83,7 +83,7 @@ impl Watcher {
     }
 
     fn seen(&self) -> Vec<Seen> {
-        self.seen.lock().unwrap().clone()
+        self.seen.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// The reasons `node` was read with, in order, each change once.
