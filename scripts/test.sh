@@ -192,9 +192,10 @@ done
 # the cluster run beside the rest on a control plane of their own (their
 # TestCluster starts one when CRC_TEST_KUBECONFIG is unset): faults.rs takes
 # about 4 minutes, all of it waiting on the shared cluster's lock otherwise;
-# e2e_aws_drift.rs about 3 (it waits out drift periods); leader_at_scale.rs
-# about 2 (1,000 Nodes' conditions at 20 QPS, twice).
-own_plane_targets=(faults e2e_aws_drift leader_at_scale)
+# e2e_aws_drift.rs about 3 (it waits out drift periods); e2e_aws_outage.rs
+# about 2 (a 40 s outage and a 20 s refusal, each waited out);
+# leader_at_scale.rs about 2 (1,000 Nodes' conditions at 20 QPS, twice).
+own_plane_targets=(faults e2e_aws_drift e2e_aws_outage leader_at_scale)
 for target in "${own_plane_targets[@]}"; do
   target_bin=$(cargo test --workspace --locked "${lab[@]}" --test "$target" --no-run --message-format=json \
     | TARGET="$target" python3 -c 'import json, os, sys

@@ -814,6 +814,38 @@ impl Controller {
             })
     }
 
+    /// A listing refused the controller itself (credentials, permissions):
+    /// the routable Nodes that have no `NetworkUnavailable` condition yet
+    /// read `True`/`NoRouteCreated`, the message naming the refusal, so
+    /// that no pod lands on a Node no route can be made for until an
+    /// operator acts (status I/O). Returns the conditions written.
+    async fn mark_refused(&self, e: &CloudError) -> Vec<(String, NetworkCondition)> {
+        let plan = &self.cfg.plan;
+        let routable = |n: &route_core::NodeView| {
+            n.pod_cidrs.iter().any(
+                |c| matches!(c, route_core::PodCidr::Valid(c) if plan.routes_family(c.family())),
+            )
+        };
+        let message = refusal_message(e);
+        let written = status::mark_refused(
+            &self.nodes,
+            routable,
+            &message,
+            &self.status,
+            self.executor.fence(),
+            self.cfg.status_concurrency,
+        )
+        .await;
+        if !written.conditions.is_empty() {
+            warn!(
+                nodes = written.conditions.len(),
+                error = %e,
+                "the cloud refused the controller's listing: Nodes with pod CIDRs and no NetworkUnavailable condition yet now read True/NoRouteCreated until a listing succeeds"
+            );
+        }
+        written.conditions
+    }
+
     /// The list of a full pass failed: nothing else runs, and the scheduler
     /// spaces the next attempt. Once no listing has succeeded for the drift
     /// period plus one pass, the Nodes that read `RouteCreated` say
@@ -846,12 +878,43 @@ impl Controller {
             }
             report.conditions = written.conditions;
         }
+        if crate::policy::of(e.kind).marks_unrouted_nodes {
+            report.conditions.extend(self.mark_refused(&e).await);
+        }
         let took = started.elapsed();
         self.metrics
             .pass_finished(report.trigger, report.kind, PassOutcome::Error, 0, took);
         report.list_error = Some(e);
         report
     }
+}
+
+/// The longest cloud message a condition quotes: EC2 appends an encoded
+/// authorization message of kilobytes to some refusals.
+const REFUSAL_QUOTE_MAX: usize = 512;
+
+/// The message of a Node marked for a refused listing: upstream's
+/// `NoRouteCreated` message and what the cloud refused, e.g. "...: the
+/// cloud refused DescribeRouteTables: UnauthorizedOperation (HTTP 403):
+/// You are not authorized to perform this operation.".
+fn refusal_message(e: &CloudError) -> String {
+    let mut quoted = e.message.as_str();
+    if quoted.len() > REFUSAL_QUOTE_MAX {
+        let mut end = REFUSAL_QUOTE_MAX;
+        while !quoted.is_char_boundary(end) {
+            end -= 1;
+        }
+        quoted = &quoted[..end];
+    }
+    let cut = if quoted.len() < e.message.len() {
+        "…"
+    } else {
+        ""
+    };
+    format!(
+        "{}: the cloud refused {quoted}{cut}",
+        NetworkCondition::NoRouteCreated.message()
+    )
 }
 
 impl PassReport {
@@ -956,6 +1019,76 @@ mod tests {
         assert!(r.plan.is_noop() && r.conditions.is_empty());
         assert_eq!(f.cloud.log().len(), 1, "only the list was sent");
         assert!(f.status.recorded().conditions.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_listing_refused_for_permissions_marks_only_nodes_without_a_condition_and_names_the_refusal()
+     {
+        let mut f = fixture(Mode::Watch, &[node("a", "10.0.1.0/24")]);
+        f.ctl.pass(PassKind::Full, SyncTrigger::NodeChange).await;
+        assert_eq!(
+            f.status.condition_of("a"),
+            Some(NetworkCondition::RouteCreated)
+        );
+        // Joining while the cloud refuses the controller: b has no
+        // condition; c has one a CNI wrote; d has no pod CIDR.
+        f.nodes.apply(NodeEvent::Apply(node("b", "10.0.2.0/24")));
+        f.nodes.apply(NodeEvent::Apply(
+            node("c", "10.0.3.0/24").with_condition("False", "CalicoIsUp"),
+        ));
+        f.nodes
+            .apply(NodeEvent::Apply(NodeView::new("d", "uid-d", &[])));
+        // An outage marks nobody.
+        f.cloud.fail_next(Operation::List, 1, ErrorKind::Transient);
+        let r = f.ctl.pass(PassKind::Full, SyncTrigger::NodeChange).await;
+        assert!(r.list_error.is_some() && r.conditions.is_empty());
+        f.cloud.fail_next(Operation::List, 2, ErrorKind::Permanent);
+        let r = f.ctl.pass(PassKind::Full, SyncTrigger::NodeChange).await;
+        assert_eq!(
+            r.conditions,
+            [("b".to_string(), NetworkCondition::NoRouteCreated)]
+        );
+        let messages = f.status.recorded().messages;
+        assert_eq!(messages.len(), 1, "{messages:?}");
+        let prefix = format!(
+            "{}: the cloud refused ",
+            NetworkCondition::NoRouteCreated.message()
+        );
+        assert!(
+            messages[0].0 == "b" && messages[0].1.starts_with(&prefix),
+            "{messages:?}"
+        );
+        assert_eq!(
+            f.status.condition_of("a"),
+            Some(NetworkCondition::RouteCreated),
+            "a routed Node is never made True by a refusal"
+        );
+        assert_eq!(f.status.condition_of("c"), None);
+        assert_eq!(f.status.condition_of("d"), None);
+        // Written once: the next refusal finds b marked.
+        let r = f.ctl.pass(PassKind::Full, SyncTrigger::NodeChange).await;
+        assert!(r.list_error.is_some() && r.conditions.is_empty());
+        // The refusal ends: b is routed and reads RouteCreated.
+        f.ctl.pass(PassKind::Full, SyncTrigger::NodeChange).await;
+        assert_eq!(
+            f.status.condition_of("b"),
+            Some(NetworkCondition::RouteCreated)
+        );
+    }
+
+    #[test]
+    fn a_refusal_quoted_in_a_condition_is_cut_to_its_bound_on_a_char_boundary() {
+        let short = CloudError::new(
+            route_cloud::ErrorKind::Permanent,
+            "DescribeRouteTables: UnauthorizedOperation (HTTP 403): You are not authorized to perform this operation.",
+        );
+        assert_eq!(
+            refusal_message(&short),
+            "RouteController failed to create a route: the cloud refused DescribeRouteTables: UnauthorizedOperation (HTTP 403): You are not authorized to perform this operation."
+        );
+        let long = CloudError::new(route_cloud::ErrorKind::Permanent, "é".repeat(600));
+        let m = refusal_message(&long);
+        assert!(m.ends_with('…') && m.len() < REFUSAL_QUOTE_MAX + 100, "{m}");
     }
 
     #[tokio::test(start_paused = true)]

@@ -10,19 +10,19 @@
 //! same row. Adding an error class is one row here and its line in the
 //! table test.
 //!
-//! | kind | retry | table uncertain | a deletion answered so | creation's Node reads | Warning |
-//! |---|---|---|---|---|---|
-//! | `throttled` | paced by the throttle, backoff not grown | no | failed | `NoRouteCreated` | `FailedToCreateRoute` each attempt |
-//! | `conflict` | backoff | no | failed | `NoRouteCreated` | `FailedToCreateRoute` each attempt |
-//! | `already_exists` | backoff | yes | failed | `NoRouteCreated` | `FailedToCreateRoute` each attempt |
-//! | `not_found` | backoff | yes | reached its goal | `NoRouteCreated` | `FailedToCreateRoute` each attempt |
-//! | `quota_exceeded` | until room: 60 s floor, released by a deletion | no | failed | `RouteQuotaExceeded` | `RouteQuotaExceeded` once per Node |
-//! | `invalid_request` | rarely: the backoff maximum | no | failed | `NoRouteCreated` | `FailedToCreateRoute` each attempt |
-//! | `transient` | backoff | no | failed | `NoRouteCreated` | `FailedToCreateRoute` each attempt |
-//! | `timeout` | backoff | yes | failed | `NoRouteCreated` | `FailedToCreateRoute` each attempt |
-//! | `permanent` | rarely: the backoff maximum | no | failed | `NoRouteCreated` | `FailedToCreateRoute` each attempt |
-//! | `target_unavailable` | until the instance runs: 60 s doubling, kept while not wanted | no | failed | `InstanceNotRunning` | `FailedToCreateRoute` once per Node |
-//! | `fenced` | never an answer: the executor records the operation as not sent | no | failed | `NoRouteCreated` | `FailedToCreateRoute` each attempt |
+//! | kind | retry | table uncertain | a deletion answered so | creation's Node reads | Warning | a listing answered so marks a Node never routed |
+//! |---|---|---|---|---|---|---|
+//! | `throttled` | paced by the throttle, backoff not grown | no | failed | `NoRouteCreated` | `FailedToCreateRoute` each attempt | no |
+//! | `conflict` | backoff | no | failed | `NoRouteCreated` | `FailedToCreateRoute` each attempt | no |
+//! | `already_exists` | backoff | yes | failed | `NoRouteCreated` | `FailedToCreateRoute` each attempt | no |
+//! | `not_found` | backoff | yes | reached its goal | `NoRouteCreated` | `FailedToCreateRoute` each attempt | no |
+//! | `quota_exceeded` | until room: 60 s floor, released by a deletion | no | failed | `RouteQuotaExceeded` | `RouteQuotaExceeded` once per Node | no |
+//! | `invalid_request` | rarely: the backoff maximum | no | failed | `NoRouteCreated` | `FailedToCreateRoute` each attempt | no |
+//! | `transient` | backoff | no | failed | `NoRouteCreated` | `FailedToCreateRoute` each attempt | no |
+//! | `timeout` | backoff | yes | failed | `NoRouteCreated` | `FailedToCreateRoute` each attempt | no |
+//! | `permanent` | rarely: the backoff maximum | no | failed | `NoRouteCreated` | `FailedToCreateRoute` each attempt | `NoRouteCreated`, naming the refusal |
+//! | `target_unavailable` | until the instance runs: 60 s doubling, kept while not wanted | no | failed | `InstanceNotRunning` | `FailedToCreateRoute` once per Node | no |
+//! | `fenced` | never an answer: the executor records the operation as not sent | no | failed | `NoRouteCreated` | `FailedToCreateRoute` each attempt | no |
 //!
 //! A failed deletion warns `FailedToDeleteRoute` on every attempt.
 
@@ -109,6 +109,15 @@ pub struct Policy {
     /// still there. Any other refusal is the creation's own and keeps its
     /// answer, so its retry rule applies.
     pub explained_by_failed_deletion: bool,
+    /// A listing answered so writes `True`/`NoRouteCreated`, its message
+    /// naming the refusal, on every routable Node that has no
+    /// `NetworkUnavailable` condition yet (one that joined while the cloud
+    /// refuses the controller): the refusal lasts until an operator acts,
+    /// and a Node without the condition takes pods it has no route for.
+    /// A Node that has a condition keeps it (a routed one follows the
+    /// `RouteUnverified` rule); answers that pass by themselves (an
+    /// outage, throttling) write nothing until a listing succeeds.
+    pub marks_unrouted_nodes: bool,
 }
 
 const BACKOFF: Policy = Policy {
@@ -118,6 +127,7 @@ const BACKOFF: Policy = Policy {
     condition: NetworkCondition::NoRouteCreated,
     warn: (Reason::FailedToCreateRoute, WarnEvery::Attempt),
     explained_by_failed_deletion: false,
+    marks_unrouted_nodes: false,
 };
 
 /// The policy of answers of class `kind`.
@@ -142,8 +152,13 @@ pub const fn of(kind: ErrorKind) -> Policy {
             uncertain: true,
             ..BACKOFF
         },
-        ErrorKind::InvalidRequest | ErrorKind::Permanent => Policy {
+        ErrorKind::InvalidRequest => Policy {
             retry: Retry::Rarely,
+            ..BACKOFF
+        },
+        ErrorKind::Permanent => Policy {
+            retry: Retry::Rarely,
+            marks_unrouted_nodes: true,
             ..BACKOFF
         },
         ErrorKind::QuotaExceeded => Policy {
@@ -237,6 +252,11 @@ mod tests {
                 p.explained_by_failed_deletion,
                 kind == ErrorKind::AlreadyExists,
                 "{kind}"
+            );
+            assert_eq!(
+                p.marks_unrouted_nodes,
+                kind == ErrorKind::Permanent,
+                "{kind}: only a refusal of the controller's credentials or permissions marks a Node never routed"
             );
         }
     }

@@ -75,17 +75,19 @@ pub async fn write_conditions(
             Some((node, cond))
         })
         .collect();
-    patch(wanted, nodes, writer, fence, concurrency).await
+    patch(wanted, nodes, writer, fence, concurrency, None).await
 }
 
 /// Sets each Node's condition in `wanted`, at most `concurrency` at a
-/// time, and records what landed in the Node cache.
+/// time, with `message` in place of the condition's own when given, and
+/// records what landed in the Node cache.
 async fn patch(
     wanted: Vec<(NodeRef, NetworkCondition)>,
     nodes: &NodeStore,
     writer: &Arc<dyn StatusWriter>,
     fence: &Fence,
     concurrency: usize,
+    message: Option<&str>,
 ) -> Written {
     let results: Vec<(NodeRef, NetworkCondition, bool)> =
         futures::stream::iter(wanted.into_iter().map(|(node, cond)| {
@@ -94,7 +96,13 @@ async fn patch(
             async move {
                 // Checked per patch: one queued behind slow ones may come
                 // after the deadline.
-                let ok = match fence.guard(writer.set_condition(&node, cond)).await {
+                let set = async {
+                    match message {
+                        Some(m) => writer.set_condition_saying(&node, cond, m).await,
+                        None => writer.set_condition(&node, cond).await,
+                    }
+                };
+                let ok = match fence.guard(set).await {
                     Ok(Ok(())) => true,
                     Ok(Err(e)) => {
                         warn!(node = %node.name, error = %e, "failed to update networking condition");
@@ -153,7 +161,43 @@ pub async fn mark_unverified(
             (node, NetworkCondition::RouteUnverified)
         })
         .collect();
-    patch(wanted, nodes, writer, fence, concurrency).await
+    patch(wanted, nodes, writer, fence, concurrency, None).await
+}
+
+/// Marks every selected Node that `routable` accepts and that has no
+/// `NetworkUnavailable` condition at all (never routed: it joined while
+/// the cloud refuses the controller) as `True`/`NoRouteCreated`, with
+/// `message` (naming the refusal) as the condition's message: without the
+/// condition, nothing keeps pods off a Node that has no route. A Node with
+/// a condition keeps it, whoever wrote it: a routed one follows
+/// [`mark_unverified`]'s rule and is never made `True` here. Written once
+/// per Node (the next call finds it has a condition); the next successful
+/// listing plans its condition again.
+pub async fn mark_refused(
+    nodes: &NodeStore,
+    routable: impl Fn(&route_core::NodeView) -> bool,
+    message: &str,
+    writer: &Arc<dyn StatusWriter>,
+    fence: &Fence,
+    concurrency: usize,
+) -> Written {
+    if !fence.is_open() {
+        return Written::default();
+    }
+    let wanted = nodes
+        .snapshot()
+        .into_iter()
+        .filter(|n| !n.excluded && !n.deleting && n.network_unavailable.is_none())
+        .filter(|n| routable(n))
+        .map(|n| {
+            let node = NodeRef {
+                name: n.name.clone(),
+                uid: n.uid.clone(),
+            };
+            (node, NetworkCondition::NoRouteCreated)
+        })
+        .collect();
+    patch(wanted, nodes, writer, fence, concurrency, Some(message)).await
 }
 
 /// Why a planned creation left its Node unrouted after a pass, as the
@@ -201,6 +245,20 @@ pub trait StatusWriter: Send + Sync + 'static {
         cond: NetworkCondition,
     ) -> Result<(), StatusError>;
 
+    /// Sets the NetworkUnavailable condition of a Node with `message` in
+    /// place of [`NetworkCondition::message`] (one that names the cloud's
+    /// refusal). A writer that keeps no messages (the simulator's API
+    /// model) sets the condition alone.
+    async fn set_condition_saying(
+        &self,
+        node: &NodeRef,
+        cond: NetworkCondition,
+        message: &str,
+    ) -> Result<(), StatusError> {
+        let _ = message;
+        self.set_condition(node, cond).await
+    }
+
     /// Emits a Warning Event on a Node.
     async fn warn(&self, node: &NodeRef, reason: &str, message: &str) -> Result<(), StatusError>;
 }
@@ -228,6 +286,15 @@ impl KubeStatusWriter {
 
 /// The strategic-merge patch body upstream's `SetNodeCondition` sends.
 pub fn condition_patch(cond: NetworkCondition, now: Timestamp) -> serde_json::Value {
+    condition_patch_saying(cond, cond.message(), now)
+}
+
+/// [`condition_patch`] with `message` in place of the condition's own.
+pub fn condition_patch_saying(
+    cond: NetworkCondition,
+    message: &str,
+    now: Timestamp,
+) -> serde_json::Value {
     let t = Time(now);
     serde_json::json!({
         "status": {
@@ -235,7 +302,7 @@ pub fn condition_patch(cond: NetworkCondition, now: Timestamp) -> serde_json::Va
                 "type": "NetworkUnavailable",
                 "status": cond.status(),
                 "reason": cond.reason(),
-                "message": cond.message(),
+                "message": message,
                 "lastTransitionTime": t,
                 "lastHeartbeatTime": t,
             }]
@@ -250,7 +317,16 @@ impl StatusWriter for KubeStatusWriter {
         node: &NodeRef,
         cond: NetworkCondition,
     ) -> Result<(), StatusError> {
-        let mut patch = condition_patch(cond, Timestamp::now());
+        self.set_condition_saying(node, cond, cond.message()).await
+    }
+
+    async fn set_condition_saying(
+        &self,
+        node: &NodeRef,
+        cond: NetworkCondition,
+        message: &str,
+    ) -> Result<(), StatusError> {
+        let mut patch = condition_patch_saying(cond, message, Timestamp::now());
         // The UID is a precondition: a Node deleted and re-created under the
         // same name since the plan was made is not the Node it was made for,
         // and the API server refuses the patch (409) instead of applying it.
@@ -318,6 +394,9 @@ pub struct RecordingStatusWriter {
 pub struct Recorded {
     /// Every condition write, in order.
     pub conditions: Vec<(NodeRef, NetworkCondition)>,
+    /// The messages of the writes that gave one of their own
+    /// ([`StatusWriter::set_condition_saying`]), by Node name, in order.
+    pub messages: Vec<(String, String)>,
     /// Every event: node, reason, message.
     pub events: Vec<(NodeRef, String, String)>,
 }
@@ -353,6 +432,18 @@ impl StatusWriter for RecordingStatusWriter {
             .unwrap_or_else(|e| e.into_inner())
             .conditions
             .push((node.clone(), cond));
+        Ok(())
+    }
+
+    async fn set_condition_saying(
+        &self,
+        node: &NodeRef,
+        cond: NetworkCondition,
+        message: &str,
+    ) -> Result<(), StatusError> {
+        let mut r = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        r.conditions.push((node.clone(), cond));
+        r.messages.push((node.name.clone(), message.into()));
         Ok(())
     }
 

@@ -480,7 +480,7 @@ impl NetworkCondition {
                 "every pod CIDR of the Node has its route in every route target, and its forwarding prerequisite is not known to be off"
             }
             NetworkCondition::NoRouteCreated => {
-                "a creation failed (or was cut off, or waits behind a deletion that failed) and is retried with backoff; also a Node without pod CIDRs that some route targets"
+                "a creation failed (or was cut off, or waits behind a deletion that failed) and is retried with backoff; also a Node without pod CIDRs that some route targets, and a Node with pod CIDRs and no condition yet (never routed) while the cloud refuses the controller's listing for its credentials or permissions (EC2 `UnauthorizedOperation`), the message then naming the refusal (`...: the cloud refused DescribeRouteTables: UnauthorizedOperation ...`); a Node that reads `RouteCreated` is never made `True` by a refusal"
             }
             NetworkCondition::ForwardingDisabled => {
                 "every route is in place, but the cloud drops the pod traffic the Node forwards (GCE `canIpForward`, Azure `enableIPForwarding` off); the `ForwardingDisabled` Warning names the fix"

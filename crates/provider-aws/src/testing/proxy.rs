@@ -611,8 +611,15 @@ fn multiple_interfaces_xml(instance: &str) -> String {
 
 /// EC2's XML error body for `code`, shaped like [`THROTTLE_XML`].
 fn error_xml(code: &str) -> String {
+    // EC2's own words where a test reads them back (a condition quoting
+    // the refusal); any other code says where it came from.
+    let message = match code {
+        "UnauthorizedOperation" => "You are not authorized to perform this operation.",
+        "ServiceUnavailable" => "The service is unavailable. Please try again shortly.",
+        _ => "injected by the test proxy",
+    };
     format!(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error><Code>{code}</Code><Message>injected by the test proxy</Message></Error></Errors><RequestID>00000000-0000-0000-0000-000000000000</RequestID></Response>"
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error><Code>{code}</Code><Message>{message}</Message></Error></Errors><RequestID>00000000-0000-0000-0000-000000000000</RequestID></Response>"
     )
 }
 
