@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 use route_controller::Mode;
+use route_controller::bounds::Budget;
 use route_core::{Cidr, parse_cluster_cidrs};
 
 use crate::duration;
@@ -167,6 +168,14 @@ pub struct RunArgs {
     #[arg(long, default_value = "2s", value_parser = duration::parse)]
     pub route_deletion_grace: Duration,
 
+    /// The most working Nodes (NetworkUnavailable False or Unknown) one pass may turn NetworkUnavailable=True, which taints them NoSchedule: a count, or a percentage of the cluster's Nodes that never allows fewer than 2. A pass that would turn more writes none of those conditions, says so (log, ChangesHeld Warning, route_controller_held_changes) and goes on with everything else; 100% lifts the bound. The default is Karpenter's disruption budget.
+    #[arg(long, default_value = "10%", value_parser = parse_budget)]
+    pub max_unavailable_nodes: Budget,
+
+    /// The most live routes no Node needs (their Node is gone or left out, or they name none) one pass may delete: a count, or a percentage of the live routes listed. A pass that would delete more deletes none of them and says so; blackholes and routes replaced in the same pass do not count, and creations are never held. 100% lifts the bound. The default is cluster-autoscaler's scale-down parallelism.
+    #[arg(long, default_value = "10", value_parser = parse_budget)]
+    pub max_route_deletions: Budget,
+
     /// How long in-flight cloud calls may take to finish after SIGTERM.
     #[arg(long, default_value = "30s", value_parser = duration::parse)]
     pub shutdown_grace_period: Duration,
@@ -268,6 +277,10 @@ pub struct PlanArgs {
     /// As `run`'s: the plan says which deletions `run` would hold for it in its first pass (Go duration).
     #[arg(long, default_value = "2s", value_parser = duration::parse)]
     pub route_deletion_grace: Duration,
+
+    /// As `run`'s: the plan says which deletions `run` would hold for it.
+    #[arg(long, default_value = "10", value_parser = parse_budget)]
+    pub max_route_deletions: Budget,
 
     /// Output format.
     #[arg(long, short = 'o', value_enum, default_value_t = Output::Table)]
@@ -425,6 +438,12 @@ impl ClusterArgs {
 }
 
 /// Parses `--feature-gates`, returning the watch gate's value if given.
+/// `--max-unavailable-nodes`, `--max-route-deletions`: a count or a percentage.
+fn parse_budget(s: &str) -> Result<Budget, String> {
+    s.parse()
+        .map_err(|e: route_controller::bounds::BudgetError| e.to_string())
+}
+
 pub fn parse_feature_gates(s: &str) -> Result<Option<bool>, FlagError> {
     let mut watch = None;
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {

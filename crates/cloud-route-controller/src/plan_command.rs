@@ -145,7 +145,13 @@ pub async fn plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
             skip_families,
         },
     );
-    let (first_pass, room_left) = first_pass(&plan, &routes, &*cloud, args.route_deletion_grace);
+    let (first_pass, room_left) = first_pass(
+        &plan,
+        &routes,
+        &*cloud,
+        args.route_deletion_grace,
+        args.max_route_deletions,
+    );
     let node_reasons = node_reasons(&nodes, &plan, &room_left);
     let conditions: Vec<ConditionChange<'_>> = plan
         .conditions_if_all_succeed()
@@ -240,13 +246,14 @@ async fn recent_repairs(client: kube::Client) -> Vec<Repair> {
 }
 
 /// The gate's verdicts for a controller that starts now, with no failures
-/// behind it and no hold begun: the deletion grace, the route limit and
-/// the order between deletions and creations.
+/// behind it and no hold begun: the deletion grace, the route limit,
+/// `--max-route-deletions` and the order between deletions and creations.
 fn first_pass(
     plan: &Plan,
     routes: &[route_core::Route],
     cloud: &dyn route_cloud::CloudRoutes,
     grace: std::time::Duration,
+    deletions: route_controller::bounds::Budget,
 ) -> (Vec<FirstPass>, std::collections::HashSet<route_core::OpKey>) {
     use route_controller::gate::{Holds, Room, gate};
     use route_controller::{BackoffConfig, retry::RetryBook};
@@ -254,7 +261,8 @@ fn first_pass(
     let mut holds = Holds::new(grace, backoff.max);
     let caps = cloud.capabilities();
     let room = Room::new(caps.max_routes, caps.max_routes_per_family, routes)
-        .with_unlisted(cloud.unlisted_routes());
+        .with_unlisted(cloud.unlisted_routes())
+        .with_deletion_budget(deletions, routes);
     let now = tokio::time::Instant::now();
     let gated = gate(plan, &mut holds, &RetryBook::new(backoff), &room, now, true);
     let no_room = gated

@@ -169,6 +169,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         backoff: BackoffConfig::default(),
         status_concurrency: args.concurrent_status_updates,
         deletion_grace: args.route_deletion_grace,
+        bounds: route_controller::bounds::Bounds {
+            unavailable: args.max_unavailable_nodes,
+            deletions: args.max_route_deletions,
+        },
     };
     if args.cluster.cloud_provider() == "memory" && !args.unsafe_memory_provider_on_cloud_nodes {
         // After the watch's first list, before the first pass can write a

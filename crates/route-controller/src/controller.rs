@@ -40,6 +40,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
 use crate::absorb::{self, Absorbed};
+use crate::bounds::{self, Bounds, Held, HeldKind};
 use crate::execute::{Executor, Fence, OpRecords};
 use crate::forwarding::Prerequisites;
 use crate::gate::{self, Gated, Holds, Pool, Room};
@@ -70,6 +71,9 @@ pub struct ControllerConfig {
     /// `--route-deletion-grace`: how long the route of a Node that
     /// disappeared is kept, so a same-name re-creation keeps its route.
     pub deletion_grace: Duration,
+    /// `--max-unavailable-nodes` and `--max-route-deletions`: how much one
+    /// pass may take away at once ([`crate::bounds`]).
+    pub bounds: Bounds,
 }
 
 /// The longest wait before condition patches that failed are retried.
@@ -96,6 +100,8 @@ pub struct PassReport {
     /// The settings disagreed with the cluster: the plan was made and
     /// nothing of it carried out.
     pub misconfigured: Option<route_core::Misconfiguration>,
+    /// What the pass's bounds held back.
+    pub held: Vec<Held>,
 }
 
 /// The route controller. Build with [`Controller::new`], run with [`Controller::run`].
@@ -125,6 +131,9 @@ pub struct Controller {
     last_listed: Option<Instant>,
     /// The settings held against the cluster, and what was reported of it.
     settings: SettingsCheck,
+    /// What the bounds held in the last pass that held anything, so the
+    /// log line and the Warning come once per hold, not once per pass.
+    held: Vec<Held>,
 }
 
 impl Controller {
@@ -168,6 +177,7 @@ impl Controller {
             passes: 0,
             last_listed: None,
             settings: SettingsCheck::default(),
+            held: Vec::new(),
         }
     }
 
@@ -345,7 +355,12 @@ impl Controller {
         let headroom = self.headroom(&room, &plan, &outcome);
         self.emit(&headroom).await;
         // 7. Status: NetworkUnavailable conditions (nodes/status I/O) and latency.
-        report.conditions = self.update_status(&plan, &outcome).await;
+        let (conditions, held_nodes) = self.update_status(&plan, &outcome).await;
+        report.conditions = conditions;
+        // 7a. What the bounds held, said once per hold (Events).
+        report.held = gated.held.iter().cloned().chain(held_nodes).collect();
+        let held = self.report_held(&report.held, &plan);
+        self.emit(&held).await;
         self.count_reasons();
         // 8. Finish: metrics, and when the next pass is due.
         self.finish(&mut report, plan, outcome, gated, started);
@@ -510,6 +525,7 @@ impl Controller {
         let caps = self.executor.cloud().capabilities();
         Room::new(caps.max_routes, caps.max_routes_per_family, &snap.routes)
             .with_unlisted(self.executor.cloud().unlisted_routes())
+            .with_deletion_budget(self.cfg.bounds.deletions, &snap.routes)
     }
 
     /// Step 6b: how full each table is after the pass, as metrics, and a
@@ -683,10 +699,10 @@ impl Controller {
         &mut self,
         plan: &Plan,
         outcome: &OpRecords,
-    ) -> Vec<(String, NetworkCondition)> {
+    ) -> (Vec<(String, NetworkCondition)>, Option<Held>) {
         let fence = self.executor.fence();
         if !fence.is_open() {
-            return Vec::new();
+            return (Vec::new(), None);
         }
         let failed = |k: &OpKey| !outcome.of(k).is_done();
         for waited in self.nodes.confirm_routes(plan, failed) {
@@ -701,13 +717,33 @@ impl Controller {
         // or a table tagged since would go unseen. The full pass that
         // follows at once writes it from what it sees.
         let stale = self.listing_stale(Instant::now());
+        // Bounded passes: more working Nodes turned True at once than
+        // --max-unavailable-nodes allows are none of them turned.
+        let turning = plan
+            .nodes
+            .iter()
+            .filter(|n| bounds::turns_unavailable(n, &failure))
+            .count();
+        let budget = self.cfg.bounds.unavailable;
+        let max = budget.max(self.nodes.len());
+        let held = (turning > max).then_some(Held {
+            kind: HeldKind::UnavailableNodes,
+            planned: turning,
+            max,
+            budget,
+        });
         let confirmed;
-        let plan = if stale {
+        let plan = if stale || held.is_some() {
             let mut p = plan.clone();
-            p.nodes
-                .retain(|n| n.planned() != NetworkCondition::RouteCreated);
+            if stale {
+                p.nodes
+                    .retain(|n| n.planned() != NetworkCondition::RouteCreated);
+                self.scheduler.cache_uncertain();
+            }
+            if held.is_some() {
+                p.nodes.retain(|n| !bounds::turns_unavailable(n, &failure));
+            }
             confirmed = p;
-            self.scheduler.cache_uncertain();
             &confirmed
         } else {
             plan
@@ -738,7 +774,50 @@ impl Controller {
             );
             (failures, Some(Instant::now() + wait))
         };
-        written.conditions
+        (written.conditions, held)
+    }
+
+    /// Step 7a: what the bounds held in this pass, as metrics, and a log
+    /// line and a `ChangesHeld` Warning when a hold starts or changes.
+    fn report_held(&mut self, held: &[Held], plan: &Plan) -> Vec<Warning> {
+        self.metrics.held(held);
+        if held == self.held.as_slice() {
+            return Vec::new();
+        }
+        self.held = held.to_vec();
+        let mut warnings = Vec::new();
+        for h in held {
+            warn!(
+                kind = h.kind.as_str(),
+                planned = h.planned,
+                max = h.max,
+                flag = h.kind.flag(),
+                "{h}"
+            );
+            // Filed under a Node the hold concerns where there is one,
+            // else the first Node by name, so it is found beside the
+            // Nodes' own Events.
+            let concerned = match h.kind {
+                HeldKind::UnavailableNodes => plan
+                    .nodes
+                    .iter()
+                    .filter(|n| n.current.as_ref().is_some_and(|c| c.status != "True"))
+                    .map(|n| (n.node.clone(), n.uid.clone()))
+                    .min(),
+                HeldKind::RouteDeletions => None,
+            };
+            let node = concerned.or_else(|| {
+                self.nodes
+                    .snapshot()
+                    .iter()
+                    .map(|n| (n.name.clone(), n.uid.clone()))
+                    .min()
+            });
+            if let Some((name, uid)) = node {
+                warnings.push(Warning::changes_held(NodeRef { name, uid }, h));
+            }
+        }
+        warnings
     }
 
     /// Step 8: records the pass and tells the scheduler when the earliest
@@ -927,6 +1006,7 @@ impl PassReport {
             list_error: None,
             conditions: Vec::new(),
             misconfigured: None,
+            held: Vec::new(),
         }
     }
 }
@@ -981,6 +1061,7 @@ mod tests {
             },
             status_concurrency: 4,
             deletion_grace: Duration::ZERO,
+            bounds: Bounds::NONE,
         };
         let ctl = Controller::new(
             cfg,
@@ -1170,6 +1251,104 @@ mod tests {
         assert_eq!(
             f.status.condition_of("n2"),
             Some(NetworkCondition::RouteCreated)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pass_that_would_delete_more_live_routes_than_the_bound_deletes_none_and_says_so() {
+        // Twelve live routes to instances no Node names (a VPN's, a NAT's,
+        // another cluster's inside a too-wide --cluster-cidr), one Node.
+        let mut f = fixture(Mode::Watch, &[node("a", "10.0.1.0/24")]);
+        f.ctl.cfg.bounds = Bounds::DEFAULT;
+        for i in 0..12 {
+            f.cloud.insert_route(
+                "c",
+                route_core::Route::new(
+                    format!("appliance-{i}").as_str(),
+                    format!("10.0.{}.0/24", 100 + i).parse::<Cidr>().unwrap(),
+                ),
+            );
+        }
+        let r = f.ctl.pass(PassKind::Full, SyncTrigger::NodeChange).await;
+        assert_eq!(r.plan.deletions.len(), 12);
+        assert_eq!(
+            r.held,
+            vec![Held {
+                kind: HeldKind::RouteDeletions,
+                planned: 12,
+                max: 10,
+                budget: bounds::Budget::Count(10),
+            }]
+        );
+        assert!(
+            f.cloud.log().iter().all(|c| c.op != Operation::Delete),
+            "nothing deleted"
+        );
+        assert_eq!(f.cloud.routes("c").len(), 13, "the Node's route is created");
+        assert_eq!(
+            f.status.condition_of("a"),
+            Some(NetworkCondition::RouteCreated),
+            "and everything else goes on"
+        );
+        let events = f.status.recorded().events;
+        let held: Vec<&String> = events
+            .iter()
+            .filter(|(_, r, _)| r == Reason::ChangesHeld.as_str())
+            .map(|(_, _, m)| m)
+            .collect();
+        assert_eq!(held.len(), 1, "{events:?}");
+        assert!(held[0].contains("--max-route-deletions"), "{}", held[0]);
+        f.ctl.pass(PassKind::Full, SyncTrigger::Periodic).await;
+        assert_eq!(f.status.recorded().events.len(), events.len(), "said once");
+        // The operator means it: the bound lifted, they go.
+        f.ctl.cfg.bounds.deletions = bounds::Budget::Percent(100);
+        let r = f.ctl.pass(PassKind::Full, SyncTrigger::Periodic).await;
+        assert!(r.held.is_empty());
+        assert_eq!(f.cloud.routes("c").len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pass_that_would_turn_more_working_nodes_true_than_the_bound_writes_none_of_them() {
+        // Ten routed Nodes whose routes all fail to be re-created at once
+        // (someone emptied the table; the cloud refuses every creation).
+        let nodes: Vec<NodeView> = (1..=10)
+            .map(|i| node(&format!("n{i:02}"), &format!("10.0.{i}.0/24")))
+            .collect();
+        let mut f = fixture(Mode::Watch, &nodes);
+        f.ctl.cfg.bounds = Bounds::DEFAULT;
+        f.ctl.pass(PassKind::Full, SyncTrigger::NodeChange).await;
+        assert_eq!(
+            f.status.condition_of("n05"),
+            Some(NetworkCondition::RouteCreated)
+        );
+        let written = f.status.recorded().conditions.len();
+        for r in f.cloud.routes("c") {
+            f.cloud.remove_route("c", &r.destination);
+        }
+        f.cloud
+            .fail_next(Operation::Create, 10, ErrorKind::InvalidRequest);
+        let r = f.ctl.pass(PassKind::Full, SyncTrigger::Periodic).await;
+        assert_eq!(
+            r.held,
+            vec![Held {
+                kind: HeldKind::UnavailableNodes,
+                planned: 10,
+                max: 2,
+                budget: bounds::Budget::Percent(10),
+            }]
+        );
+        assert_eq!(
+            f.status.recorded().conditions.len(),
+            written,
+            "no Node turned True"
+        );
+        assert!(
+            f.status
+                .recorded()
+                .events
+                .iter()
+                .any(|(_, r, m)| r == Reason::ChangesHeld.as_str()
+                    && m.contains("--max-unavailable-nodes")),
         );
     }
 

@@ -13,6 +13,7 @@
 //! | [`Verdict::Held`] [`Hold::ReplacementWaits`] | a blackhole deleted only to be replaced, while its replacement waits | with its replacement |
 //! | [`Verdict::NoRoom`] | the provider's per-table route limit leaves no room in its table | when a deletion frees room |
 //! | [`Verdict::Blocked`] | it must follow deletions that do not run in this pass | with those deletions |
+//! | [`Verdict::Bounded`] | a deletion of a live route no Node needs, in a pass that would make more of them than `--max-route-deletions` allows ([`crate::bounds`]) | when the pass plans fewer, or the bound is raised |
 //!
 //! Two things delay an operation after the gate and are not verdicts: the
 //! executor's throttle paces what runs when the cloud throttles (it
@@ -36,10 +37,11 @@ use std::fmt;
 use std::time::Duration;
 
 use route_core::{
-    Cidr, Creation, CreationReason, DeletionReason, IpFamily, OpKey, Plan, Route, Text,
+    Cidr, Creation, CreationReason, Deletion, DeletionReason, IpFamily, OpKey, Plan, Route, Text,
 };
 use tokio::time::Instant;
 
+use crate::bounds::{Budget, Held, HeldKind, bounded_deletion};
 use crate::retry::RetryBook;
 
 pub use crate::retry::BLACKHOLE_REPAIR_FLOOR;
@@ -73,6 +75,14 @@ pub enum Verdict {
     Blocked {
         /// The deletions it waits for.
         by: Vec<OpKey>,
+    },
+    /// One of more deletions of live routes than `--max-route-deletions`
+    /// allows in one pass: none of them runs.
+    Bounded {
+        /// The deletions of the kind the pass planned.
+        planned: usize,
+        /// How many the bound allows.
+        max: usize,
     },
 }
 
@@ -123,6 +133,9 @@ impl Verdict {
                     "no room: the provider allows at most {max} routes and {table} is full; delete routes or raise the limit"
                 )
             }
+            Verdict::Bounded { planned, max } => format!(
+                "held: one of {planned} deletions of live routes no Node needs in this pass, more than --max-route-deletions allows ({max}); raise it if they are meant"
+            ),
             Verdict::Blocked { by } => {
                 let by: Vec<String> = by.iter().map(ToString::to_string).collect();
                 format!(
@@ -170,6 +183,8 @@ pub struct Gated {
     pub until: Option<Instant>,
     /// Blackholes found to have come back in this pass, first time each.
     pub new_recurrences: Vec<Recurrence>,
+    /// Deletions held by `--max-route-deletions`, if any.
+    pub held: Option<Held>,
 }
 
 impl Gated {
@@ -222,6 +237,8 @@ pub struct Room {
     max: Option<usize>,
     per_family: bool,
     listed: HashMap<Pool, usize>,
+    /// `--max-route-deletions`, and the live routes listed it is a share of.
+    deletions: Option<(Budget, usize)>,
 }
 
 /// What one route limit counts: a table, and with a cloud that counts IPv4
@@ -237,6 +254,7 @@ impl Room {
             max,
             per_family,
             listed: HashMap::new(),
+            deletions: None,
         };
         // Counting every route on every pass of a cloud without a limit
         // would be wasted work.
@@ -246,6 +264,14 @@ impl Room {
             }
         }
         room
+    }
+
+    /// Bounds the deletions of live routes no Node needs to what `budget`
+    /// allows of the live routes in `table` ([`crate::bounds`]).
+    pub fn with_deletion_budget(mut self, budget: Budget, table: &[Route]) -> Self {
+        let live = table.iter().filter(|r| !r.blackhole).count();
+        self.deletions = Some((budget, live));
+        self
     }
 
     /// Adds the routes the listing left out but the cloud counts against
@@ -544,6 +570,32 @@ pub fn gate(
         }
     }
     holds.gone_since.retain(|k, _| planned.contains(k));
+
+    // Bounded passes: deletions of live routes no Node needs, when more
+    // of them would run than the bound allows (crate::bounds). Before the
+    // creations that follow them are judged, so those wait too.
+    if let Some((budget, live)) = room.deletions {
+        let bounded: Vec<OpKey> = plan
+            .deletions
+            .iter()
+            .filter(|d| bounded_deletion(d))
+            .map(Deletion::key)
+            .filter(|k| g.runs(k))
+            .collect();
+        let max = budget.max(live);
+        if bounded.len() > max {
+            let planned = bounded.len();
+            for key in bounded {
+                g.verdicts.insert(key, Verdict::Bounded { planned, max });
+            }
+            g.held = Some(Held {
+                kind: HeldKind::RouteDeletions,
+                planned,
+                max,
+                budget,
+            });
+        }
+    }
 
     // Creations that must follow deletions which do not run.
     for c in &plan.creations {

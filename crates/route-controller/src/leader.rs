@@ -434,6 +434,7 @@ mod tests {
                 backoff: BackoffConfig::default(),
                 status_concurrency: 4,
                 deletion_grace: crate::controller::DEFAULT_DELETION_GRACE,
+                bounds: crate::bounds::Bounds::NONE,
             },
             nodes.clone(),
             Arc::new(cloud.clone()) as Arc<dyn CloudRoutes>,

@@ -25,6 +25,7 @@
 //! the cloud or writes to the cluster.
 
 pub mod absorb;
+pub mod bounds;
 pub mod controller;
 pub mod drift;
 pub mod execute;

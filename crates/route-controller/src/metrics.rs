@@ -83,6 +83,15 @@ pub struct Metrics {
     drift: Family<DriftLabels, Counter>,
     /// 1 while a setting disagrees with the whole cluster, by check.
     configuration_error: Family<CheckLabels, Gauge>,
+    /// Changes the bounds held in the last pass, by kind.
+    held_changes: Family<HeldLabels, Gauge>,
+}
+
+/// Labels of `route_controller_held_changes`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HeldLabels {
+    /// `route_deletion` or `unavailable_node`.
+    pub kind: &'static str,
 }
 
 /// Labels of `route_controller_configuration_error`.
@@ -163,7 +172,18 @@ impl Metrics {
             nodes_by_reason: Family::default(),
             drift: Family::default(),
             configuration_error: Family::default(),
+            held_changes: Family::default(),
         });
+        for kind in crate::bounds::HeldKind::ALL {
+            let _ = m.held_changes.get_or_create(&HeldLabels {
+                kind: kind.as_str(),
+            });
+        }
+        registry.register(
+            "route_controller_held_changes",
+            "Changes the last pass held because they would take away more at once than a bound allows (kind: route_deletion for --max-route-deletions, unavailable_node for --max-unavailable-nodes); 0 when nothing is held",
+            m.held_changes.clone(),
+        );
         for check in route_core::Misconfiguration::CHECKS {
             // Present at zero, so an alert reads a series before the first
             // mismatch.
@@ -429,6 +449,24 @@ impl MetricsHandle {
                 m.configuration_error
                     .get_or_create(&CheckLabels { check })
                     .set(i64::from(failed == Some(check)));
+            }
+        }
+    }
+
+    /// What the bounds held in the last pass.
+    pub fn held(&self, held: &[crate::bounds::Held]) {
+        if let Some(m) = &self.0 {
+            for kind in crate::bounds::HeldKind::ALL {
+                let n = held
+                    .iter()
+                    .filter(|h| h.kind == kind)
+                    .map(|h| h.planned)
+                    .sum::<usize>();
+                m.held_changes
+                    .get_or_create(&HeldLabels {
+                        kind: kind.as_str(),
+                    })
+                    .set(gauge(n));
             }
         }
     }

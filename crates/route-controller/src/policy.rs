@@ -185,7 +185,8 @@ pub fn refusal(verdict: &Verdict) -> Option<ErrorKind> {
         Verdict::Run
         | Verdict::BackingOff { .. }
         | Verdict::Held { .. }
-        | Verdict::Blocked { .. } => None,
+        | Verdict::Blocked { .. }
+        | Verdict::Bounded { .. } => None,
     }
 }
 

@@ -54,6 +54,7 @@ pub fn config(mode: Mode) -> ControllerConfig {
         },
         status_concurrency: 10,
         deletion_grace: Duration::ZERO,
+        bounds: crate::bounds::Bounds::NONE,
     }
 }
 

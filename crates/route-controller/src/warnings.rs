@@ -57,11 +57,14 @@ pub enum Reason {
     /// (`--cluster-cidr`, `--route-ip-families`, `--node-selector`): the
     /// controller changes nothing until it agrees again.
     ConfigurationMismatch,
+    /// A pass held changes that would take away more at once than a bound
+    /// allows (`--max-unavailable-nodes`, `--max-route-deletions`).
+    ChangesHeld,
 }
 
 impl Reason {
     /// Every reason, in the order of docs/reference/conditions-and-events.md.
-    pub const ALL: [Reason; 13] = [
+    pub const ALL: [Reason; 14] = [
         Reason::FailedToCreateRoute,
         Reason::FailedToDeleteRoute,
         Reason::PodCidrConflict,
@@ -75,6 +78,7 @@ impl Reason {
         Reason::PodCidrOverlap,
         Reason::RouteRepaired,
         Reason::ConfigurationMismatch,
+        Reason::ChangesHeld,
     ];
 
     /// The Event's `reason`.
@@ -93,6 +97,7 @@ impl Reason {
             Reason::PodCidrOverlap => "PodCIDROverlap",
             Reason::RouteRepaired => "RouteRepaired",
             Reason::ConfigurationMismatch => "ConfigurationMismatch",
+            Reason::ChangesHeld => "ChangesHeld",
         }
     }
 
@@ -137,6 +142,9 @@ impl Reason {
             }
             Reason::ConfigurationMismatch => {
                 "a setting of the controller disagrees with the whole cluster: no more than half of the Nodes' pod CIDRs of a family lie inside `--cluster-cidr`, `--route-ip-families` leaves out every pod CIDR, or `--node-selector` leaves out every Node. The controller changes no route and writes no condition until the Nodes or the flag agree; the message names the flag, its value and the Nodes' CIDRs. On one Node of the cluster (the first by name), once per distinct mismatch"
+            }
+            Reason::ChangesHeld => {
+                "a pass would turn more working Nodes `NetworkUnavailable=True` than `--max-unavailable-nodes` allows, or delete more live routes no Node needs than `--max-route-deletions` allows; none of those changes is made, everything else is. The message says how many and how to let them through. On one Node concerned (else the first by name), once per hold"
             }
         }
     }
@@ -217,6 +225,15 @@ impl Warning {
             message: format!(
                 "{m}; until then this controller changes no route and writes no NetworkUnavailable condition"
             ),
+        }
+    }
+
+    /// A pass held changes a bound does not allow; filed under `node`.
+    pub fn changes_held(node: NodeRef, held: &crate::bounds::Held) -> Self {
+        Self {
+            node,
+            reason: Reason::ChangesHeld,
+            message: held.to_string(),
         }
     }
 

@@ -80,6 +80,7 @@ fn main() {
             backoff: Default::default(),
             status_concurrency: 10,
             deletion_grace: route_controller::controller::DEFAULT_DELETION_GRACE,
+            bounds: route_controller::bounds::Bounds::NONE,
         };
         let mut last_cloud = None;
         for mode in [Mode::Periodic, Mode::Incremental] {

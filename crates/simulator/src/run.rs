@@ -224,6 +224,8 @@ async fn simulate_mode(
         },
         status_concurrency: scenario.controller.status_concurrency,
         deletion_grace: route_controller::controller::DEFAULT_DELETION_GRACE,
+        // The simulation measures calls, not safety: nothing is held.
+        bounds: route_controller::bounds::Bounds::NONE,
     };
     let (tx, mut rx) = mpsc::unbounded_channel();
     let (_leader, leader_rx) = watch::channel(true);

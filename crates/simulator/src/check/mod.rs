@@ -220,6 +220,9 @@ pub enum Kind {
     /// answered within a quarter of the renew deadline and nobody else
     /// wanted it (`slow_lease_api`).
     LeaseLostToSlowAnswers,
+    /// One pass turned more working Nodes `True`, or deleted more live
+    /// routes no Node needs, than the controller's bounds allow.
+    PassUnbounded,
 }
 
 /// One broken invariant.
@@ -1152,13 +1155,17 @@ impl Driver<'_> {
         let nodes = self.api.nodes();
         // A cluster whose Nodes mostly disagree with the settings (odd pod
         // CIDRs on most live Nodes) is held by the controller's settings
-        // check: nothing converges on purpose, and the continuous
-        // invariants (nothing foreign or live deleted) are what holds.
+        // check, and a last pass that held changes past a bound holds them
+        // on purpose: nothing converges, and the continuous invariants
+        // (nothing foreign or live deleted, every pass within its bounds)
+        // are what holds.
         let settings = route_core::PlanConfig {
             cluster_cidrs: self.cluster.clone(),
             ..route_core::PlanConfig::default()
         };
-        if route_core::check_configuration(&nodes, &settings).is_some() {
+        if lock(&self.world).held_at_end
+            || route_core::check_configuration(&nodes, &settings).is_some()
+        {
             lock(&self.world).held_at_end = true;
             return;
         }
@@ -1299,6 +1306,63 @@ impl Driver<'_> {
             w.violation(Kind::TooManyCalls, o);
         }
     }
+}
+
+/// The bounds the checked controller runs with: the production defaults.
+const BOUNDS: route_controller::bounds::Bounds = route_controller::bounds::Bounds::DEFAULT;
+
+/// Where pass `r` went past `bounds` in a cluster of `nodes` Nodes: more
+/// bounded deletions sent than `--max-route-deletions` allows, or more
+/// working Nodes written `True` than
+/// `--max-unavailable-nodes` allows.
+fn unbounded(
+    r: &route_controller::PassReport,
+    bounds: route_controller::bounds::Bounds,
+    nodes: usize,
+) -> Vec<String> {
+    let mut broken = Vec::new();
+    let deleted = r
+        .plan
+        .deletions
+        .iter()
+        .filter(|d| route_controller::bounds::bounded_deletion(d))
+        .filter(|d| r.ops.of(&d.key()).is_done())
+        .count();
+    // The report does not carry the live routes listed, so a percentage
+    // is judged against what the pass deleted, which is at most that;
+    // the checker runs with a count, which needs neither.
+    let max = bounds.deletions.max(deleted);
+    if deleted > max {
+        broken.push(format!(
+            "one pass deleted {deleted} live routes no Node needs; --max-route-deletions {} allows {max}",
+            bounds.deletions
+        ));
+    }
+    let was_working: std::collections::HashMap<&str, bool> = r
+        .plan
+        .nodes
+        .iter()
+        .map(|n| {
+            let working = n
+                .current
+                .as_ref()
+                .is_some_and(|c| c.status == "False" || c.status == "Unknown");
+            (n.node.as_str(), working)
+        })
+        .collect();
+    let turned = r
+        .conditions
+        .iter()
+        .filter(|(n, c)| c.status() == "True" && was_working.get(n.as_str()) == Some(&true))
+        .count();
+    let max = bounds.unavailable.max(nodes);
+    if turned > max {
+        broken.push(format!(
+            "one pass turned {turned} working Nodes NetworkUnavailable=True; --max-unavailable-nodes {} allows {max} of {nodes}",
+            bounds.unavailable
+        ));
+    }
+    broken
 }
 
 /// The condition a Node should carry once routes are in place in every
@@ -1590,6 +1654,7 @@ async fn drive(case: &Case, options: &Options) -> Outcome {
         },
         status_concurrency: 4,
         deletion_grace: route_controller::controller::DEFAULT_DELETION_GRACE,
+        bounds: BOUNDS,
     };
     let shutdown = CancellationToken::new();
     let checked = CheckedCloud::new(
@@ -1632,16 +1697,24 @@ async fn drive(case: &Case, options: &Options) -> Outcome {
     )
     .with_reports(reports);
     {
-        // Which passes had changes cut off by the fence.
+        // Which passes had changes cut off by the fence, whether each
+        // pass stayed within the bounds, and whether the last one held.
         let world = world.clone();
+        let api = api.clone();
         tokio::spawn(async move {
             // Reports come in pass order, one per pass started.
             let mut pass = 0;
             while let Some(r) = report_rx.recv().await {
                 pass += 1;
+                let nodes = api.nodes().len();
+                let mut w = lock(&world);
                 if r.ops.fenced() > 0 {
-                    lock(&world).cut_off_pass = Some(pass);
+                    w.cut_off_pass = Some(pass);
                 }
+                for broken in unbounded(&r, BOUNDS, nodes) {
+                    w.violation(Kind::PassUnbounded, broken);
+                }
+                w.held_at_end = !r.held.is_empty() || r.misconfigured.is_some();
             }
         });
     }
