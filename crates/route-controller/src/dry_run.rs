@@ -102,6 +102,42 @@ impl DryRunReport {
     }
 }
 
+/// Every creation reason, for the reference page.
+pub const CREATION_REASONS: [CreationReason; 4] = [
+    CreationReason::Missing,
+    CreationReason::AddressesChanged,
+    CreationReason::ReplacesBlackhole,
+    CreationReason::TargetChanged,
+];
+
+/// Every deletion reason, for the reference page.
+pub const DELETION_REASONS: [DeletionReason; 8] = [
+    DeletionReason::NodeGone,
+    DeletionReason::NoTargetNode,
+    DeletionReason::CidrNotAssigned,
+    DeletionReason::Blackhole,
+    DeletionReason::NodeExcluded,
+    DeletionReason::AddressesChanged,
+    DeletionReason::Duplicate,
+    DeletionReason::TargetChanged,
+];
+
+/// The `reason` values of `operation`, for the reference page.
+pub fn reasons(op: DryRunOp) -> Vec<&'static str> {
+    match op {
+        DryRunOp::Create => CREATION_REASONS.into_iter().map(creation_reason).collect(),
+        DryRunOp::Delete => DELETION_REASONS.into_iter().map(deletion_reason).collect(),
+        DryRunOp::Condition => route_core::NetworkCondition::ALL
+            .iter()
+            .map(|c| c.reason())
+            .collect(),
+        DryRunOp::Prerequisite => vec![PREREQUISITE_OFF],
+    }
+}
+
+/// The `reason` of a prerequisite the provider would repair.
+pub const PREREQUISITE_OFF: &str = "prerequisite_off";
+
 /// The label of a creation's reason.
 pub fn creation_reason(r: CreationReason) -> &'static str {
     match r {
@@ -274,7 +310,7 @@ pub fn differences(plan: &Plan, would_repair: &BTreeMap<String, String>) -> DryR
     for (node, what) in would_repair {
         out.push(Difference {
             op: DryRunOp::Prerequisite,
-            reason: "prerequisite_off",
+            reason: PREREQUISITE_OFF,
             key: node.clone(),
             says: format!("would repair the forwarding prerequisite of {node} ({what})"),
         });
