@@ -662,6 +662,9 @@ mod tests {
         let named = run(&["--dry-run=true", "--leader-elect-resource-name=shadow"]);
         assert_eq!(named.lease_name(), "shadow");
         assert!(!run(&["--dry-run=false"]).dry_run);
+        // `plan` takes it too, and writes nothing either way.
+        let cli = Cli::try_parse_from(["cloud-route-controller", "plan", "--dry-run"]).unwrap();
+        assert!(matches!(cli.command, Some(Command::Plan(p)) if p.dry_run));
     }
 
     #[test]
