@@ -180,6 +180,10 @@ pub struct RunArgs {
     #[arg(long, default_value = "30s", value_parser = duration::parse)]
     pub shutdown_grace_period: Duration,
 
+    /// Write nothing: plan, list the cloud and read the Nodes as usual, but change no route, repair no forwarding prerequisite, patch no Node condition and emit no Event. What it would change is logged once per difference ("dry run: would create route ...") and exported as route_controller_dry_run_* gauges, so it runs beside the route controller it is to replace and shows where they differ. Its Lease defaults to cloud-route-controller-dry-run.
+    #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub dry_run: bool,
+
     #[command(flatten)]
     pub leader: LeaderArgs,
 
@@ -259,9 +263,9 @@ pub struct LeaderArgs {
     #[arg(long)]
     pub leader_elect_resource_namespace: Option<String>,
 
-    /// Name of the Lease.
-    #[arg(long, default_value = "cloud-route-controller")]
-    pub leader_elect_resource_name: String,
+    /// Name of the Lease (default: cloud-route-controller; with --dry-run cloud-route-controller-dry-run, so a dry run never holds the Lease of a replica that writes).
+    #[arg(long, value_name = "NAME")]
+    pub leader_elect_resource_name: Option<String>,
 
     /// Identity in the Lease (default: POD_NAME, else the hostname).
     #[arg(long, env = "POD_NAME")]
@@ -285,6 +289,10 @@ pub struct PlanArgs {
     /// Output format.
     #[arg(long, short = 'o', value_enum, default_value_t = Output::Table)]
     pub output: Output,
+
+    /// Accepted as `run` takes it, and changes nothing: `plan` never writes.
+    #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub dry_run: bool,
 }
 
 /// `cleanup`'s flags.
@@ -471,6 +479,16 @@ pub fn parse_feature_gates(s: &str) -> Result<Option<bool>, FlagError> {
 }
 
 impl RunArgs {
+    /// The Lease's name: `--leader-elect-resource-name`, else the default,
+    /// which a dry run does not share with the replicas that write.
+    pub fn lease_name(&self) -> String {
+        match &self.leader.leader_elect_resource_name {
+            Some(name) => name.clone(),
+            None if self.dry_run => "cloud-route-controller-dry-run".into(),
+            None => "cloud-route-controller".into(),
+        }
+    }
+
     /// `--metrics-bind-address`: `None` when off, a bare port on 127.0.0.1.
     pub fn plain_metrics_address(&self) -> Result<Option<std::net::SocketAddr>, FlagError> {
         let a = self.metrics_bind_address.trim();
@@ -549,7 +567,7 @@ impl RunArgs {
                     l.leader_elect_lease_duration, l.leader_elect_renew_deadline
                 )));
             }
-            if l.leader_elect_resource_name.trim().is_empty() {
+            if self.lease_name().trim().is_empty() {
                 return Err(FlagError::Invalid(
                     "--leader-elect-resource-name must not be empty".into(),
                 ));
@@ -643,6 +661,29 @@ mod tests {
         assert_eq!(r.leader.leader_elect_retry_period, Duration::from_secs(2));
         assert_eq!(r.mode().unwrap(), Mode::Incremental);
         r.validate().unwrap();
+    }
+
+    #[test]
+    fn a_dry_run_has_a_lease_of_its_own_unless_named() {
+        let writer = run(&[]);
+        assert!(!writer.dry_run);
+        assert_eq!(writer.lease_name(), "cloud-route-controller");
+        let shadow = run(&[
+            "--dry-run",
+            "--cluster-cidr",
+            "10.244.0.0/16",
+            "--cloud-provider",
+            "aws",
+        ]);
+        assert!(shadow.dry_run);
+        assert_eq!(shadow.lease_name(), "cloud-route-controller-dry-run");
+        shadow.validate().unwrap();
+        let named = run(&["--dry-run=true", "--leader-elect-resource-name=shadow"]);
+        assert_eq!(named.lease_name(), "shadow");
+        assert!(!run(&["--dry-run=false"]).dry_run);
+        // `plan` takes it too, and writes nothing either way.
+        let cli = Cli::try_parse_from(["cloud-route-controller", "plan", "--dry-run"]).unwrap();
+        assert!(matches!(cli.command, Some(Command::Plan(p)) if p.dry_run));
     }
 
     #[test]

@@ -57,12 +57,22 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         resync = ?resync,
         drift_check = ?args.route_drift_check_period,
         identity = %identity,
+        dry_run = args.dry_run,
         "starting cloud-route-controller"
     );
+    if args.dry_run {
+        info!(
+            lease = %args.lease_name(),
+            "dry run: nothing is written: no route change, no forwarding prerequisite repair, no Node condition, no Event; what would change is logged as \"dry run: would ...\" and exported as route_controller_dry_run_*"
+        );
+    }
 
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry, cloud.clone());
     Metrics::register_fence(&mut registry, fence.clone());
+    if args.dry_run {
+        metrics.register_dry_run(&mut registry);
+    }
     let nodes = NodeStore::new(Some(metrics.clone()));
     let first_sync = Arc::new(AtomicBool::new(false));
     let config_alarm = route_controller::ConfigAlarm::default();
@@ -97,7 +107,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let leader_task = if args.leader.leader_elect {
         let cfg = LeaseConfig {
             namespace: lease_namespace(&args),
-            name: args.leader.leader_elect_resource_name.clone(),
+            name: args.lease_name(),
             identity: identity.clone(),
             lease_duration: args.leader.leader_elect_lease_duration,
             renew_deadline: args.leader.leader_elect_renew_deadline,
@@ -203,9 +213,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             return end;
         }
     }
-    let controller = Controller::new(cfg, nodes, cloud, status, fence.clone(), Some(metrics))
+    let mut controller = Controller::new(cfg, nodes, cloud, status, fence.clone(), Some(metrics))
         .with_first_sync(first_sync)
         .with_config_alarm(config_alarm);
+    if args.dry_run {
+        controller = controller.with_dry_run();
+    }
     let mut controller_task = tokio::spawn(controller.run(leader_rx, shutdown.clone()));
 
     let mut controller_done = false;

@@ -1812,3 +1812,168 @@ async fn malformed_and_truncated_provider_answers_are_clear_errors() {
     }
     eprintln!("malformed answers:\n{}", report.join("\n"));
 }
+
+// ---------------------------------------------------------------------------
+// --dry-run beside a controller that writes.
+// ---------------------------------------------------------------------------
+
+/// `controller_args` with the plain metrics port at `addr`.
+fn args_serving_metrics(sim: &Sim, addr: &str, extra: &[&str]) -> Vec<String> {
+    let mut args = controller_args(sim, extra);
+    let at = args
+        .iter()
+        .position(|a| a == "--metrics-bind-address")
+        .expect("--metrics-bind-address");
+    args[at + 1] = addr.to_string();
+    args
+}
+
+/// The value of the sample `sample` (name and labels) in a scrape of `base`.
+async fn sample(base: &str, sample: &str) -> Option<f64> {
+    let b = base.to_string();
+    let (code, text) = tokio::task::spawn_blocking(move || common::http_get(&b, "/metrics"))
+        .await
+        .ok()??;
+    (code == 200).then_some(())?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// A shadow (`--dry-run`) starts first, alone, over Nodes without routes:
+/// it lists the cloud and says what it would do, and writes nothing (no
+/// route, no condition, no Event). A controller that writes then routes the
+/// Nodes; the shadow, under a Lease of its own, never changes anything and
+/// agrees once the writer has converged. The simulated cloud's call log
+/// names each call's caller (the Lease identity), and Events name their
+/// reporting instance (the same identity).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dry_run_beside_a_writing_controller_writes_nothing_and_agrees_once_the_writer_converged()
+{
+    const NODES: usize = 3;
+    let c = TestCluster::acquire().await.unwrap();
+    let dir = TempDir::new("faults-dry-run");
+    let sim = start_sim(dir.path(), MemoryConfig::default()).await;
+    for i in 0..NODES {
+        c.create_node(&node(i)).await.unwrap();
+    }
+    let leases = [
+        "--leader-elect=true",
+        "--leader-elect-resource-namespace",
+        "default",
+    ];
+    let shadow_addr = format!("127.0.0.1:{}", common::free_port());
+    let shadow_base = format!("http://{shadow_addr}");
+    let mut extra = vec!["--dry-run", "--leader-elect-identity", "shadow"];
+    extra.extend(leases);
+    let shadow = start_controller(
+        c.kubeconfig_path(),
+        dir.path(),
+        "shadow",
+        &args_serving_metrics(&sim, &shadow_addr, &extra),
+    );
+    let create =
+        r#"route_controller_dry_run_pending_operations{operation="create",reason="missing"}"#;
+    wait_until(
+        Duration::from_secs(60),
+        "the shadow's planned creations",
+        || async { (sample(&shadow_base, create).await == Some(NODES as f64)).then_some(()) },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", shadow.log_text()));
+    let agreeing = "route_controller_dry_run_agreeing";
+    let since = "route_controller_dry_run_agreeing_since_seconds";
+    assert_eq!(sample(&shadow_base, agreeing).await, Some(0.0));
+    assert_eq!(sample(&shadow_base, since).await, Some(0.0));
+    let condition = r#"route_controller_dry_run_pending_operations{operation="condition",reason="RouteCreated"}"#;
+    assert_eq!(sample(&shadow_base, condition).await, Some(NODES as f64));
+    let mutations = |who: Option<&str>| {
+        sim.cloud
+            .log()
+            .into_iter()
+            .filter(|e| e.op != Operation::List)
+            .filter(|e| who.is_none_or(|w| &*e.caller == w))
+            .count()
+    };
+    assert_eq!(mutations(None), 0, "{:?}", sim.cloud.log());
+    assert!(
+        sim.cloud.log().iter().any(|e| &*e.caller == "shadow"),
+        "the shadow lists the cloud"
+    );
+    for i in 0..NODES {
+        let name = format!("n-{i}");
+        assert_eq!(c.network_unavailable(&name).await.unwrap(), None, "{name}");
+        assert_eq!(c.node_events(&name).await.unwrap(), [], "{name}");
+    }
+    let text = shadow.log_text();
+    assert!(text.contains("dry run: nothing is written"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "dry run: would create route {} to n-0 (missing)",
+            pod_cidr(0)
+        )),
+        "{text}"
+    );
+
+    // The writer, under the default Lease, converges.
+    let mut extra = vec!["--leader-elect-identity", "writer"];
+    extra.extend(leases);
+    let writer = start_controller(
+        c.kubeconfig_path(),
+        dir.path(),
+        "writer",
+        &controller_args(&sim, &extra),
+    );
+    for i in 0..NODES {
+        let name = format!("n-{i}");
+        wait_until(Duration::from_secs(60), "RouteCreated", || async {
+            let cond = c.network_unavailable(&name).await.ok()??;
+            (cond.status == "False" && cond.reason.as_deref() == Some("RouteCreated")).then_some(())
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", writer.log_text()));
+    }
+    assert_eq!(sim.cloud.routes(CLUSTER).len(), NODES);
+    wait_until(Duration::from_secs(60), "the shadow agrees", || async {
+        (sample(&shadow_base, agreeing).await == Some(1.0)).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", shadow.log_text()));
+    let agreed = sample(&shadow_base, since).await.expect("agreeing since");
+    assert!(agreed > 1.6e9, "{agreed}");
+    assert_eq!(sample(&shadow_base, create).await, None, "no creation left");
+
+    // Every change is the writer's; the shadow made none.
+    assert_eq!(mutations(Some("shadow")), 0, "{:?}", sim.cloud.log());
+    assert_eq!(mutations(Some("writer")), mutations(None));
+    for i in 0..NODES {
+        let events = c.node_events(&format!("n-{i}")).await.unwrap();
+        assert!(
+            events
+                .iter()
+                .all(|e| e.reporting_instance.as_deref() != Some("shadow")
+                    && e.source.as_ref().and_then(|s| s.host.as_deref()) != Some("shadow")),
+            "{events:?}"
+        );
+    }
+    // Each under a Lease of its own: neither took the other's.
+    let lease_api: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(c.client(), "default");
+    for (name, holder) in [
+        ("cloud-route-controller", "writer"),
+        ("cloud-route-controller-dry-run", "shadow"),
+    ] {
+        let lease = lease_api.get(name).await.unwrap();
+        let held = lease.spec.and_then(|s| s.holder_identity);
+        assert_eq!(held.as_deref(), Some(holder), "{name}");
+    }
+    // Each difference was logged once, and went away.
+    let text = shadow.log_text();
+    let line = format!(
+        "dry run: would create route {} to n-0 (missing)",
+        pod_cidr(0)
+    );
+    assert_eq!(text.matches(&line).count(), 1, "{text}");
+    assert!(text.contains("dry run: nothing to do"), "{text}");
+    assert_eq!(writer.stop(), Some(0));
+    assert_eq!(shadow.stop(), Some(0));
+}

@@ -2240,3 +2240,44 @@ fn copy_dir(from: &Path, to: &Path) {
         }
     }
 }
+
+/// `dryRun=true` runs the controller with `--dry-run` under a Lease of its
+/// own, which its Role grants; the default writes, under the default Lease.
+#[test]
+fn dry_run_renders_the_flag_and_a_lease_of_its_own() {
+    let helm = helm();
+    let lease_of = |docs: &[Value]| {
+        let role = find(docs, "Role");
+        let granted: Vec<&Value> = role["rules"]
+            .as_array()
+            .expect("rules")
+            .iter()
+            .filter_map(|r| r["resourceNames"].as_array())
+            .flatten()
+            .collect();
+        let args = args_of(docs);
+        let lease = flag(&args, "--leader-elect-resource-name");
+        assert_eq!(granted, [&Value::from(lease.clone())], "{role}");
+        (args.iter().any(|a| a == "--dry-run"), lease)
+    };
+    let writer = rendered(&helm, &[]);
+    assert_eq!(
+        lease_of(&writer),
+        (false, "cloud-route-controller".to_string())
+    );
+    let shadow = rendered(&helm, &["--set", "dryRun=true"]);
+    assert_eq!(
+        lease_of(&shadow),
+        (true, "cloud-route-controller-dry-run".to_string())
+    );
+    let named = rendered(
+        &helm,
+        &[
+            "--set",
+            "dryRun=true",
+            "--set",
+            "leaderElection.resourceName=routes",
+        ],
+    );
+    assert_eq!(lease_of(&named), (true, "routes-dry-run".to_string()));
+}

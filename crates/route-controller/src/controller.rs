@@ -41,7 +41,8 @@ use tracing::{Instrument, debug, error, info, info_span, warn};
 
 use crate::absorb::{self, Absorbed};
 use crate::bounds::{self, Bounds, Held, HeldKind};
-use crate::execute::{Executor, Fence, OpRecords};
+use crate::dry_run::{DryRun, DryRunReport};
+use crate::execute::{Executor, Fence, OpRecords, Writes};
 use crate::forwarding::Prerequisites;
 use crate::gate::{self, Gated, Holds, Pool, Room};
 use crate::metrics::{Metrics, MetricsHandle, PassOutcome};
@@ -102,6 +103,8 @@ pub struct PassReport {
     pub misconfigured: Option<route_core::Misconfiguration>,
     /// What the pass's bounds held back.
     pub held: Vec<Held>,
+    /// Under `--dry-run`: what the pass would have changed.
+    pub dry_run: Option<DryRunReport>,
 }
 
 /// The route controller. Build with [`Controller::new`], run with [`Controller::run`].
@@ -134,6 +137,8 @@ pub struct Controller {
     /// What the bounds held in the last pass that held anything, so the
     /// log line and the Warning come once per hold, not once per pass.
     held: Vec<Held>,
+    /// Under `--dry-run`: what was reported of the differences.
+    dry_run: Option<DryRun>,
 }
 
 impl Controller {
@@ -178,7 +183,18 @@ impl Controller {
             last_listed: None,
             settings: SettingsCheck::default(),
             held: Vec::new(),
+            dry_run: None,
         }
+    }
+
+    /// `--dry-run`: the controller plans, reads the cloud and the Nodes as
+    /// usual and writes nothing (no route change, no prerequisite repair, no
+    /// condition, no Event); it reports what it would change instead
+    /// ([`crate::dry_run`]).
+    pub fn with_dry_run(mut self) -> Self {
+        self.executor.set_writes(Writes::DryRun);
+        self.dry_run = Some(DryRun::new());
+        self
     }
 
     /// Sets `flag` once the first full pass after gaining leadership listed
@@ -362,6 +378,8 @@ impl Controller {
         let held = self.report_held(&report.held, &plan);
         self.emit(&held).await;
         self.count_reasons();
+        // 7c. Dry run: what the pass would have changed.
+        report.dry_run = self.observe_dry_run(&plan);
         // 8. Finish: metrics, and when the next pass is due.
         self.finish(&mut report, plan, outcome, gated, started);
         report
@@ -409,6 +427,7 @@ impl Controller {
         let mut answers = Vec::new();
         let mut failed = crate::forwarding::Due::default();
         let asks = [(&due.fresh, true), (&due.new, false)];
+        // Asked to repair; the executor only reads under --dry-run.
         for (asked, fresh) in asks.into_iter().filter(|(a, _)| !a.is_empty()) {
             let check = route_cloud::ForwardingCheck {
                 fresh,
@@ -425,6 +444,9 @@ impl Controller {
                     }
                 }
             }
+        }
+        if let Some(d) = &mut self.dry_run {
+            d.prerequisites(&answers);
         }
         let found =
             self.prerequisites
@@ -633,9 +655,38 @@ impl Controller {
 
     /// Emits Warning Events (API I/O), through the one emitter.
     async fn emit(&self, warnings: &[Warning]) {
+        let writes = self.executor.writes();
         for w in warnings {
-            status::emit(w, &*self.status, self.executor.fence(), &self.metrics).await;
+            status::emit(
+                w,
+                &*self.status,
+                self.executor.fence(),
+                writes,
+                &self.metrics,
+            )
+            .await;
         }
+    }
+
+    /// Step 7c, under `--dry-run`: reports what the pass would have
+    /// changed (log lines, gauges). A pass that found something looks
+    /// again with a fresh listing after the least interval between passes:
+    /// a cached table does not show the routes the route controller
+    /// beside it made meanwhile, and a difference it has since resolved
+    /// should not stand until the next drift check.
+    fn observe_dry_run(&mut self, plan: &Plan) -> Option<DryRunReport> {
+        let d = self.dry_run.as_mut()?;
+        let nodes = &self.nodes;
+        let report = d.observe(
+            plan,
+            |n| nodes.get(n).is_some(),
+            &self.metrics,
+            std::time::SystemTime::now(),
+        );
+        if !report.agreeing() {
+            self.scheduler.cache_uncertain();
+        }
+        Some(report)
     }
 
     /// Step 6; an uncertain answer makes the next pass a full one.
@@ -754,6 +805,7 @@ impl Controller {
             &self.nodes,
             &self.status,
             fence,
+            self.executor.writes(),
             concurrency,
         )
         .await;
@@ -878,6 +930,18 @@ impl Controller {
         let took = started.elapsed();
         self.metrics
             .pass_finished(report.trigger, report.kind, PassOutcome::Error, 0, took);
+        // A dry run reports the plan it holds: what it would change once
+        // the setting agrees with the cluster. It looks again at the next
+        // Node event or resync, like the pass that writes.
+        if let Some(d) = &mut self.dry_run {
+            let nodes = &self.nodes;
+            report.dry_run = Some(d.observe(
+                &plan,
+                |n| nodes.get(n).is_some(),
+                &self.metrics,
+                std::time::SystemTime::now(),
+            ));
+        }
         report.plan = plan;
         report.misconfigured = Some(m);
         report
@@ -945,6 +1009,7 @@ impl Controller {
                 &self.nodes,
                 &self.status,
                 self.executor.fence(),
+                self.executor.writes(),
                 self.cfg.status_concurrency,
             )
             .await;
@@ -1007,6 +1072,7 @@ impl PassReport {
             conditions: Vec::new(),
             misconfigured: None,
             held: Vec::new(),
+            dry_run: None,
         }
     }
 }
@@ -1033,6 +1099,15 @@ mod tests {
     }
 
     fn fixture_with(mode: Mode, nodes: &[NodeView], cloud: MemoryConfig) -> Fixture {
+        fixture_metered(mode, nodes, cloud, None)
+    }
+
+    fn fixture_metered(
+        mode: Mode,
+        nodes: &[NodeView],
+        cloud: MemoryConfig,
+        metrics: Option<Arc<Metrics>>,
+    ) -> Fixture {
         let store = NodeStore::new(None);
         store.apply(NodeEvent::Init);
         for n in nodes {
@@ -1069,7 +1144,7 @@ mod tests {
             cloud.clone(),
             status.clone(),
             Fence::new(true),
-            None,
+            metrics,
         );
         Fixture {
             ctl,
@@ -1489,5 +1564,128 @@ mod tests {
             .filter(|n| f.status.condition_of(n) == Some(NetworkCondition::RouteQuotaExceeded))
             .collect();
         assert_eq!(unrouted.len(), 1, "{unrouted:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_dry_run_writes_nothing_reports_what_it_would_do_and_agrees_once_another_did_it() {
+        let nodes = [node("a", "10.0.1.0/24"), node("b", "10.0.2.0/24")];
+        let mut registry = prometheus_client::registry::Registry::default();
+        let cloud = Arc::new(crate::reference::Idle(route_cloud::RequestStats::default()));
+        let metrics = Metrics::register(&mut registry, cloud);
+        metrics.register_dry_run(&mut registry);
+        let Fixture {
+            ctl,
+            cloud,
+            status,
+            nodes: store,
+        } = fixture_metered(
+            Mode::Incremental,
+            &nodes,
+            MemoryConfig::default(),
+            Some(metrics),
+        );
+        let mut ctl = ctl.with_dry_run();
+        let scrape = || crate::metrics::encode(&registry);
+        let gauge = |text: &str, name: &str| -> Option<String> {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ').map(String::from))
+        };
+        for kind in [PassKind::Full, PassKind::Cached] {
+            ctl.scheduler.started(kind, Instant::now());
+            let r = ctl.pass(kind, SyncTrigger::NodeChange).await;
+            assert!(
+                f_mutations(&cloud).is_empty(),
+                "a dry run sends no change: {:?}",
+                cloud.log()
+            );
+            let recorded = status.recorded();
+            assert!(recorded.conditions.is_empty(), "{:?}", recorded.conditions);
+            assert!(recorded.events.is_empty(), "{:?}", recorded.events);
+            assert!(r.conditions.is_empty());
+            assert_eq!(r.ops.changed(), 0);
+            assert!(
+                r.plan
+                    .creations
+                    .iter()
+                    .all(|c| *r.ops.creation(c) == crate::OpResult::DryRun),
+                "{:?}",
+                r.ops
+            );
+            let d = r.dry_run.expect("a dry-run report");
+            assert_eq!(d.count(crate::DryRunOp::Create), 2, "{d:?}");
+            assert_eq!(d.count(crate::DryRunOp::Condition), 2, "{d:?}");
+            assert!(!d.agreeing());
+            let text = scrape();
+            assert!(
+                text.contains(
+                    "route_controller_dry_run_pending_operations{operation=\"create\",reason=\"missing\"} 2"
+                ),
+                "{text}"
+            );
+            assert!(
+                text.contains(
+                    "route_controller_dry_run_pending_operations{operation=\"condition\",reason=\"RouteCreated\"} 2"
+                ),
+                "{text}"
+            );
+            assert_eq!(
+                gauge(&text, "route_controller_dry_run_agreeing").as_deref(),
+                Some("0")
+            );
+            assert_eq!(
+                gauge(&text, "route_controller_dry_run_agreeing_since_seconds").as_deref(),
+                Some("0")
+            );
+            assert_eq!(
+                gauge(&text, "route_controller_retrying_operations").as_deref(),
+                Some("0"),
+                "nothing failed: nothing waits for a retry"
+            );
+        }
+        assert!(
+            matches!(ctl.scheduler.decide(Instant::now()), Decision::Sleep(_)),
+            "nothing is redone at once"
+        );
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert_eq!(
+            ctl.scheduler.decide(Instant::now()),
+            Decision::Run(PassKind::Full, SyncTrigger::NodeChange),
+            "a disagreement is looked at again with a listing after the least interval"
+        );
+        // Another route controller routes both Nodes and marks them.
+        for n in &nodes {
+            let cidr = n.valid_pod_cidrs()[0];
+            cloud.insert_route("c", route_core::Route::new(n.name.as_str(), cidr));
+            store.apply(NodeEvent::Apply(
+                n.clone().with_condition("False", "RouteCreated"),
+            ));
+        }
+        let r = ctl.pass(PassKind::Full, SyncTrigger::DriftCheck).await;
+        let d = r.dry_run.expect("a dry-run report");
+        assert!(d.agreeing(), "{d:?}");
+        assert!(f_mutations(&cloud).is_empty());
+        assert!(status.recorded().conditions.is_empty() && status.recorded().events.is_empty());
+        let text = scrape();
+        assert_eq!(
+            gauge(&text, "route_controller_dry_run_agreeing").as_deref(),
+            Some("1")
+        );
+        assert!(
+            gauge(&text, "route_controller_dry_run_agreeing_since_seconds")
+                .is_some_and(|s| s.parse::<u64>().unwrap() > 1_600_000_000),
+            "{text}"
+        );
+        assert!(
+            !text.contains("route_controller_dry_run_pending_operations{"),
+            "{text}"
+        );
+    }
+
+    fn f_mutations(cloud: &MemoryCloud) -> Vec<provider_memory::CallRecord> {
+        cloud
+            .log()
+            .into_iter()
+            .filter(|c| c.op != Operation::List)
+            .collect()
     }
 }

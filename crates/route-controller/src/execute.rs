@@ -53,6 +53,10 @@ pub enum OpResult {
     /// Possibly sent, its answer abandoned when the fence closed: whether
     /// it took effect is unknown, so the table is listed before it is redone.
     Abandoned,
+    /// Let run by the gate, and not sent: this replica writes nothing
+    /// (`--dry-run`). Like a fence cut-off it answers nothing, but it is
+    /// not redone: the next pass plans it again and finds it not sent again.
+    DryRun,
 }
 
 impl OpResult {
@@ -214,6 +218,26 @@ impl OpRecords {
     }
 }
 
+/// Whether this replica writes: the one switch of `--dry-run`, read where
+/// a write would start (the executor's cloud changes and prerequisite
+/// repairs, [`crate::status`]'s condition patches and Events) and nowhere
+/// else; reads (listings, prerequisite checks, the Node watch) go on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Writes {
+    /// Changes the cloud and the cluster (the default).
+    #[default]
+    Allowed,
+    /// Plans, reads and reports; writes nothing (`--dry-run`).
+    DryRun,
+}
+
+impl Writes {
+    /// Nothing is written.
+    pub fn dry_run(self) -> bool {
+        self == Writes::DryRun
+    }
+}
+
 /// Runs plans against one cloud.
 pub struct Executor {
     cloud: Arc<dyn CloudRoutes>,
@@ -221,6 +245,7 @@ pub struct Executor {
     gate: Arc<Throttle>,
     fence: Fence,
     metrics: MetricsHandle,
+    writes: Writes,
 }
 
 impl Executor {
@@ -238,7 +263,18 @@ impl Executor {
             gate: Arc::new(Throttle::default()),
             fence,
             metrics,
+            writes: Writes::Allowed,
         }
+    }
+
+    /// Sets whether this executor writes (`--dry-run`: it sends nothing).
+    pub fn set_writes(&mut self, writes: Writes) {
+        self.writes = writes;
+    }
+
+    /// Whether this executor writes.
+    pub fn writes(&self) -> Writes {
+        self.writes
     }
 
     /// The provider.
@@ -269,12 +305,15 @@ impl Executor {
     }
 
     /// Checks the forwarding prerequisite of `nodes` (through the throttle
-    /// gate, inside the fence: a repair is a write).
+    /// gate, inside the fence: a repair is a write). Under `--dry-run` it
+    /// only reads: what it would repair answers
+    /// [`route_cloud::Forwarding::WouldRepair`].
     pub async fn check_forwarding(
         &self,
         nodes: &[Arc<route_core::NodeView>],
-        check: route_cloud::ForwardingCheck,
+        mut check: route_cloud::ForwardingCheck,
     ) -> Result<Vec<(String, route_cloud::Forwarding)>, CloudError> {
+        check.repair &= !self.writes.dry_run();
         let ticket = self.fence.guard(self.wait_gate()).await?;
         self.fence.check()?;
         let r = self
@@ -294,10 +333,16 @@ impl Executor {
     }
 
     /// Executes the operations of `plan` that `gated` lets run; the others
-    /// are recorded as not sent, their verdict saying why.
+    /// are recorded as not sent, their verdict saying why. Under
+    /// `--dry-run` nothing is sent: those the gate lets run are
+    /// [`OpResult::DryRun`].
     pub async fn execute(&self, plan: &Plan, gated: &Gated) -> OpRecords {
         let mut out = OpRecords::gated(plan, gated);
-        if self.cloud.capabilities().supports_batch {
+        if self.writes.dry_run() {
+            for r in out.records.values_mut().filter(|r| r.result.is_none()) {
+                r.result = Some(OpResult::DryRun);
+            }
+        } else if self.cloud.capabilities().supports_batch {
             self.execute_batch(plan, gated, &mut out).await;
         } else {
             self.execute_each(plan, gated, &mut out).await;

@@ -23,11 +23,17 @@
 //! [`Controller`]'s task owns everything else (scheduler, retry book, holds,
 //! route cache, warnings already emitted) and is the only code that calls
 //! the cloud or writes to the cluster.
+//!
+//! Under `--dry-run` the same passes run and write nothing: one switch
+//! ([`Writes`]) is read where a write would start (the executor, the status
+//! step), and [`dry_run`] reports each pass's plan as what the controller
+//! would change.
 
 pub mod absorb;
 pub mod bounds;
 pub mod controller;
 pub mod drift;
+pub mod dry_run;
 pub mod execute;
 pub mod forwarding;
 pub mod gate;
@@ -50,7 +56,8 @@ pub mod warnings;
 pub mod watch;
 
 pub use controller::{Controller, ControllerConfig, DEFAULT_DELETION_GRACE, PassReport};
-pub use execute::{Fence, OpRecord, OpRecords, OpResult};
+pub use dry_run::{DryRunOp, DryRunReport};
+pub use execute::{Fence, OpRecord, OpRecords, OpResult, Writes};
 pub use metrics::{Metrics, MetricsHandle};
 pub use nodes::{NodeEvent, NodeRef, NodeStore, node_view};
 pub use retry::BackoffConfig;

@@ -85,6 +85,12 @@ pub struct Metrics {
     configuration_error: Family<CheckLabels, Gauge>,
     /// Changes the bounds held in the last pass, by kind.
     held_changes: Family<HeldLabels, Gauge>,
+    /// `--dry-run`: what the last pass would change, by operation and reason.
+    dry_run_pending: Family<DryRunLabels, Gauge>,
+    /// `--dry-run`: 1 when the last pass found nothing to do.
+    dry_run_agreeing: Gauge,
+    /// `--dry-run`: Unix time since when the passes agree; 0 while not.
+    dry_run_agreeing_since: Gauge,
 }
 
 /// Labels of `route_controller_held_changes`.
@@ -92,6 +98,16 @@ pub struct Metrics {
 struct HeldLabels {
     /// `route_deletion` or `unavailable_node`.
     pub kind: &'static str,
+}
+
+/// Labels of `route_controller_dry_run_pending_operations`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DryRunLabels {
+    /// `create`, `delete`, `condition` or `prerequisite`.
+    pub operation: &'static str,
+    /// The creation's or deletion's reason, the condition's target
+    /// reason, or `prerequisite_off`.
+    pub reason: &'static str,
 }
 
 /// Labels of `route_controller_configuration_error`.
@@ -173,6 +189,9 @@ impl Metrics {
             drift: Family::default(),
             configuration_error: Family::default(),
             held_changes: Family::default(),
+            dry_run_pending: Family::default(),
+            dry_run_agreeing: Gauge::default(),
+            dry_run_agreeing_since: Gauge::default(),
         });
         for kind in crate::bounds::HeldKind::ALL {
             let _ = m.held_changes.get_or_create(&HeldLabels {
@@ -297,6 +316,26 @@ impl Metrics {
 }
 
 impl Metrics {
+    /// Registers the gauges of `--dry-run` (only a dry-run replica shows
+    /// them: on a replica that writes they would read as a disagreement).
+    pub fn register_dry_run(&self, registry: &mut Registry) {
+        registry.register(
+            "route_controller_dry_run_pending_operations",
+            "Only with --dry-run: what the last pass would have changed and did not, by operation (create, delete: routes; condition: a Node's NetworkUnavailable; prerequisite: a forwarding prerequisite repair) and reason (the creation's or deletion's reason, the condition's reason, prerequisite_off); each is logged once as a dry run line",
+            self.dry_run_pending.clone(),
+        );
+        registry.register(
+            "route_controller_dry_run_agreeing",
+            "Only with --dry-run: 1 when the last pass found nothing to change (no route to create or delete, no condition to set, no prerequisite to repair): the cloud and the Nodes are as this controller would make them",
+            self.dry_run_agreeing.clone(),
+        );
+        registry.register(
+            "route_controller_dry_run_agreeing_since_seconds",
+            "Only with --dry-run: Unix time since when every pass has found nothing to change; 0 while the last pass found something",
+            self.dry_run_agreeing_since.clone(),
+        );
+    }
+
     /// Registers the count of `fence`'s late renewals, read at scrape time.
     pub fn register_fence(registry: &mut Registry, fence: Fence) {
         registry.register_collector(Box::new(FenceCollector { fence }));
@@ -468,6 +507,31 @@ impl MetricsHandle {
                     })
                     .set(gauge(n));
             }
+        }
+    }
+
+    /// A dry-run pass found these differences (by operation and reason):
+    /// it agrees when there are none, since `since` (Unix seconds, 0 while
+    /// it disagrees).
+    pub fn dry_run(
+        &self,
+        pending: &std::collections::BTreeMap<(crate::dry_run::DryRunOp, &'static str), usize>,
+        agreeing: bool,
+        since: u64,
+    ) {
+        if let Some(m) = &self.0 {
+            m.dry_run_pending.clear();
+            for ((op, reason), n) in pending {
+                m.dry_run_pending
+                    .get_or_create(&DryRunLabels {
+                        operation: op.as_str(),
+                        reason,
+                    })
+                    .set(gauge(*n));
+            }
+            m.dry_run_agreeing.set(i64::from(agreeing));
+            m.dry_run_agreeing_since
+                .set(i64::try_from(since).unwrap_or(i64::MAX));
         }
     }
 

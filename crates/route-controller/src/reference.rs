@@ -16,6 +16,7 @@ use route_cloud::{Capabilities, CloudError, CloudRoutes, Fence, RequestStats};
 use route_core::{NetworkCondition, Route};
 
 use crate::drift::DriftKind;
+use crate::dry_run::DryRunOp;
 use crate::metrics::{Metrics, MetricsHandle, PassOutcome, encode};
 use crate::schedule::{PassKind, SyncTrigger};
 use crate::warnings::Reason;
@@ -67,8 +68,16 @@ pub fn rendered_metrics() -> BTreeMap<String, RenderedMetric> {
     let cloud = Arc::new(Idle(RequestStats::default()));
     cloud.0.record("list", "ok");
     let mut registry = Registry::default();
-    let m = MetricsHandle::from(Some(Metrics::register(&mut registry, cloud)));
+    let metrics = Metrics::register(&mut registry, cloud);
+    // A dry-run replica's gauges are part of what /metrics can serve.
+    metrics.register_dry_run(&mut registry);
+    let m = MetricsHandle::from(Some(metrics));
     Metrics::register_fence(&mut registry, Fence::new(true));
+    m.dry_run(
+        &std::collections::BTreeMap::from([((DryRunOp::Create, "missing"), 1)]),
+        false,
+        0,
+    );
     m.targets(&["rtb-a".into()]);
     m.fenced(1);
     m.pass_finished(
@@ -179,6 +188,17 @@ pub fn metrics_page() -> String {
     let _ = writeln!(out, "|---|---|");
     for k in DriftKind::ALL {
         let _ = writeln!(out, "| {} | {} |", code(k.as_str()), k.meaning());
+    }
+    let _ = writeln!(
+        out,
+        "\n`route_controller_dry_run_pending_operations{{operation,reason}}` (only with `--dry-run`, \
+         see [Shadow mode](../providers.md#shadow-mode-dry-run)) takes these values:\n"
+    );
+    let _ = writeln!(out, "| operation | reason |");
+    let _ = writeln!(out, "|---|---|");
+    for op in DryRunOp::ALL {
+        let reasons: Vec<String> = crate::dry_run::reasons(op).into_iter().map(code).collect();
+        let _ = writeln!(out, "| {} | {} |", code(op.as_str()), reasons.join(", "));
     }
     out
 }

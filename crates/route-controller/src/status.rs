@@ -3,7 +3,8 @@
 //! The status step of a pass is here: [`write_conditions`] patches the
 //! conditions a plan calls for and [`emit`] is the one place a
 //! [`Warning`] becomes an Event. Both do Kubernetes I/O and both check the
-//! fence first, since a status write is a mutation too.
+//! fence first, since a status write is a mutation too; under `--dry-run`
+//! ([`Writes::DryRun`]) both write nothing.
 //!
 //! [`StatusWriter`] is the controller's only way to change the cluster. The
 //! Kubernetes implementation patches `nodes/<name>/status` with a strategic
@@ -23,7 +24,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use route_core::{NetworkCondition, OpKey, Plan};
 use tracing::warn;
 
-use crate::execute::{Fence, OpRecord, OpRecords, OpResult};
+use crate::execute::{Fence, OpRecord, OpRecords, OpResult, Writes};
 use crate::metrics::MetricsHandle;
 use crate::nodes::{NodeRef, NodeStore};
 use crate::retry::RetryBook;
@@ -33,10 +34,17 @@ use crate::warnings::Warning;
 pub const EVENT_COMPONENT: &str = "route_controller";
 
 /// Emits `w` as a Warning Event (and a log line and a metric), unless the
-/// fence is closed. A failed write is logged, not retried: the cause is
+/// fence is closed or this replica writes nothing (`--dry-run`: no Event,
+/// no line, no count). A failed write is logged, not retried: the cause is
 /// still there at the next pass, and the log line already says it.
-pub async fn emit(w: &Warning, writer: &dyn StatusWriter, fence: &Fence, metrics: &MetricsHandle) {
-    if !fence.is_open() {
+pub async fn emit(
+    w: &Warning,
+    writer: &dyn StatusWriter,
+    fence: &Fence,
+    writes: Writes,
+    metrics: &MetricsHandle,
+) {
+    if !fence.is_open() || writes.dry_run() {
         return;
     }
     let reason = w.reason.as_str();
@@ -49,7 +57,7 @@ pub async fn emit(w: &Warning, writer: &dyn StatusWriter, fence: &Fence, metrics
 
 /// Patches the NetworkUnavailable condition of every Node of `plan` whose
 /// condition must change after `outcome`, at most `concurrency` at a time;
-/// returns the conditions written. Nodes deleted or re-created since the
+/// returns the conditions written (none under `--dry-run`). Nodes deleted or re-created since the
 /// snapshot are skipped, and each patch carries the UID as a precondition.
 pub async fn write_conditions(
     plan: &Plan,
@@ -57,9 +65,10 @@ pub async fn write_conditions(
     nodes: &NodeStore,
     writer: &Arc<dyn StatusWriter>,
     fence: &Fence,
+    writes: Writes,
     concurrency: usize,
 ) -> Written {
-    if !fence.is_open() {
+    if !fence.is_open() || writes.dry_run() {
         return Written::default();
     }
     let wanted: Vec<(NodeRef, NetworkCondition)> = plan
@@ -143,9 +152,10 @@ pub async fn mark_unverified(
     nodes: &NodeStore,
     writer: &Arc<dyn StatusWriter>,
     fence: &Fence,
+    writes: Writes,
     concurrency: usize,
 ) -> Written {
-    if !fence.is_open() {
+    if !fence.is_open() || writes.dry_run() {
         return Written::default();
     }
     let wanted = nodes
@@ -524,6 +534,7 @@ mod tests {
             &nodes,
             &writer,
             &Fence::new(true),
+            Writes::Allowed,
             2,
         )
         .await
@@ -539,6 +550,7 @@ mod tests {
             &nodes,
             &writer,
             &Fence::new(true),
+            Writes::Allowed,
             2,
         )
         .await
@@ -550,7 +562,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn nothing_is_written_past_the_fence() {
+    async fn nothing_is_written_past_the_fence_nor_under_dry_run() {
         let nodes = store(&[NodeView::new("a", "uid-a", &["10.0.1.0/24"])]);
         let plan = plan_for(&nodes);
         let rec = Arc::new(RecordingStatusWriter::default());
@@ -562,6 +574,7 @@ mod tests {
             &nodes,
             &writer,
             &closed,
+            Writes::Allowed,
             2,
         )
         .await;
@@ -573,9 +586,31 @@ mod tests {
             },
             "x",
         );
-        emit(&w, &*rec, &closed, &MetricsHandle::default()).await;
+        emit(
+            &w,
+            &*rec,
+            &closed,
+            Writes::Allowed,
+            &MetricsHandle::default(),
+        )
+        .await;
         assert!(rec.recorded().conditions.is_empty() && rec.recorded().events.is_empty());
-        emit(&w, &*rec, &Fence::new(true), &MetricsHandle::default()).await;
+        // Nor under --dry-run, the fence open.
+        let open = Fence::new(true);
+        let written = write_conditions(
+            &plan,
+            &|k| explain(&done(&plan), &RetryBook::default(), k),
+            &nodes,
+            &writer,
+            &open,
+            Writes::DryRun,
+            2,
+        )
+        .await;
+        assert!(written.conditions.is_empty() && written.failed == 0);
+        emit(&w, &*rec, &open, Writes::DryRun, &MetricsHandle::default()).await;
+        assert!(rec.recorded().conditions.is_empty() && rec.recorded().events.is_empty());
+        emit(&w, &*rec, &open, Writes::Allowed, &MetricsHandle::default()).await;
         let events = rec.recorded().events;
         assert_eq!(events.len(), 1);
         assert_eq!(events[0].1, Reason::InvalidPodCidr.as_str());

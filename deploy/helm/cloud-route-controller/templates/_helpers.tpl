@@ -33,6 +33,15 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end -}}
 
+{{/* The Lease's name: leaderElection.resourceName, with "-dry-run" appended under dryRun so that a shadow never holds a writing release's Lease. */}}
+{{- define "crc.leaseName" -}}
+{{- if .Values.dryRun -}}
+{{- printf "%s-dry-run" .Values.leaderElection.resourceName -}}
+{{- else -}}
+{{- .Values.leaderElection.resourceName -}}
+{{- end -}}
+{{- end -}}
+
 {{/* The ServiceAccount the pods run as. */}}
 {{- define "crc.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create -}}
