@@ -399,6 +399,28 @@ impl MetricsHandle {
     pub fn leader(&self, leader: bool) {
         if let Some(m) = &self.0 {
             m.leader.set(i64::from(leader));
+            if !leader {
+                // What only the leader's passes set would otherwise stay at
+                // its last value on a replica that lost the Lease, and an
+                // alert taking the max over replicas would read the stale
+                // one: a standby has nothing pending, retrying or held.
+                m.pending_operations.set(0);
+                m.retrying_operations.set(0);
+                m.recurring_blackholes.set(0);
+                m.nodes_by_reason.clear();
+                for check in route_core::Misconfiguration::CHECKS {
+                    m.configuration_error
+                        .get_or_create(&CheckLabels { check })
+                        .set(0);
+                }
+                for kind in crate::bounds::HeldKind::ALL {
+                    m.held_changes
+                        .get_or_create(&HeldLabels {
+                            kind: kind.as_str(),
+                        })
+                        .set(0);
+                }
+            }
         }
     }
 

@@ -2066,7 +2066,7 @@ pub fn check(args: CheckArgs) -> bool {
     let threads = std::thread::available_parallelism().map_or(1, usize::from);
     let summary = run_seeds(args.first_seed, args.seeds, faults, args.mode, threads);
     println!(
-        "{} seeds ({}..{}), faults {faults}: {} failed; {:.1} h of virtual time in {:.1} s; {} mutations, minimum {}; {} Lease moves between two replicas; {} whole-table writes refused 412; {} ended held by the settings check",
+        "{} seeds ({}..{}), faults {faults}: {} failed; {:.1} h of virtual time in {:.1} s; {} mutations, minimum {}; {} Lease moves between two replicas; {} whole-table writes refused 412; {} ended held (settings check or a bound)",
         summary.seeds,
         args.first_seed,
         args.first_seed.saturating_add(args.seeds),
