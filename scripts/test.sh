@@ -195,6 +195,8 @@ done
 # e2e_aws_drift.rs about 3 (it waits out drift periods); e2e_aws_outage.rs
 # about 2 (a 40 s outage and a 20 s refusal, each waited out);
 # leader_at_scale.rs about 2 (1,000 Nodes' conditions at 20 QPS, twice).
+# e2e_aws_safety.rs stays on the shared cluster: it holds the cluster's lock
+# for about 25 s (two tests, each two controller runs of two passes).
 own_plane_targets=(faults e2e_aws_drift e2e_aws_outage leader_at_scale)
 for target in "${own_plane_targets[@]}"; do
   target_bin=$(cargo test --workspace --locked "${lab[@]}" --test "$target" --no-run --message-format=json \

@@ -385,7 +385,8 @@ pub async fn pod_routes(
 
 /// Starts the binary with `--cloud-provider aws` for `cluster` against
 /// `endpoint`, with `extra_yaml` appended to its cloud config and `extra`
-/// flags; metrics on a free port, whose base URL is returned.
+/// flags; metrics on a free port, whose base URL is returned. The cluster
+/// CIDR is `10.244.0.0/16` unless `extra` names `--cluster-cidr`.
 pub fn start_aws(
     kubeconfig: &Path,
     dir: &TempDir,
@@ -401,9 +402,12 @@ pub fn start_aws(
     )
     .expect("write the test fixture file");
     let metrics = format!("127.0.0.1:{}", free_port());
-    let mut args = vec![
-        "--cluster-cidr",
-        "10.244.0.0/16",
+    let mut args = if extra.iter().any(|a| a.starts_with("--cluster-cidr")) {
+        vec![]
+    } else {
+        vec!["--cluster-cidr", "10.244.0.0/16"]
+    };
+    args.extend_from_slice(&[
         "--cluster-name",
         cluster,
         "--cloud-provider",
@@ -413,7 +417,7 @@ pub fn start_aws(
         "--leader-elect=false",
         "--metrics-bind-address",
         &metrics,
-    ];
+    ]);
     args.extend_from_slice(extra);
     let ctl = Controller::start_with_env(
         kubeconfig,
