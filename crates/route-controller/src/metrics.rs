@@ -408,6 +408,8 @@ impl MetricsHandle {
                 m.retrying_operations.set(0);
                 m.recurring_blackholes.set(0);
                 m.nodes_by_reason.clear();
+                m.table_routes.clear();
+                m.table_route_limit.clear();
                 for check in route_core::Misconfiguration::CHECKS {
                     m.configuration_error
                         .get_or_create(&CheckLabels { check })
