@@ -172,7 +172,7 @@ pub struct RunArgs {
     #[arg(long, default_value = "10%", value_parser = parse_budget)]
     pub max_unavailable_nodes: Budget,
 
-    /// The most live routes no Node needs (their Node is gone or left out, or they name none) one pass may delete: a count, or a percentage of the live routes listed. A pass that would delete more deletes none of them and says so; blackholes and routes replaced in the same pass do not count, and creations are never held. 100% lifts the bound. The default is cluster-autoscaler's scale-down parallelism.
+    /// The most live routes no Node needs (their Node is gone or left out, or they name none) one pass may delete from one route table: a count, or a percentage of the live routes listed in it. A pass that would delete more deletes none of them from that table and says so; blackholes and routes replaced in the same pass do not count, and creations are never held. 100% lifts the bound. The default is cluster-autoscaler's scale-down parallelism.
     #[arg(long, default_value = "10", value_parser = parse_budget)]
     pub max_route_deletions: Budget,
 

@@ -194,6 +194,9 @@ fn start_leader_with(
         NAMESPACE,
         "--metrics-bind-address",
         &metrics,
+        // These runs delete waves of Nodes on purpose to interrupt the
+        // leader mid-wave; the bound on deletions has tests of its own.
+        "--max-route-deletions=100%",
     ];
     args.extend_from_slice(extra);
     Controller::start_with_env(kubeconfig, dir.path(), "controller", &args, &AWS_ENV)

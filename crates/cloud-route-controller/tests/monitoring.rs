@@ -336,7 +336,10 @@ async fn every_metric_the_dashboard_and_the_rules_use_is_served_by_a_running_con
         std::fs::read_to_string(common::repo().join("docs/reference/metrics.md")).expect("read");
     used.retain(|m| {
         if m.starts_with("route_controller_dry_run_") {
-            assert!(reference.contains(m.as_str()), "{m} is not in the reference");
+            assert!(
+                reference.contains(m.as_str()),
+                "{m} is not in the reference"
+            );
             false
         } else {
             true

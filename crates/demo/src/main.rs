@@ -238,6 +238,9 @@ async fn demo(args: &Args, ui: &Ui, stack: &mut Stack) -> anyhow::Result<()> {
         .arg(&kubeconfig)
         .args(["--cluster-cidr", CLUSTER_CIDR])
         .args(["--cluster-name", CLUSTER])
+        // The demo deletes half its Nodes at once to show their routes go;
+        // by default more than 10 such deletions in one pass are held.
+        .arg("--max-route-deletions=100%")
         .args(["--reconcile-mode", "incremental"])
         .args(["--cloud-provider", "memory"])
         .arg("--cloud-config")

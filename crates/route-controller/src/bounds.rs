@@ -13,8 +13,8 @@
 //!   3 Nodes and more.
 //! - `--max-route-deletions` (default 10, cluster-autoscaler's scale-down
 //!   parallelism): a pass that would delete more live routes that no Node
-//!   needs (their Node is gone or left out, or they name none) than the
-//!   budget allows deletes none of them. A blackhole's target is gone and a
+//!   needs (their Node is gone or left out, or they name none) from one
+//!   route table than the budget allows deletes none of them from it. A blackhole's target is gone and a
 //!   replaced route is created again, so neither counts, and creating a
 //!   route is never held.
 //!

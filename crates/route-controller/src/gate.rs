@@ -37,7 +37,7 @@ use std::fmt;
 use std::time::Duration;
 
 use route_core::{
-    Cidr, Creation, CreationReason, Deletion, DeletionReason, IpFamily, OpKey, Plan, Route, Text,
+    Cidr, Creation, CreationReason, DeletionReason, IpFamily, OpKey, Plan, Route, Text,
 };
 use tokio::time::Instant;
 
@@ -237,8 +237,9 @@ pub struct Room {
     max: Option<usize>,
     per_family: bool,
     listed: HashMap<Pool, usize>,
-    /// `--max-route-deletions`, and the live routes listed it is a share of.
-    deletions: Option<(Budget, usize)>,
+    /// `--max-route-deletions`, and the live routes listed per table it is
+    /// a share of.
+    deletions: Option<(Budget, HashMap<Text, usize>)>,
 }
 
 /// What one route limit counts: a table, and with a cloud that counts IPv4
@@ -266,10 +267,14 @@ impl Room {
         room
     }
 
-    /// Bounds the deletions of live routes no Node needs to what `budget`
-    /// allows of the live routes in `table` ([`crate::bounds`]).
+    /// Bounds the deletions of live routes no Node needs, per table, to what
+    /// `budget` allows of the live routes listed in that table
+    /// ([`crate::bounds`]).
     pub fn with_deletion_budget(mut self, budget: Budget, table: &[Route]) -> Self {
-        let live = table.iter().filter(|r| !r.blackhole).count();
+        let mut live: HashMap<Text, usize> = HashMap::new();
+        for r in table.iter().filter(|r| !r.blackhole) {
+            *live.entry(r.table.clone()).or_default() += 1;
+        }
         self.deletions = Some((budget, live));
         self
     }
@@ -572,28 +577,38 @@ pub fn gate(
     holds.gone_since.retain(|k, _| planned.contains(k));
 
     // Bounded passes: deletions of live routes no Node needs, when more
-    // of them would run than the bound allows (crate::bounds). Before the
-    // creations that follow them are judged, so those wait too.
-    if let Some((budget, live)) = room.deletions {
-        let bounded: Vec<OpKey> = plan
-            .deletions
-            .iter()
-            .filter(|d| bounded_deletion(d))
-            .map(Deletion::key)
-            .filter(|k| g.runs(k))
-            .collect();
-        let max = budget.max(live);
-        if bounded.len() > max {
-            let planned = bounded.len();
-            for key in bounded {
+    // of them would run in one table than the bound allows of that table
+    // (crate::bounds). A Node gone from a cluster with three tables is one
+    // deletion in each, not three. Before the creations that follow them
+    // are judged, so those wait too.
+    if let Some((budget, live)) = &room.deletions {
+        let mut by_table: HashMap<&Text, Vec<OpKey>> = HashMap::new();
+        for d in plan.deletions.iter().filter(|d| bounded_deletion(d)) {
+            let key = d.key();
+            if g.runs(&key) {
+                by_table.entry(&d.route.table).or_default().push(key);
+            }
+        }
+        let mut tables: Vec<_> = by_table.into_iter().collect();
+        tables.sort_by(|a, b| a.0.cmp(b.0));
+        for (table, keys) in tables {
+            let max = budget.max(live.get(table).copied().unwrap_or_default());
+            if keys.len() <= max {
+                continue;
+            }
+            let planned = keys.len();
+            for key in keys {
                 g.verdicts.insert(key, Verdict::Bounded { planned, max });
             }
-            g.held = Some(Held {
-                kind: HeldKind::RouteDeletions,
-                planned,
-                max,
-                budget,
-            });
+            // One report for the pass: the table that went furthest past.
+            if g.held.as_ref().is_none_or(|h| planned > h.planned) {
+                g.held = Some(Held {
+                    kind: HeldKind::RouteDeletions,
+                    planned,
+                    max,
+                    budget: *budget,
+                });
+            }
         }
     }
 
