@@ -251,3 +251,32 @@ fn every_relative_link_of_the_docs_lands_on_a_file_and_heading() {
     }
     assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
 }
+
+/// The `memory` cloud is the `lab` feature's, off in a release build: the
+/// pages that list it among the clouds say so rather than calling it shipped.
+#[test]
+fn the_pages_say_the_memory_cloud_is_in_the_lab_build_only() {
+    let cargo = std::fs::read_to_string(root().join("crates/cloud-route-controller/Cargo.toml"))
+        .expect("read Cargo.toml");
+    let default = cargo
+        .lines()
+        .find(|l| l.starts_with("default = "))
+        .expect("default features");
+    assert!(!default.contains("lab"), "{default}");
+    for (page, marker) in [
+        ("README.md", "| `memory` |"),
+        ("docs/architecture.md", "| `crates/provider-memory` |"),
+        ("docs/flags.md", "| `--cloud-provider` |"),
+    ] {
+        let text = std::fs::read_to_string(root().join(page)).expect(page);
+        let row = text
+            .lines()
+            .find(|l| l.starts_with(marker))
+            .unwrap_or_else(|| panic!("{page} has no row {marker}"));
+        assert!(
+            row.contains("lab build only") && row.contains("release image"),
+            "{page}: {row}"
+        );
+        assert!(!row.contains("Always built"), "{page}: {row}");
+    }
+}
