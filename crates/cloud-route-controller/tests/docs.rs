@@ -280,3 +280,64 @@ fn the_pages_say_the_memory_cloud_is_in_the_lab_build_only() {
         assert!(!row.contains("Always built"), "{page}: {row}");
     }
 }
+
+/// Every page gives Azure's routes-per-table limit as provider-azure's
+/// default `maxRoutes`, the key it reads.
+#[test]
+fn the_pages_give_azures_route_limit_as_the_provider_does() {
+    let config = std::fs::read_to_string(root().join("crates/provider-azure/src/config.rs"))
+        .expect("read provider-azure's config.rs");
+    let limit: u64 = config
+        .lines()
+        .find_map(|l| l.strip_prefix("pub const DEFAULT_MAX_ROUTES: usize = "))
+        .and_then(|v| v.trim_end_matches(';').parse().ok())
+        .expect("DEFAULT_MAX_ROUTES");
+    assert!(
+        config.contains("\"maxRoutes\""),
+        "provider-azure reads maxRoutes"
+    );
+    let number = |w: &str| -> Option<u64> {
+        let w = w.trim_matches(|c: char| !c.is_ascii_digit());
+        (!w.is_empty() && w.chars().all(|c| c.is_ascii_digit() || c == ','))
+            .then(|| w.replace(',', "").parse().ok())
+            .flatten()
+    };
+    let mut pages = markdown_in("docs");
+    pages.push("README.md".into());
+    let mut seen = 0;
+    for page in pages {
+        let text = std::fs::read_to_string(root().join(&page)).expect("read page");
+        for line in text.lines() {
+            for part in line.split(['|', ';']) {
+                if !(part.contains("Azure") || part.contains("maxRoutes")) {
+                    continue;
+                }
+                let words: Vec<&str> = part.split_whitespace().collect();
+                for i in 1..words.len().saturating_sub(1) {
+                    let said = if words[i] == "per"
+                        && (words[i + 1].starts_with("table") || words[i + 1] == "route")
+                    {
+                        let before = if words[i - 1] == "routes" && i >= 2 {
+                            words[i - 2]
+                        } else {
+                            words[i - 1]
+                        };
+                        number(before)
+                    } else if words[i] == "`maxRoutes`" {
+                        words[i + 1]
+                            .starts_with('(')
+                            .then(|| number(words[i + 1]))
+                            .flatten()
+                    } else {
+                        None
+                    };
+                    if let Some(n) = said {
+                        seen += 1;
+                        assert_eq!(n, limit, "{page}: {part}");
+                    }
+                }
+            }
+        }
+    }
+    assert!(seen >= 3, "the pages give Azure's limit {seen} times");
+}
