@@ -136,7 +136,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "GATES")]
     pub feature_gates: Option<String>,
 
-    /// Whether to manage cloud routes at all; false makes the controller say so and exit 0.
+    /// Whether to manage cloud routes at all; false makes the controller say so once and stay up idle (/healthz and /readyz ready, no route, no Node read) until SIGTERM, as a cloud-controller-manager with its route controller off.
     #[arg(long, default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub configure_cloud_routes: bool,
 
