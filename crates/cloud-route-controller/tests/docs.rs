@@ -341,3 +341,20 @@ fn the_pages_give_azures_route_limit_as_the_provider_does() {
     }
     assert!(seen >= 3, "the pages give Azure's limit {seen} times");
 }
+
+/// docs/deploying.md's RBAC table says both what the controller writes
+/// with `nodes/status` patch and what the permission allows: Kubernetes
+/// RBAC cannot narrow it to the one condition.
+#[test]
+fn the_rbac_table_says_nodes_status_patch_allows_every_status_field() {
+    let text = std::fs::read_to_string(root().join("docs/deploying.md")).expect("deploying.md");
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("| ClusterRole |"))
+        .expect("the ClusterRole row");
+    assert!(
+        row.contains("writes the NetworkUnavailable condition only")
+            && row.contains("every status field"),
+        "{row}"
+    );
+}
