@@ -75,7 +75,7 @@ pub struct ClusterArgs {
     #[arg(long, value_name = "CIDR[,CIDR]")]
     pub cluster_cidr: Option<String>,
 
-    /// Route only the Nodes this label selector selects (kubectl syntax: `key=value`, `key!=value`, `key in (a,b)`, `key notin (a,b)`, `key`, `!key`, comma-separated). A Node outside it gets no route, and routes to it are never deleted unless a route controller routed it before (its NetworkUnavailable reason is one of ours); it then loses them after --route-deletion-grace and says NodeExcluded. Empty: every Node.
+    /// Route only the Nodes this label selector selects (kubectl syntax: `key=value`, `key!=value`, `key in (a,b)`, `key notin (a,b)`, `key`, `!key`, comma-separated). A Node outside it gets no route, and routes to it are never deleted unless a route controller routed it before (its NetworkUnavailable reason is one of ours); it then loses them in the pass its label change arrives (a label change is deliberate: --route-deletion-grace does not apply) and says NodeExcluded. Empty: every Node.
     #[arg(long, value_name = "SELECTOR", default_value = "")]
     pub node_selector: String,
 
@@ -136,7 +136,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "GATES")]
     pub feature_gates: Option<String>,
 
-    /// Whether to manage cloud routes at all; false makes the controller say so and exit 0.
+    /// Whether to manage cloud routes at all; false makes the controller say so once and stay up idle (/healthz and /readyz ready, no route, no Node read) until SIGTERM, as a cloud-controller-manager with its route controller off.
     #[arg(long, default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub configure_cloud_routes: bool,
 
@@ -164,7 +164,7 @@ pub struct RunArgs {
     #[arg(long, default_value_t = false)]
     pub unsafe_memory_provider_on_cloud_nodes: bool,
 
-    /// How long the route of a Node that disappeared is kept before it is deleted, so a Node re-created under the same name with the same pod CIDR keeps its route (Go duration; 0 deletes at once). Deletions that free a CIDR another Node needs never wait.
+    /// How long the route of a Node that disappeared is kept before it is deleted, so a Node re-created under the same name with the same pod CIDR keeps its route (Go duration; 0 deletes at once). Only a Node that disappeared, or a pod CIDR gone from its Node, waits for it: routes of a Node that left --node-selector go at once, and deletions that free a CIDR another Node needs never wait.
     #[arg(long, default_value = "2s", value_parser = duration::parse)]
     pub route_deletion_grace: Duration,
 

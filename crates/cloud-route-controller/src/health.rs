@@ -16,6 +16,9 @@ pub struct Health {
     pub task_died: AtomicBool,
     /// Raised while the settings disagree with the cluster.
     pub config: ConfigAlarm,
+    /// `--configure-cloud-routes=false`: nothing runs, so nothing can be
+    /// behind; ready for as long as the process is up.
+    pub routes_off: bool,
 }
 
 impl Health {
@@ -31,6 +34,19 @@ impl Health {
             leader,
             task_died: AtomicBool::new(false),
             config,
+            routes_off: false,
+        })
+    }
+
+    /// The health of a process that configures no routes: live and ready.
+    pub fn routes_off() -> Arc<Self> {
+        Arc::new(Self {
+            nodes: NodeStore::new(None),
+            first_sync: Arc::new(AtomicBool::new(true)),
+            leader: Fence::new(false),
+            task_died: AtomicBool::new(false),
+            config: ConfigAlarm::default(),
+            routes_off: true,
         })
     }
 
@@ -49,6 +65,9 @@ impl Health {
     /// setting stops there, and `kubectl get pods` shows it.
     pub fn ready(&self) -> Result<(), String> {
         self.live()?;
+        if self.routes_off {
+            return Ok(());
+        }
         if !self.nodes.is_synced() {
             return Err("node cache not synced".into());
         }

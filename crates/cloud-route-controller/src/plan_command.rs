@@ -46,6 +46,11 @@ struct Report<'a> {
     /// What the controller's drift checks repaired lately: its
     /// `RouteRepaired` and `ForwardingRepaired` Warnings, newest first.
     recent_repairs: Vec<Repair>,
+    /// Why `recent_repairs` could not be read, if it could not (the
+    /// controller's own ServiceAccount may not list Events): the section
+    /// is unknown then, not empty.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    recent_repairs_unreadable: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -166,7 +171,7 @@ pub async fn plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
         })
         .collect();
     let drift = drift_found(&plan);
-    let recent_repairs = recent_repairs(client).await;
+    let (recent_repairs, recent_repairs_unreadable) = recent_repairs(client).await;
     let report = Report {
         cluster_name: &args.cluster.cluster_name,
         nodes: nodes.len(),
@@ -179,6 +184,7 @@ pub async fn plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
         node_reasons,
         drift,
         recent_repairs,
+        recent_repairs_unreadable,
     };
     let out = match args.output {
         Output::Json => serde_json::to_string_pretty(&report)? + "\n",
@@ -210,11 +216,12 @@ fn drift_found(plan: &Plan) -> Vec<DriftFound> {
 
 /// The controller's latest drift repairs, from its Warning Events (API
 /// reads only). An API server that refuses the read costs the section, not
-/// the plan.
-async fn recent_repairs(client: kube::Client) -> Vec<Repair> {
+/// the plan, and says why in its place.
+async fn recent_repairs(client: kube::Client) -> (Vec<Repair>, Option<String>) {
     use k8s_openapi::api::core::v1::Event;
     let events: Api<Event> = Api::namespaced(client, "default");
     let mut out = Vec::new();
+    let mut unreadable = None;
     for reason in ["RouteRepaired", "ForwardingRepaired"] {
         let params = ListParams::default().fields(&format!(
             "reason={reason},source={}",
@@ -236,13 +243,31 @@ async fn recent_repairs(client: kube::Client) -> Vec<Repair> {
                 }
             })),
             Err(e) => {
-                tracing::warn!(error = %e, reason, "could not read the controller's repair Events; plan shows none")
+                tracing::debug!(error = %e, reason, "could not read the controller's repair Events");
+                unreadable = Some(events_unreadable(&e));
+                break;
             }
         }
     }
+    if unreadable.is_some() {
+        out.clear();
+    }
     out.sort_by(|a, b| b.last_seen.cmp(&a.last_seen));
     out.truncate(RECENT_REPAIRS);
-    out
+    (out, unreadable)
+}
+
+/// What the repairs section says when the Events cannot be listed. The
+/// controller's ServiceAccount may only create and patch Events (least
+/// privilege), so `plan` run in its pod lands here.
+fn events_unreadable(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(a) if a.code == 403 => {
+            "could not read Events: forbidden — run plan with your own kubeconfig to see repairs"
+                .into()
+        }
+        e => format!("could not read Events: {e}"),
+    }
 }
 
 /// The gate's verdicts for a controller that starts now, with no failures
@@ -570,7 +595,9 @@ fn table(r: &Report<'_>) -> String {
             let _ = writeln!(s, "  {} {}{table}", d.node, d.destination);
         }
     }
-    if !r.recent_repairs.is_empty() {
+    if let Some(why) = &r.recent_repairs_unreadable {
+        let _ = writeln!(s, "\nREPAIRED BY THE DRIFT CHECK: ({why})");
+    } else if !r.recent_repairs.is_empty() {
         let _ = writeln!(
             s,
             "\nREPAIRED BY THE DRIFT CHECK (latest {}, from the controller's Warning Events):",
@@ -589,4 +616,47 @@ fn table(r: &Report<'_>) -> String {
         }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The controller's ServiceAccount may not list Events: `plan` in its
+    /// pod says why the repairs section is unknown instead of showing it
+    /// empty.
+    #[test]
+    fn repairs_that_cannot_be_read_are_said_so_not_shown_empty() {
+        let forbidden = kube::Error::Api(Box::new(kube::core::Status {
+            code: 403,
+            ..Default::default()
+        }));
+        let why = events_unreadable(&forbidden);
+        assert_eq!(
+            why,
+            "could not read Events: forbidden — run plan with your own kubeconfig to see repairs"
+        );
+        let plan = Plan::default();
+        let report = Report {
+            cluster_name: "kubernetes",
+            nodes: 0,
+            routes: 0,
+            targets: Vec::new(),
+            plan: &plan,
+            first_pass: Vec::new(),
+            conditions: Vec::new(),
+            forwarding: Vec::new(),
+            node_reasons: Vec::new(),
+            drift: Vec::new(),
+            recent_repairs: Vec::new(),
+            recent_repairs_unreadable: Some(why.clone()),
+        };
+        let text = table(&report);
+        assert!(
+            text.contains(&format!("REPAIRED BY THE DRIFT CHECK: ({why})")),
+            "{text}"
+        );
+        let json = serde_json::to_value(&report).expect("json");
+        assert_eq!(json["recent_repairs_unreadable"], why.as_str());
+    }
 }

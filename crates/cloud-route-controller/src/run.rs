@@ -27,8 +27,7 @@ const MIN_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
 
 pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if !args.configure_cloud_routes {
-        info!("will not configure cloud provider routes: --configure-cloud-routes=false");
-        return Ok(ExitCode::SUCCESS);
+        return routes_off(&args).await;
     }
     let mode = args.mode()?;
     let cluster_cidrs = args.cluster.cluster_cidrs()?;
@@ -267,6 +266,53 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     drop(leader_tx);
     info!("stopped");
     Ok(exit)
+}
+
+/// `--configure-cloud-routes=false`: as a cloud-controller-manager whose
+/// route controller is off, the process stays up doing nothing (an exit
+/// would only restart it, forever, under a Deployment), serves `/healthz`
+/// and `/readyz` as ready, and ends with SIGTERM or SIGINT.
+async fn routes_off(args: &RunArgs) -> anyhow::Result<ExitCode> {
+    use tokio::signal::unix::{SignalKind, signal};
+    // Before anything is said: a signal sent once the line below is logged
+    // ends the process cleanly.
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let shutdown = CancellationToken::new();
+    let app = http::router(Arc::new(Registry::default()), Health::routes_off());
+    let mut http_tasks = Vec::new();
+    if let Some(secure) = args.serving.secure() {
+        // The secure port asks the API server who may read /metrics.
+        match kube_client::client(&args.cluster).await {
+            Ok(client) => {
+                let (bound, task) =
+                    secure::serve(secure, client, app.clone(), shutdown.clone()).await?;
+                info!(address = %bound, "serving /healthz, /livez and /readyz over HTTPS");
+                http_tasks.push(task);
+            }
+            Err(e) => {
+                warn!(error = %e, "not serving the secure port: no Kubernetes client to authorize its requests");
+            }
+        }
+    }
+    if let Some(addr) = args.plain_metrics_address()? {
+        let (bound, task) = http::serve(addr, app, shutdown.clone()).await?;
+        info!(address = %bound, "serving /healthz, /livez and /readyz as plain HTTP (--metrics-bind-address)");
+        http_tasks.push(task);
+    }
+    info!(
+        "will not configure cloud provider routes: --configure-cloud-routes=false; staying up, ready and idle, until SIGTERM"
+    );
+    let s = tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    };
+    info!(signal = s, "stopped");
+    shutdown.cancel();
+    for t in http_tasks {
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), t).await;
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn identity(args: &RunArgs) -> String {

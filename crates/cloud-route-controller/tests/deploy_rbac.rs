@@ -267,7 +267,7 @@ fn the_rendered_deployment_is_hardened_and_its_flags_are_accepted() {
 
     // Every flag is known to the binary and validates: run it with the
     // Deployment's args (config path and namespace made local) and
-    // --configure-cloud-routes=false, which exits 0 right after validation.
+    // --configure-cloud-routes=false, which stays up idle until SIGTERM, then exits 0.
     let local_config = dir.path().join(file);
     std::fs::write(&local_config, cloud_yaml).unwrap();
     let local_args: Vec<String> = args
@@ -277,12 +277,12 @@ fn the_rendered_deployment_is_hardened_and_its_flags_are_accepted() {
                 .replace("$(POD_NAMESPACE)", NAMESPACE)
         })
         .collect();
-    let out = Command::new(common::binary())
-        .args(&local_args)
-        .arg("--configure-cloud-routes=false")
-        .env_remove("POD_NAME")
-        .output()
-        .expect("run the binary");
+    let out = common::run_until_idle(
+        Command::new(common::binary())
+            .args(&local_args)
+            .arg("--configure-cloud-routes=false")
+            .env_remove("POD_NAME"),
+    );
     assert!(
         out.status.success(),
         "the Deployment's args are refused: {}",

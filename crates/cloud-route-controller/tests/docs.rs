@@ -251,3 +251,110 @@ fn every_relative_link_of_the_docs_lands_on_a_file_and_heading() {
     }
     assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
 }
+
+/// The `memory` cloud is the `lab` feature's, off in a release build: the
+/// pages that list it among the clouds say so rather than calling it shipped.
+#[test]
+fn the_pages_say_the_memory_cloud_is_in_the_lab_build_only() {
+    let cargo = std::fs::read_to_string(root().join("crates/cloud-route-controller/Cargo.toml"))
+        .expect("read Cargo.toml");
+    let default = cargo
+        .lines()
+        .find(|l| l.starts_with("default = "))
+        .expect("default features");
+    assert!(!default.contains("lab"), "{default}");
+    for (page, marker) in [
+        ("README.md", "| `memory` |"),
+        ("docs/architecture.md", "| `crates/provider-memory` |"),
+        ("docs/flags.md", "| `--cloud-provider` |"),
+    ] {
+        let text = std::fs::read_to_string(root().join(page)).expect(page);
+        let row = text
+            .lines()
+            .find(|l| l.starts_with(marker))
+            .unwrap_or_else(|| panic!("{page} has no row {marker}"));
+        assert!(
+            row.contains("lab build only") && row.contains("release image"),
+            "{page}: {row}"
+        );
+        assert!(!row.contains("Always built"), "{page}: {row}");
+    }
+}
+
+/// Every page gives Azure's routes-per-table limit as provider-azure's
+/// default `maxRoutes`, the key it reads.
+#[test]
+fn the_pages_give_azures_route_limit_as_the_provider_does() {
+    let config = std::fs::read_to_string(root().join("crates/provider-azure/src/config.rs"))
+        .expect("read provider-azure's config.rs");
+    let limit: u64 = config
+        .lines()
+        .find_map(|l| l.strip_prefix("pub const DEFAULT_MAX_ROUTES: usize = "))
+        .and_then(|v| v.trim_end_matches(';').parse().ok())
+        .expect("DEFAULT_MAX_ROUTES");
+    assert!(
+        config.contains("\"maxRoutes\""),
+        "provider-azure reads maxRoutes"
+    );
+    let number = |w: &str| -> Option<u64> {
+        let w = w.trim_matches(|c: char| !c.is_ascii_digit());
+        (!w.is_empty() && w.chars().all(|c| c.is_ascii_digit() || c == ','))
+            .then(|| w.replace(',', "").parse().ok())
+            .flatten()
+    };
+    let mut pages = markdown_in("docs");
+    pages.push("README.md".into());
+    let mut seen = 0;
+    for page in pages {
+        let text = std::fs::read_to_string(root().join(&page)).expect("read page");
+        for line in text.lines() {
+            for part in line.split(['|', ';']) {
+                if !(part.contains("Azure") || part.contains("maxRoutes")) {
+                    continue;
+                }
+                let words: Vec<&str> = part.split_whitespace().collect();
+                for i in 1..words.len().saturating_sub(1) {
+                    let said = if words[i] == "per"
+                        && (words[i + 1].starts_with("table") || words[i + 1] == "route")
+                    {
+                        let before = if words[i - 1] == "routes" && i >= 2 {
+                            words[i - 2]
+                        } else {
+                            words[i - 1]
+                        };
+                        number(before)
+                    } else if words[i] == "`maxRoutes`" {
+                        words[i + 1]
+                            .starts_with('(')
+                            .then(|| number(words[i + 1]))
+                            .flatten()
+                    } else {
+                        None
+                    };
+                    if let Some(n) = said {
+                        seen += 1;
+                        assert_eq!(n, limit, "{page}: {part}");
+                    }
+                }
+            }
+        }
+    }
+    assert!(seen >= 3, "the pages give Azure's limit {seen} times");
+}
+
+/// docs/deploying.md's RBAC table says both what the controller writes
+/// with `nodes/status` patch and what the permission allows: Kubernetes
+/// RBAC cannot narrow it to the one condition.
+#[test]
+fn the_rbac_table_says_nodes_status_patch_allows_every_status_field() {
+    let text = std::fs::read_to_string(root().join("docs/deploying.md")).expect("deploying.md");
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("| ClusterRole |"))
+        .expect("the ClusterRole row");
+    assert!(
+        row.contains("writes the NetworkUnavailable condition only")
+            && row.contains("every status field"),
+        "{row}"
+    );
+}

@@ -15,18 +15,29 @@ use common::{TempDir, binary};
 const GATE: &str = "CloudControllerManagerWatchBasedRoutesReconciliation";
 
 /// Runs the binary with `args` in an environment without any cluster.
-fn run(home: &TempDir, args: &[&str]) -> Output {
-    Command::new(binary())
-        .args(args)
+fn command(home: &TempDir, args: &[&str]) -> Command {
+    let mut cmd = Command::new(binary());
+    cmd.args(args)
         .env_clear()
         .env("HOME", home.path())
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         // A panic would print its backtrace: the tests below look for it.
         .env("RUST_BACKTRACE", "1")
         .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
+        .stdin(Stdio::null());
+    cmd
+}
+
+fn run(home: &TempDir, args: &[&str]) -> Output {
+    command(home, args)
         .output()
         .expect("run cloud-route-controller")
+}
+
+/// Runs with `--configure-cloud-routes=false` among `args`: until the
+/// process is idle, then SIGTERM.
+fn run_idle(home: &TempDir, args: &[&str]) -> Output {
+    common::run_until_idle(&mut command(home, args))
 }
 
 /// The lines of stderr that say something, minus clap's standard decoration
@@ -287,7 +298,7 @@ fn leader_election_timings_must_be_ordered() {
         &["--leader-elect-resource-name"],
     );
     // Without leader election the timings do not matter.
-    let out = run(
+    let out = run_idle(
         &home,
         &with_cidr(&[
             "--leader-elect=false",
@@ -345,7 +356,7 @@ fn ccm_verbosity_and_json_logging_format_are_accepted_and_logged_in_component_ba
     for format in [&["--logging-format=json"][..], &["--log-format", "json"]] {
         let mut args = with_cidr(&["--configure-cloud-routes=false", "--v=2"]);
         args.extend_from_slice(format);
-        let out = run(&home, &args);
+        let out = run_idle(&home, &args);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
         let line = stderr
@@ -375,11 +386,46 @@ fn ccm_verbosity_and_json_logging_format_are_accepted_and_logged_in_component_ba
     }
 }
 
+/// As a cloud-controller-manager with its route controller off: the process
+/// says so once and stays up, ready, until SIGTERM (an exit would restart it
+/// forever under a Deployment).
 #[test]
-fn configure_cloud_routes_false_exits_zero_and_says_so() {
+fn configure_cloud_routes_false_says_so_and_stays_up_ready_until_sigterm() {
     let home = TempDir::new("flags-off");
+    let port = common::free_port();
+    let addr = format!("127.0.0.1:{port}");
     // No cluster is reachable (none configured): the process must not need one.
-    let out = run(&home, &with_cidr(&["--configure-cloud-routes=false"]));
+    let mut cmd = command(
+        &home,
+        &with_cidr(&[
+            "--configure-cloud-routes=false",
+            "--metrics-bind-address",
+            &addr,
+        ]),
+    );
+    let mut child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start");
+    let base = format!("http://{addr}");
+    let mut ready = None;
+    for _ in 0..100 {
+        ready = common::http_get(&base, "/readyz");
+        if ready.is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let healthz = common::http_get(&base, "/healthz");
+    let still_up = child.try_wait().expect("try_wait").is_none();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(ready.map(|r| r.0), Some(200), "/readyz");
+    assert_eq!(healthz.map(|r| r.0), Some(200), "/healthz");
+    assert!(still_up);
+
+    let out = run_idle(&home, &with_cidr(&["--configure-cloud-routes=false"]));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(

@@ -267,12 +267,12 @@ fn binary_accepts(name: &str, args: &[String], files: &[(String, String)], dir: 
             None => a.replace("$(POD_NAMESPACE)", NAMESPACE),
         })
         .collect();
-    let out = Command::new(common::binary())
-        .args(&local_args)
-        .arg("--configure-cloud-routes=false")
-        .env_remove("POD_NAME")
-        .output()
-        .expect("run the binary");
+    let out = common::run_until_idle(
+        Command::new(common::binary())
+            .args(&local_args)
+            .arg("--configure-cloud-routes=false")
+            .env_remove("POD_NAME"),
+    );
     assert!(
         out.status.success(),
         "{name}: the chart's args {local_args:?} are refused: {}",

@@ -154,9 +154,9 @@ pub fn parse_go_bool(name: &str, value: &str) -> Result<bool, ConfigError> {
 /// error, not a quiet exit: it is the CCM's way to say "no cloud routes in
 /// this cluster", and an operator who copies that env block into this
 /// controller's Deployment gets a controller that stops with the reason
-/// rather than one that creates the routes the block switched off (exiting
-/// 0 like `--configure-cloud-routes=false` would only put the Pod into a
-/// restart loop with nothing in its log to say why).
+/// rather than one that creates the routes the block switched off (the
+/// explicit way to run without routes is `--configure-cloud-routes=false`,
+/// which stays up idle and says so).
 pub fn from_ccm_env(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Option<NativeConfig>, ConfigError> {

@@ -713,6 +713,25 @@ mod tests {
         g.verdict(key).cloned().expect("every operation is gated")
     }
 
+    /// `--route-deletion-grace` is for a Node (or pod CIDR) gone from the
+    /// view; a Node labelled out of `--node-selector` loses its routes at
+    /// once, as `run --help` and docs/flags.md say.
+    #[test]
+    fn only_a_vanished_node_or_cidr_waits_for_the_deletion_grace() {
+        for (reason, waits) in [
+            (DeletionReason::NodeGone, true),
+            (DeletionReason::CidrNotAssigned, true),
+            (DeletionReason::NodeExcluded, false),
+            (DeletionReason::NoTargetNode, false),
+            (DeletionReason::Blackhole, false),
+            (DeletionReason::AddressesChanged, false),
+            (DeletionReason::Duplicate, false),
+            (DeletionReason::TargetChanged, false),
+        ] {
+            assert_eq!(may_wait(reason), waits, "{reason:?}");
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn run_when_nothing_holds_it() {
         let nodes = [NodeView::new("node-1", "u1", &["10.244.1.0/24"])];

@@ -600,3 +600,56 @@ pub fn gap_stats(mut gaps: Vec<Duration>) -> (usize, Duration, Duration) {
         .unwrap_or_default();
     (n, p99, gaps.last().copied().unwrap_or_default())
 }
+
+/// Runs `cmd`, whose args include `--configure-cloud-routes=false`: waits for
+/// the line saying no route is configured (the process is idle from then on,
+/// its signal handlers in place), checks that it is still up, sends SIGTERM
+/// and returns its output. Panics if it ended by itself with success (an
+/// idle process must not exit: under a Deployment it would restart forever).
+pub fn run_until_idle(cmd: &mut Command) -> std::process::Output {
+    use std::io::BufRead;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start cloud-route-controller");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            let _ = tx.send(line);
+        }
+    });
+    let mut text = String::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut idle = false;
+    while let Ok(line) =
+        rx.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()))
+    {
+        text.push_str(&line);
+        text.push('\n');
+        if line.contains("will not configure cloud provider routes") {
+            idle = true;
+            break;
+        }
+    }
+    if idle {
+        std::thread::sleep(Duration::from_millis(200));
+        let early = child.try_wait().expect("try_wait");
+        assert!(early.is_none(), "exited by itself ({early:?}): {text}");
+        let pid = child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+    } else {
+        let _ = child.kill();
+    }
+    let status = child.wait().expect("wait");
+    let _ = reader.join();
+    text.extend(rx.try_iter().map(|l| l + "\n"));
+    std::process::Output {
+        status,
+        stdout: Vec::new(),
+        stderr: text.into_bytes(),
+    }
+}
