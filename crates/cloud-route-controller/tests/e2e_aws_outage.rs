@@ -7,11 +7,10 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::conditions::{Seen, Watcher};
 use common::{Controller, TempDir, create_aws_nodes, start_aws};
-use k8s_openapi::api::core::v1::Node;
 use provider_aws::testing::proxy::is_mutating;
 use provider_aws::testing::{
     Logged, Proxy, client, create_network, moto_endpoint, run_instances, unique_cluster,
@@ -24,83 +23,6 @@ use test_cluster::{ClusterGuard, TestCluster, TestNode, wait_until};
 const MIN_INTERVAL: Duration = Duration::from_secs(10);
 /// One pass plus the scheduling of a loaded 2-core machine.
 const PASS: Duration = Duration::from_secs(12);
-/// How often the Nodes are read.
-const POLL: Duration = Duration::from_millis(200);
-
-/// One change of a Node's `NetworkUnavailable` condition, as read.
-#[derive(Debug, Clone)]
-struct Seen {
-    node: String,
-    status: String,
-    reason: String,
-    message: String,
-}
-
-/// Reads the named Nodes' conditions every [`POLL`] until dropped and
-/// keeps every change.
-struct Watcher {
-    seen: Arc<Mutex<Vec<Seen>>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Watcher {
-    fn start(nodes: kube::Api<Node>, names: Vec<String>) -> Watcher {
-        let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
-        let out = seen.clone();
-        let task = tokio::spawn(async move {
-            let mut last: std::collections::HashMap<String, (String, String)> =
-                std::collections::HashMap::new();
-            loop {
-                for n in &names {
-                    let Ok(node) = nodes.get_status(n).await else {
-                        continue;
-                    };
-                    let (status, reason, message) =
-                        test_cluster::condition(&node, test_cluster::NETWORK_UNAVAILABLE)
-                            .map(|c| {
-                                (
-                                    c.status.clone(),
-                                    c.reason.clone().unwrap_or_default(),
-                                    c.message.clone().unwrap_or_default(),
-                                )
-                            })
-                            .unwrap_or_default();
-                    let now = (status.clone(), reason.clone());
-                    if last.get(n) != Some(&now) {
-                        last.insert(n.clone(), now);
-                        out.lock().unwrap_or_else(|e| e.into_inner()).push(Seen {
-                            node: n.clone(),
-                            status,
-                            reason,
-                            message,
-                        });
-                    }
-                }
-                tokio::time::sleep(POLL).await;
-            }
-        });
-        Watcher { seen, task }
-    }
-
-    fn seen(&self) -> Vec<Seen> {
-        self.seen.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    /// The reasons `node` was read with, in order, each change once.
-    fn reasons_of(&self, node: &str) -> Vec<String> {
-        self.seen()
-            .into_iter()
-            .filter(|s| s.node == node)
-            .map(|s| format!("{}/{}", s.status, s.reason))
-            .collect()
-    }
-}
-
-impl Drop for Watcher {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
 
 async fn wait_reason(
     c: &ClusterGuard,

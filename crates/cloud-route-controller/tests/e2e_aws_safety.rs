@@ -12,14 +12,13 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::conditions::Watcher;
 use common::{
     Controller, TempDir, create_aws_nodes, http_get_async, metric_sum, start_aws, wait_http,
 };
-use k8s_openapi::api::core::v1::Node;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use provider_aws::testing::proxy::is_mutating;
 use provider_aws::testing::{
     Client, Logged, Proxy, add_route, client, create_network, moto_endpoint, run_instances,
@@ -27,8 +26,6 @@ use provider_aws::testing::{
 };
 use test_cluster::{ClusterGuard, TestCluster, TestNode, wait_until};
 
-/// How often the Nodes are read.
-const POLL: Duration = Duration::from_millis(200);
 /// The drift period: the incremental mode lists (a full pass, with the
 /// settings check) this often, no sooner than the 10 s least interval.
 const DRIFT: &str = "5s";
@@ -37,74 +34,6 @@ const DRIFT: &str = "5s";
 const FIRST_PASS: Duration = Duration::from_secs(60);
 /// The binary's least interval between full passes plus one pass.
 const NEXT_PASS: Duration = Duration::from_secs(30);
-
-/// One change of a Node's `NetworkUnavailable` condition, as read.
-#[derive(Debug, Clone)]
-struct Seen {
-    node: String,
-    status: String,
-    reason: String,
-}
-
-/// Lists the Nodes every [`POLL`] until dropped and keeps every change of
-/// the named Nodes' conditions.
-struct Watcher {
-    seen: Arc<Mutex<Vec<Seen>>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Watcher {
-    fn start(nodes: kube::Api<Node>, names: Vec<String>) -> Watcher {
-        let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
-        let out = seen.clone();
-        let task = tokio::spawn(async move {
-            let mut last: std::collections::HashMap<String, (String, String)> =
-                std::collections::HashMap::new();
-            loop {
-                if let Ok(list) = nodes.list(&ListParams::default()).await {
-                    for node in &list.items {
-                        let name = node.metadata.name.clone().unwrap_or_default();
-                        if !names.contains(&name) {
-                            continue;
-                        }
-                        let now = test_cluster::condition(node, test_cluster::NETWORK_UNAVAILABLE)
-                            .map(|c| (c.status.clone(), c.reason.clone().unwrap_or_default()))
-                            .unwrap_or_default();
-                        if last.get(&name) != Some(&now) {
-                            last.insert(name.clone(), now.clone());
-                            out.lock().unwrap_or_else(|e| e.into_inner()).push(Seen {
-                                node: name,
-                                status: now.0,
-                                reason: now.1,
-                            });
-                        }
-                    }
-                }
-                tokio::time::sleep(POLL).await;
-            }
-        });
-        Watcher { seen, task }
-    }
-
-    fn seen(&self) -> Vec<Seen> {
-        self.seen.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    /// The conditions `node` was read with, in order, each change once.
-    fn reasons_of(&self, node: &str) -> Vec<String> {
-        self.seen()
-            .into_iter()
-            .filter(|s| s.node == node)
-            .map(|s| format!("{}/{}", s.status, s.reason))
-            .collect()
-    }
-}
-
-impl Drop for Watcher {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
 
 /// The condition upstream's route controller writes once a Node's route
 /// is made.
@@ -214,7 +143,7 @@ where
                 .collect();
             panic!("not within {timeout:?}: {missing:?}\n{}", ctl.log_text());
         }
-        tokio::time::sleep(POLL).await;
+        tokio::time::sleep(common::conditions::POLL).await;
     }
 }
 

@@ -1,6 +1,8 @@
 //! Running the real `cloud-route-controller` binary as a child process.
 #![allow(dead_code, reason = "each test binary uses a different subset")]
 
+pub mod conditions;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
