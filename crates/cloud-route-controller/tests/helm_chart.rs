@@ -2281,3 +2281,34 @@ fn dry_run_renders_the_flag_and_a_lease_of_its_own() {
     );
     assert_eq!(lease_of(&named), (true, "routes-dry-run".to_string()));
 }
+
+/// The bounds of a pass are values of their own, rendered as the binary's
+/// flags, so a hold is released with `--set` for one rollout; a value the
+/// binary would refuse is refused by the schema before anything is applied.
+#[test]
+fn bounded_pass_values_render_their_flags_and_a_bound_that_is_not_one_is_refused() {
+    let helm = helm();
+    let args = args_of(&rendered(&helm, &[]));
+    assert_eq!(flag(&args, "--max-unavailable-nodes"), "10%");
+    assert_eq!(flag(&args, "--max-route-deletions"), "10");
+    let released = args_of(&rendered(
+        &helm,
+        &["--set-string", "maxRouteDeletions=100%"],
+    ));
+    assert_eq!(flag(&released, "--max-route-deletions"), "100%");
+    for bad in ["maxRouteDeletions=ten", "maxUnavailableNodes=101%"] {
+        let stderr = refused_without(
+            &helm,
+            &[
+                "--set",
+                "clusterName=kubernetes",
+                "--set",
+                "clusterCIDRs={10.244.0.0/16}",
+                "--set-string",
+                bad,
+            ],
+        );
+        let key = bad.split('=').next().unwrap_or_default();
+        assert!(stderr.contains(&format!("at '/{key}'")), "{bad}: {stderr}");
+    }
+}

@@ -175,7 +175,7 @@ IPv4,IPv6
 {{- with .Values.routeNodeSelector }} {{ printf "--node-selector=%s" . | squote }}{{ end }} --route-ip-families={{ include "crc.routeIPFamilies" . }} --cloud-provider={{ .Values.provider }}
 {{- with .Values.cloudConfigSecret.existingSecret }} --cloud-config=/etc/cloud-route-controller-secret/{{ $.Values.cloudConfigSecret.key }}{{ end }}
 {{- with .Values.cloudConfigConfigMap.existingConfigMap }} --cloud-config=/etc/cloud-route-controller-configmap/{{ $.Values.cloudConfigConfigMap.key }}{{ end }}
-{{- if include "crc.configMap" . }} --cloud-config=/etc/cloud-route-controller/cloud.yaml{{ end }}
+{{- if include "crc.configMap" . }} --cloud-config=/etc/cloud-route-controller/cloud.yaml{{ end }} --max-route-deletions={{ .Values.maxRouteDeletions }}
 {{- range .Values.extraArgs }}
 {{- if or (hasPrefix "--route-deletion-grace=" .) (hasPrefix "--kube-api-qps=" .) (hasPrefix "--kube-api-burst=" .) }} {{ . | squote }}{{ end }}
 {{- end }}
