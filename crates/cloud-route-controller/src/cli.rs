@@ -290,6 +290,13 @@ pub struct PlanArgs {
     #[arg(long, short = 'o', value_enum, default_value_t = Output::Table)]
     pub output: Output,
 
+    /// Exit with status 3 when the plan is not "no change needed" (routes to
+    /// create or delete, conditions to write, conflicts, Nodes left out, a
+    /// prerequisite off), as `git diff --exit-code` does; 0 when it is, 1 on
+    /// an error, 2 on a bad flag. The chart's `helm test` uses it.
+    #[arg(long, default_value_t = false)]
+    pub exit_code: bool,
+
     /// Accepted as `run` takes it, and changes nothing: `plan` never writes.
     #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub dry_run: bool,

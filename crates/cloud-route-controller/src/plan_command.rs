@@ -191,7 +191,27 @@ pub async fn plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
         Output::Table => table(&report),
     };
     print!("{out}");
-    Ok(ExitCode::SUCCESS)
+    Ok(if args.exit_code && !in_step(&report) {
+        ExitCode::from(CHANGES_PENDING)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// `plan --exit-code`'s status when the plan is not "no change needed":
+/// 1 and 2 are taken by errors and bad flags.
+pub const CHANGES_PENDING: u8 = 3;
+
+/// The cloud and the Nodes are as `run` would leave them: nothing to
+/// create, delete or write, nothing in conflict, left out or waiting.
+fn in_step(r: &Report<'_>) -> bool {
+    let p = r.plan;
+    p.is_noop()
+        && r.conditions.is_empty()
+        && p.conflicts.is_empty()
+        && p.outside_cluster.is_empty()
+        && p.awaiting_node_data.is_empty()
+        && r.forwarding.is_empty()
 }
 
 /// The planned creations whose Node reads `RouteCreated`: a route it had is
@@ -421,13 +441,7 @@ fn table(r: &Report<'_>) -> String {
             r.targets.join(", ")
         );
     }
-    if p.is_noop()
-        && r.conditions.is_empty()
-        && p.conflicts.is_empty()
-        && p.outside_cluster.is_empty()
-        && p.awaiting_node_data.is_empty()
-        && r.forwarding.is_empty()
-    {
+    if in_step(r) {
         let _ = writeln!(s, "The cloud and the Nodes are in step: no change needed.");
     }
     if !p.deletions.is_empty() {

@@ -281,65 +281,133 @@ fn the_pages_say_the_memory_cloud_is_in_the_lab_build_only() {
     }
 }
 
-/// Every page gives Azure's routes-per-table limit as provider-azure's
-/// default `maxRoutes`, the key it reads.
-#[test]
-fn the_pages_give_azures_route_limit_as_the_provider_does() {
-    let config = std::fs::read_to_string(root().join("crates/provider-azure/src/config.rs"))
-        .expect("read provider-azure's config.rs");
-    let limit: u64 = config
-        .lines()
-        .find_map(|l| l.strip_prefix("pub const DEFAULT_MAX_ROUTES: usize = "))
+/// A provider's route limit as its source states it: the number after
+/// `pub const <name>: usize = ` in `file`.
+fn source_limit(file: &str, name: &str) -> u64 {
+    let text = std::fs::read_to_string(root().join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("pub const {name}: usize = ")))
         .and_then(|v| v.trim_end_matches(';').parse().ok())
-        .expect("DEFAULT_MAX_ROUTES");
-    assert!(
-        config.contains("\"maxRoutes\""),
-        "provider-azure reads maxRoutes"
-    );
+        .unwrap_or_else(|| panic!("{file} has no {name}"))
+}
+
+/// The numbers a text part gives as a route limit: `N per <unit>` (and
+/// `N routes per <unit>`), `N-route`, and `` `<key>` (N ``.
+fn stated_limits(part: &str, units: &[&str], key: &str) -> Vec<u64> {
     let number = |w: &str| -> Option<u64> {
         let w = w.trim_matches(|c: char| !c.is_ascii_digit());
         (!w.is_empty() && w.chars().all(|c| c.is_ascii_digit() || c == ','))
             .then(|| w.replace(',', "").parse().ok())
             .flatten()
     };
+    let words: Vec<&str> = part.split_whitespace().collect();
+    let mut said = Vec::new();
+    for (i, w) in words.iter().enumerate() {
+        if let Some(n) = w.strip_suffix("-route").and_then(number) {
+            said.push(n);
+        }
+        let next = words.get(i + 1).copied().unwrap_or("");
+        if *w == "per" && i >= 1 && units.iter().any(|u| next.starts_with(u)) {
+            let before = if words[i - 1] == "routes" && i >= 2 {
+                words[i - 2]
+            } else {
+                words[i - 1]
+            };
+            said.extend(number(before));
+        } else if *w == format!("`{key}`") && next.starts_with('(') {
+            said.extend(number(next));
+        }
+    }
+    said
+}
+
+/// Every route limit the pages state for a cloud is the number its provider
+/// uses (Azure's default `maxRoutes`, GCE's default `max_routes`, Hetzner's
+/// fixed 100 per network), so a limit changed in one place and not in
+/// another fails here: each number lives in the provider's source.
+#[test]
+fn every_route_limit_the_pages_state_is_the_providers_own() {
+    struct Limit {
+        cloud: &'static str,
+        /// Words that put a text part about this cloud.
+        about: &'static [&'static str],
+        units: &'static [&'static str],
+        key: &'static str,
+        limit: u64,
+        least: usize,
+    }
+    let limits = [
+        Limit {
+            cloud: "Azure",
+            about: &["Azure", "maxRoutes"],
+            units: &["table", "route"],
+            key: "maxRoutes",
+            limit: source_limit("crates/provider-azure/src/config.rs", "DEFAULT_MAX_ROUTES"),
+            least: 3,
+        },
+        Limit {
+            cloud: "GCE",
+            about: &["GCE", "Compute Engine"],
+            units: &["network", "project"],
+            key: "max_routes",
+            limit: source_limit("crates/provider-gce/src/config.rs", "DEFAULT_MAX_ROUTES"),
+            least: 1,
+        },
+        Limit {
+            cloud: "Hetzner",
+            about: &["Hetzner", "hcloud"],
+            units: &["network"],
+            key: "max_routes",
+            limit: source_limit("crates/provider-hcloud/src/lib.rs", "MAX_ROUTES_PER_NETWORK"),
+            least: 2,
+        },
+    ];
     let mut pages = markdown_in("docs");
     pages.push("README.md".into());
-    let mut seen = 0;
-    for page in pages {
-        let text = std::fs::read_to_string(root().join(&page)).expect("read page");
-        for line in text.lines() {
-            for part in line.split(['|', ';']) {
-                if !(part.contains("Azure") || part.contains("maxRoutes")) {
-                    continue;
-                }
-                let words: Vec<&str> = part.split_whitespace().collect();
-                for i in 1..words.len().saturating_sub(1) {
-                    let said = if words[i] == "per"
-                        && (words[i + 1].starts_with("table") || words[i + 1] == "route")
-                    {
-                        let before = if words[i - 1] == "routes" && i >= 2 {
-                            words[i - 2]
-                        } else {
-                            words[i - 1]
-                        };
-                        number(before)
-                    } else if words[i] == "`maxRoutes`" {
-                        words[i + 1]
-                            .starts_with('(')
-                            .then(|| number(words[i + 1]))
-                            .flatten()
-                    } else {
-                        None
-                    };
-                    if let Some(n) = said {
+    for l in &limits {
+        let mut seen = 0;
+        for page in &pages {
+            let text = std::fs::read_to_string(root().join(page)).expect("read page");
+            for line in text.lines() {
+                for part in line.split(['|', ';']) {
+                    if !l.about.iter().any(|a| part.contains(a)) {
+                        continue;
+                    }
+                    for n in stated_limits(part, l.units, l.key) {
                         seen += 1;
-                        assert_eq!(n, limit, "{page}: {part}");
+                        assert_eq!(n, l.limit, "{page}: {} limit in {part:?}", l.cloud);
                     }
                 }
             }
         }
+        assert!(
+            seen >= l.least,
+            "the pages give {}'s limit {seen} times",
+            l.cloud
+        );
     }
-    assert!(seen >= 3, "the pages give Azure's limit {seen} times");
+}
+
+/// Pins that the limit check reads what pages say.
+#[test]
+fn stated_limits_reads_each_way_a_page_says_a_limit() {
+    assert_eq!(
+        stated_limits("Azure 1,000 per table", &["table"], "maxRoutes"),
+        [1000]
+    );
+    assert_eq!(
+        stated_limits("Azure: 400 routes per table", &["table"], "maxRoutes"),
+        [400]
+    );
+    assert_eq!(
+        stated_limits("GCE: `max_routes` (300, the quota)", &["network"], "max_routes"),
+        [300]
+    );
+    assert_eq!(
+        stated_limits("the network's 100-route limit, on Hetzner", &["network"], "x"),
+        [100]
+    );
+    assert!(stated_limits("Hetzner: one network", &["network"], "x").is_empty());
 }
 
 /// docs/deploying.md's RBAC table says both what the controller writes

@@ -1396,8 +1396,30 @@ fn the_chart_refuses_values_that_cannot_work_with_a_clear_message() {
             "both name the provider's own config file",
         ),
         (
-            &["--set", "monitoring.podMonitor.enabled=true"],
-            "monitoring.podMonitor.tokenSecret must name a Secret",
+            &[
+                "--api-versions",
+                "monitoring.coreos.com/v1",
+                "--set",
+                "monitoring.podMonitor.enabled=true",
+            ],
+            "monitoring.podMonitor needs a token for /metrics",
+        ),
+        (
+            &[
+                "--api-versions",
+                "monitoring.coreos.com/v1",
+                "--set",
+                "monitoring.podMonitor.enabled=true",
+                "--set",
+                "monitoring.podMonitor.tokenSecret=a",
+                "--set",
+                "monitoring.podMonitor.tokenServiceAccount=b",
+            ],
+            "set tokenSecret (an existing Secret) or tokenServiceAccount",
+        ),
+        (
+            &["--set", "monitoring.runbookBaseURL=wiki/troubleshooting"],
+            "at '/monitoring/runbookBaseURL'",
         ),
         (
             &["--set", "leaderElection.enabled=false"],
@@ -1775,9 +1797,11 @@ fn the_cloud_config_can_come_from_the_ccms_existing_configmap() {
 }
 
 /// The monitoring objects, rendered for a release of another name: they
-/// select the release's pods, scrape the secure port over HTTPS with a
-/// token, carry the release's labels plus `monitoring.labels`, and the rule
-/// is deploy/monitoring/alerts.rules.yaml.
+/// select the release's pods from Prometheus's namespace, scrape the secure
+/// port over HTTPS with a token (the PodMonitor the one of a Secret the
+/// chart makes beside Prometheus's service account, the ServiceMonitor
+/// Prometheus's own), carry the release's labels plus `monitoring.labels`,
+/// and the rule is deploy/monitoring/alerts.rules.yaml.
 #[test]
 fn the_chart_monitoring_objects_select_the_release_and_scrape_its_secure_port() {
     let helm = helm();
@@ -1800,6 +1824,8 @@ fn the_chart_monitoring_objects_select_the_release_and_scrape_its_secure_port() 
     let selector = find(&docs, "Deployment")["spec"]["selector"]["matchLabels"].clone();
     assert_eq!(selector["app.kubernetes.io/instance"], "routes");
     let pm = find(&docs, "PodMonitor");
+    assert_eq!(pm["metadata"]["namespace"], "monitoring");
+    assert_eq!(pm["spec"]["namespaceSelector"]["matchNames"][0], NAMESPACE);
     assert_eq!(pm["spec"]["selector"]["matchLabels"], selector);
     assert_eq!(pm["metadata"]["labels"]["release"], "kube-prometheus-stack");
     assert_eq!(
@@ -1809,16 +1835,34 @@ fn the_chart_monitoring_objects_select_the_release_and_scrape_its_secure_port() 
     let ep = &pm["spec"]["podMetricsEndpoints"][0];
     assert_eq!(ep["port"], "https");
     assert_eq!(ep["scheme"], "https");
-    assert_eq!(ep["authorization"]["credentials"]["name"], "scrape-token");
+    let token = named_docs(&docs, "Secret")
+        .into_iter()
+        .find(|s| s["type"] == "kubernetes.io/service-account-token")
+        .expect("the scrape token Secret");
+    assert_eq!(
+        token["metadata"]["namespace"], "monitoring",
+        "beside the service account and the PodMonitor"
+    );
+    assert_eq!(
+        token["metadata"]["annotations"]["kubernetes.io/service-account.name"],
+        "prometheus"
+    );
+    assert_eq!(
+        ep["authorization"]["credentials"]["name"],
+        token["metadata"]["name"]
+    );
     let port = &container(&docs)["ports"][0];
     assert_eq!(
         port["name"], "https",
         "the PodMonitor's port is the container's"
     );
     let svc = find(&docs, "Service");
+    assert_eq!(svc["metadata"]["namespace"], NAMESPACE);
     assert_eq!(svc["spec"]["selector"], selector);
     assert_eq!(svc["spec"]["ports"][0]["targetPort"], "https");
     let sm = find(&docs, "ServiceMonitor");
+    assert_eq!(sm["metadata"]["namespace"], "monitoring");
+    assert_eq!(sm["spec"]["namespaceSelector"]["matchNames"][0], NAMESPACE);
     assert_eq!(sm["spec"]["selector"]["matchLabels"], selector);
     assert_eq!(sm["spec"]["endpoints"][0]["scheme"], "https");
     assert_eq!(
@@ -1831,6 +1875,7 @@ fn the_chart_monitoring_objects_select_the_release_and_scrape_its_secure_port() 
         .expect("the metrics reader");
     assert_eq!(reader["rules"][0]["nonResourceURLs"][0], "/metrics");
     let rule = find(&docs, "PrometheusRule");
+    assert_eq!(rule["metadata"]["namespace"], "monitoring");
     let file = std::fs::read_to_string(common::repo().join("deploy/monitoring/alerts.rules.yaml"))
         .expect("read the rules file");
     let groups: Value = serde_yaml_ng::from_str(&file).expect("the rules file is YAML");
@@ -1852,6 +1897,67 @@ fn the_chart_monitoring_objects_select_the_release_and_scrape_its_secure_port() 
             "{k} rendered by default"
         );
     }
+}
+
+/// Monitoring switched on where the cluster does not serve the Prometheus
+/// Operator's API: nothing of it is rendered (an install would fail on the
+/// unknown kinds), and the notes say so.
+#[test]
+fn monitoring_on_without_the_operators_crds_renders_no_monitor_and_the_notes_warn() {
+    let helm = helm();
+    let on: Vec<&str> = common::CHART_MONITORING_ON
+        .iter()
+        .copied()
+        .filter(|a| !a.starts_with("--api-versions") && *a != "monitoring.coreos.com/v1")
+        .collect();
+    let docs = rendered(&helm, &on);
+    for k in ["PodMonitor", "ServiceMonitor", "PrometheusRule"] {
+        assert!(
+            named_docs(&docs, k).is_empty(),
+            "{k} rendered without its CRD"
+        );
+    }
+    let notes = rendered_notes(&helm, &on);
+    assert!(
+        notes.contains("does not serve monitoring.coreos.com/v1"),
+        "{notes}"
+    );
+    let with = [&["--api-versions", "monitoring.coreos.com/v1"][..], &on[..]].concat();
+    let notes = rendered_notes(&helm, &with);
+    assert!(!notes.contains("WARNING"), "{notes}");
+}
+
+/// `monitoring.runbookBaseURL` re-points every alert's runbook at a mirror,
+/// keeping each alert's section.
+#[test]
+fn the_runbook_base_url_re_points_every_alert_at_its_section() {
+    let helm = helm();
+    let args = [
+        common::CHART_MONITORING_ON,
+        &[
+            "--set",
+            "monitoring.runbookBaseURL=https://wiki.example.com/routes/",
+        ][..],
+    ]
+    .concat();
+    let docs = rendered(&helm, &args);
+    let rule = find(&docs, "PrometheusRule");
+    let mut n = 0;
+    for g in rule["spec"]["groups"].as_array().expect("groups") {
+        for r in g["rules"].as_array().expect("rules") {
+            let alert = r["alert"].as_str().expect("alert");
+            assert_eq!(
+                r["annotations"]["runbook_url"],
+                format!(
+                    "https://wiki.example.com/routes#{}",
+                    alert.to_ascii_lowercase()
+                ),
+                "{alert}"
+            );
+            n += 1;
+        }
+    }
+    assert!(n >= 9, "{n} alerts");
 }
 
 /// The chart as it was before its selector became Helm's pair (the last
@@ -2141,16 +2247,12 @@ fn cluster_cidrs_of_one_family_render_route_ip_families_of_that_family() {
     );
 }
 
-/// The notes' `plan` command carries the flags the Deployment runs with
-/// that change what plan computes, so the operator checks the
-/// configuration that will run.
-#[test]
-fn the_notes_plan_command_carries_the_deployments_flags() {
-    let helm = helm();
+/// The chart rendered with the cluster's values and `extra`, and its notes.
+/// `helm template` leaves NOTES.txt out and `helm install --dry-run` needs a
+/// cluster: a copy of the chart renders the notes' exact text through `tpl`
+/// in a template of its own.
+fn render_with_notes(helm: &Path, extra: &[&str]) -> (Vec<Value>, String) {
     let dir = TempDir::new("helm-notes");
-    // `helm template` leaves NOTES.txt out and `helm install --dry-run`
-    // needs a cluster: a copy of the chart renders the notes' exact text
-    // through `tpl` in a template of its own.
     let copy = dir.path().join("chart");
     copy_dir(&chart(), &copy);
     std::fs::copy(
@@ -2163,21 +2265,34 @@ fn the_notes_plan_command_carries_the_deployments_flags() {
         "notes: {{ tpl (.Files.Get \"notes-under-test.txt\") . | toJson }}\n",
     )
     .expect("write the notes' template");
+    let values = cluster_values();
+    let mut cmd = Command::new(helm);
+    cmd.args(["template", RELEASE])
+        .arg(&copy)
+        .args(["-n", NAMESPACE])
+        .args(["-f", values.to_str().expect("utf-8 path")])
+        .args(extra);
+    let docs = yaml_docs(&run(&mut cmd));
+    let notes = docs
+        .iter()
+        .find_map(|d| d["notes"].as_str())
+        .expect("the notes rendered")
+        .to_string();
+    (docs, notes)
+}
+
+fn rendered_notes(helm: &Path, extra: &[&str]) -> String {
+    render_with_notes(helm, extra).1
+}
+
+/// The notes' `plan` command carries the flags the Deployment runs with
+/// that change what plan computes, so the operator checks the
+/// configuration that will run.
+#[test]
+fn the_notes_plan_command_carries_the_deployments_flags() {
+    let helm = helm();
     let notes = |extra: &[&str]| -> (Vec<String>, String) {
-        let values = cluster_values();
-        let mut args = vec!["-f", values.to_str().expect("utf-8 path")];
-        args.extend_from_slice(extra);
-        let mut cmd = Command::new(&helm);
-        cmd.args(["template", RELEASE])
-            .arg(&copy)
-            .args(["-n", NAMESPACE])
-            .args(&args);
-        let docs = yaml_docs(&run(&mut cmd));
-        let notes = docs
-            .iter()
-            .find_map(|d| d["notes"].as_str())
-            .expect("the notes rendered")
-            .to_string();
+        let (docs, notes) = render_with_notes(&helm, extra);
         let plan = notes
             .lines()
             .find(|l| l.contains("cloud-route-controller plan "))

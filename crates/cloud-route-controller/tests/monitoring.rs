@@ -1,22 +1,27 @@
 //! `deploy/monitoring/`: the alerting rules pass `promtool check rules` (as a
 //! plain rules file and as the PrometheusRule's groups, which are the same),
 //! the alerts an operator needs are there, the dashboard's queries are valid
-//! PromQL, and every metric the dashboard and the rules use is served by
-//! `/metrics` of a running controller.
+//! PromQL, every metric the dashboard and the rules use is served by
+//! `/metrics` of a running controller, and every query of the dashboard and
+//! of the docs returns series from it, scraped as the chart's monitors do.
 //!
 //! `promtool` is built from its Go module by `scripts/build-gotool.sh
 //! promtool` (once per machine; `scripts/test.sh` does it in its tools step).
 
 mod common;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use common::{Controller, TempDir, free_port, http_get_async};
+use common::{Controller, TempDir, free_port};
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use kube::Api;
+use kube::api::PostParams;
 use serde_json::Value;
-use test_cluster::{TestCluster, TestNode, wait_until};
+use test_cluster::{ClusterGuard, TestCluster, TestNode, wait_until};
 
 fn monitoring(file: &str) -> PathBuf {
     common::repo().join("deploy/monitoring").join(file)
@@ -311,11 +316,252 @@ fn the_dashboard_queries_are_valid_promql() {
     assert!(out.contains(&format!("SUCCESS: {n} rules found")), "{out}");
 }
 
+/// A PromQL query a page gives in a ```promql block.
+struct DocQuery {
+    page: String,
+    expr: String,
+    /// The block says it returns nothing while all is well (a comment line
+    /// with "nothing while"): it must evaluate, not return series.
+    may_be_empty: bool,
+}
+
+/// Every ```promql block of README.md and docs/.
+fn docs_queries() -> Vec<DocQuery> {
+    let repo = common::repo();
+    let mut pages = vec![repo.join("README.md")];
+    let mut dirs = vec![repo.join("docs")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read docs/") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "md") {
+                pages.push(path);
+            }
+        }
+    }
+    let mut queries = Vec::new();
+    for page in pages {
+        let text = std::fs::read_to_string(&page).expect("read the page");
+        let mut block: Option<String> = None;
+        for line in text.lines() {
+            match (&mut block, line.trim_start()) {
+                (None, l) if l.starts_with("```promql") => block = Some(String::new()),
+                (Some(b), l) if l.starts_with("```") => {
+                    queries.push(DocQuery {
+                        page: page
+                            .strip_prefix(&repo)
+                            .unwrap_or(&page)
+                            .display()
+                            .to_string(),
+                        may_be_empty: b.lines().any(|l| {
+                            l.trim_start().starts_with('#') && l.contains("nothing while")
+                        }),
+                        expr: std::mem::take(b),
+                    });
+                    block = None;
+                }
+                (Some(b), _) => {
+                    b.push_str(line);
+                    b.push('\n');
+                }
+                (None, _) => {}
+            }
+        }
+    }
+    queries
+}
+
+/// The samples of a `/metrics` text as promtool series names, with the
+/// labels Prometheus adds to a scraped target (`target`).
+fn scraped_series(text: &str, target: &str) -> BTreeMap<String, String> {
+    let mut series = BTreeMap::new();
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let (name_labels, value) = line.rsplit_once(' ').expect("a sample line");
+        let series_name = match name_labels.split_once('{') {
+            Some((name, labels)) => {
+                let labels = labels.trim_end_matches('}');
+                if labels.is_empty() {
+                    format!("{name}{{{target}}}")
+                } else {
+                    format!("{name}{{{labels},{target}}}")
+                }
+            }
+            None => format!("{name_labels}{{{target}}}"),
+        };
+        series.insert(series_name, value.to_string());
+    }
+    series
+}
+
+/// Runs each query over two scrapes a minute apart (the second one held for
+/// four more minutes, as Prometheus would keep scraping it): a query passes
+/// when it returns at least one series at minute 4, or, where the page says
+/// so, evaluates at all. The failures, as promtool prints them.
+fn run_queries(
+    first: &BTreeMap<String, String>,
+    second: &BTreeMap<String, String>,
+    queries: &[(String, bool)],
+) -> Result<(), String> {
+    let dir = TempDir::new("promql-docs");
+    let input: Vec<Value> = second
+        .iter()
+        .map(|(name, v)| {
+            let before = first.get(name).map_or("_", String::as_str);
+            serde_json::json!({"series": name, "values": format!("{before} {v} {v} {v} {v} {v}")})
+        })
+        .collect();
+    let tests: Vec<Value> = queries
+        .iter()
+        .map(|(q, may_be_empty)| {
+            if *may_be_empty {
+                // Evaluates: absent() of the query is one series or none,
+                // and either way this is one series of value 1.
+                serde_json::json!({"expr": format!("count(absent({q})) or vector(1)"), "eval_time": "4m",
+                    "exp_samples": [{"labels": "{}", "value": 1}]})
+            } else {
+                serde_json::json!({"expr": format!("count({q}) > bool 0"), "eval_time": "4m",
+                    "exp_samples": [{"labels": "{}", "value": 1}]})
+            }
+        })
+        .collect();
+    let file = serde_json::json!({
+        "rule_files": [],
+        "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": input, "promql_expr_test": tests}],
+    });
+    std::fs::write(dir.path().join("queries.test.yaml"), file.to_string()).expect("write");
+    let out = Command::new(promtool())
+        .args(["test", "rules", "queries.test.yaml"])
+        .current_dir(dir.path())
+        .output()
+        .expect("run promtool");
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// The token of `monitoring/<account>` that the API server mounts into
+/// Prometheus's pod (the ServiceMonitor's bearerTokenFile), from a
+/// TokenRequest.
+async fn service_account_token(c: &ClusterGuard, account: &str) -> String {
+    let namespaces: Api<Namespace> = Api::all(c.client());
+    let _ = namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({"metadata": {"name": "monitoring"}}))
+                .expect("a Namespace"),
+        )
+        .await;
+    let accounts: Api<ServiceAccount> = Api::namespaced(c.client(), "monitoring");
+    let _ = accounts
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({"metadata": {"name": account}}))
+                .expect("a ServiceAccount"),
+        )
+        .await;
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            expiration_seconds: Some(3600),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    accounts
+        .create_token_request(account, &PostParams::default(), &request)
+        .await
+        .expect("TokenRequest")
+        .status
+        .expect("a token")
+        .token
+}
+
+/// `kubectl apply` of `yaml` on the test cluster.
+fn kubectl_apply(c: &ClusterGuard, yaml: &[u8]) -> String {
+    let dir = TempDir::new("apply");
+    let file = dir.path().join("objects.yaml");
+    std::fs::write(&file, yaml).expect("write");
+    let out = Command::new(c.kubectl_path().expect("kubectl"))
+        .arg("--kubeconfig")
+        .arg(c.kubeconfig_path())
+        .args(["apply", "-f"])
+        .arg(&file)
+        .output()
+        .expect("run kubectl");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    text
+}
+
+/// A controller on its secure port, with a certificate the test trusts.
+fn start_secure(
+    c: &ClusterGuard,
+    dir: &TempDir,
+    name: &str,
+    cloud_config: &Path,
+    extra: &[&str],
+) -> (Controller, u16, rustls::pki_types::CertificateDer<'static>) {
+    let port = free_port();
+    let port_arg = port.to_string();
+    let (cert, key) = (
+        dir.path().join(format!("{name}.crt")),
+        dir.path().join(format!("{name}.key")),
+    );
+    let made = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).expect("rcgen");
+    std::fs::write(&key, made.signing_key.serialize_pem()).expect("write the key");
+    std::fs::write(&cert, made.cert.pem()).expect("write the certificate");
+    let mut args = vec![
+        "--cluster-cidr",
+        "10.244.0.0/16",
+        "--cloud-provider",
+        "memory",
+        "--cloud-config",
+        cloud_config.to_str().expect("utf-8 path"),
+        "--leader-elect=false",
+        "--secure-port",
+        &port_arg,
+        "--bind-address",
+        "127.0.0.1",
+        "--tls-cert-file",
+        cert.to_str().expect("utf-8 path"),
+        "--tls-private-key-file",
+        key.to_str().expect("utf-8 path"),
+    ];
+    args.extend_from_slice(extra);
+    let ctl = Controller::start(c.kubeconfig_path(), dir.path(), name, &args);
+    (ctl, port, made.cert.der().clone())
+}
+
+/// What an operator reads on the dashboard and in the docs works on what
+/// the controller serves, scraped the way the chart's monitors scrape it:
+/// over HTTPS on the secure port, with the token of Prometheus's service
+/// account, allowed by the chart's metrics-reader binding. Two replicas
+/// are scraped, a writing one and a `--dry-run` shadow beside it (the
+/// shadow mode's queries need its series), each with the target labels
+/// Prometheus adds. Every metric the dashboard and the rules use is there,
+/// and every query of the dashboard and of the docs' ```promql blocks
+/// returns at least one series from the scrapes (promtool evaluates them
+/// over the scraped samples), so a query whose metric, label or value no
+/// longer exists fails here.
 #[tokio::test]
-async fn every_metric_the_dashboard_and_the_rules_use_is_served_by_a_running_controller() {
+async fn every_query_of_the_dashboard_and_the_docs_returns_series_scraped_through_the_charts_authentication()
+ {
     let mut used = BTreeSet::new();
-    for e in dashboard_exprs() {
-        metric_names(&e, &mut used);
+    let mut queries: Vec<(String, bool)> =
+        dashboard_exprs().into_iter().map(|e| (e, false)).collect();
+    for e in &queries {
+        metric_names(&e.0, &mut used);
     }
     for r in alert_rules(&rules_file()) {
         metric_names(r["expr"].as_str().expect("expr"), &mut used);
@@ -330,98 +576,191 @@ async fn every_metric_the_dashboard_and_the_rules_use_is_served_by_a_running_con
     ] {
         assert!(used.contains(m), "{m} is not used: {used:?}");
     }
-    // A --dry-run shadow serves these alone (the backlog alerts leave it
-    // out by them); the reference page lists them.
-    let reference =
-        std::fs::read_to_string(common::repo().join("docs/reference/metrics.md")).expect("read");
-    used.retain(|m| {
-        if m.starts_with("route_controller_dry_run_") {
-            assert!(
-                reference.contains(m.as_str()),
-                "{m} is not in the reference"
-            );
-            false
-        } else {
-            true
-        }
-    });
+    let docs = docs_queries();
+    assert!(
+        docs.len() >= 4 && docs.iter().any(|q| q.page.contains("troubleshooting")),
+        "the docs' ```promql blocks: {:?}",
+        docs.iter().map(|q| &q.page).collect::<Vec<_>>()
+    );
+    for q in &docs {
+        metric_names(&q.expr, &mut used);
+        queries.push((q.expr.trim().to_string(), q.may_be_empty));
+    }
 
-    // A controller that routed a Node and emitted a Warning, so that the
-    // families that appear only with a first sample are there too.
     let c = TestCluster::acquire()
         .await
         .expect("the local control plane");
-    let dir = TempDir::new("monitoring-metrics");
-    let metrics = format!("127.0.0.1:{}", free_port());
-    // A route limit, so the headroom gauges are served.
-    let cloud = dir.path().join("memory.yaml");
-    std::fs::write(&cloud, "max_routes: 50\n").expect("write the cloud config");
-    let ctl = Controller::start(
-        c.kubeconfig_path(),
-        dir.path(),
-        "controller",
-        &[
-            "--cluster-cidr",
-            "10.244.0.0/16",
-            "--cloud-provider",
-            "memory",
-            "--cloud-config",
-            cloud.to_str().expect("utf-8 path"),
-            "--leader-elect=false",
-            "--metrics-bind-address",
-            &metrics,
-        ],
+    // The chart's metrics reader, bound to Prometheus's service account,
+    // exactly as `helm install` would create it.
+    let rendered = Command::new(common::gotool("helm"))
+        .args(["template", "cloud-route-controller"])
+        .arg(common::repo().join("deploy/helm/cloud-route-controller"))
+        .args([
+            "-n",
+            "kube-system",
+            "--show-only",
+            "templates/metrics-reader.yaml",
+        ])
+        .args(common::CHART_CLUSTER)
+        .args([
+            "--set",
+            "monitoring.metricsReader.enabled=true",
+            "--set",
+            "monitoring.metricsReader.subjects[0].name=prometheus-docs-queries",
+            "--set",
+            "monitoring.metricsReader.subjects[0].namespace=monitoring",
+        ])
+        .output()
+        .expect("run helm");
+    assert!(
+        rendered.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rendered.stderr)
     );
+    let token = service_account_token(&c, "prometheus-docs-queries").await;
+
+    let dir = TempDir::new("monitoring-queries");
+    // A route limit (the headroom gauges), and creations that fail now and
+    // then (the error ratio and the retry gauges).
+    let cloud = dir.path().join("memory.yaml");
+    std::fs::write(
+        &cloud,
+        "max_routes: 50\nerror_rates:\n  create: {probability: 0.3, kind: Transient}\nseed: 7\n",
+    )
+    .expect("write the cloud config");
+    let shadow_cloud = dir.path().join("shadow.yaml");
+    std::fs::write(&shadow_cloud, "max_routes: 50\n").expect("write the cloud config");
+    let (writer, writer_port, writer_ca) = start_secure(&c, &dir, "writer", &cloud, &[]);
+    // Its memory cloud is its own and empty: it disagrees, as a shadow does
+    // until the routes are in its table.
+    let (shadow, shadow_port, shadow_ca) =
+        start_secure(&c, &dir, "shadow", &shadow_cloud, &["--dry-run"]);
+    let scrape = |port: u16, ca: rustls::pki_types::CertificateDer<'static>| {
+        let token = token.clone();
+        async move { common::https_get(port, &ca, "/metrics", Some(&token)).await }
+    };
+    // Before the binding, the token is Prometheus's and nothing more: 403.
+    let denied = wait_until(Duration::from_secs(60), "the secure port", || async {
+        scrape(writer_port, writer_ca.clone())
+            .await
+            .ok()
+            .map(|(code, _)| code)
+    })
+    .await
+    .expect("the secure port answers");
+    assert_eq!(denied, 403, "scraped without the metrics reader's grant");
+    kubectl_apply(&c, &rendered.stdout);
+
     c.create_node(
-        &TestNode::new("monitoring-0")
-            .pod_cidrs(["10.244.40.0/24"])
-            .internal_ip("10.0.40.10"),
+        &TestNode::new("queries-0")
+            .pod_cidrs(["10.244.50.0/24"])
+            .internal_ip("10.0.50.10"),
     )
     .await
     .expect("create Node");
-    // A second Node inside: a pod CIDR outside the cluster CIDR on a
-    // minority of Nodes is those Nodes' problem, on half of them the
-    // setting's, which holds every change.
     c.create_node(
-        &TestNode::new("monitoring-1")
-            .pod_cidrs(["10.244.41.0/24"])
-            .internal_ip("10.0.40.12"),
+        &TestNode::new("queries-1")
+            .pod_cidrs(["10.244.51.0/24"])
+            .internal_ip("10.0.50.12"),
     )
     .await
     .expect("create Node");
+    // Outside the cluster CIDR on a minority of Nodes: that Node's problem
+    // (a Warning), not the setting's.
     c.create_node(
-        &TestNode::new("monitoring-outside")
-            .pod_cidrs(["192.168.40.0/24"])
-            .internal_ip("10.0.40.11"),
+        &TestNode::new("queries-outside")
+            .pod_cidrs(["192.168.50.0/24"])
+            .internal_ip("10.0.50.11"),
     )
     .await
     .expect("create Node");
-    // Families with labels (and the pass metrics) appear with their first
-    // sample, so wait until every used name is there or the time is up.
-    let base = format!("http://{metrics}");
-    let served = wait_until(
+
+    let target = |instance: u16| {
+        format!(
+            r#"job="cloud-route-controller",namespace="kube-system",instance="127.0.0.1:{instance}""#
+        )
+    };
+    let both = || async {
+        let (wc, w) = scrape(writer_port, writer_ca.clone()).await.ok()?;
+        let (sc, s) = scrape(shadow_port, shadow_ca.clone()).await.ok()?;
+        (wc == 200 && sc == 200).then_some(())?;
+        let mut series = scraped_series(&w, &target(writer_port));
+        series.extend(scraped_series(&s, &target(shadow_port)));
+        Some((w + &s, series))
+    };
+    // Families with labels appear with their first sample: wait until
+    // every used name is served.
+    let first = wait_until(
         Duration::from_secs(60),
-        "every metric of deploy/monitoring in /metrics",
+        "every used metric in /metrics",
         || async {
-            let text = http_get_async(&base, "/metrics").await?.1;
+            let (text, series) = both().await?;
             let exposed = exposed_names(&text);
-            used.iter().all(|m| exposed.contains(m)).then_some(())
+            used.iter().all(|m| exposed.contains(m)).then_some(series)
         },
     )
     .await;
-    if let Err(e) = served {
-        let text = http_get_async(&base, "/metrics")
-            .await
-            .map(|(_, t)| t)
-            .unwrap_or_default();
-        let exposed = exposed_names(&text);
-        let missing: Vec<&String> = used.iter().filter(|m| !exposed.contains(*m)).collect();
-        panic!(
-            "{e}: used by deploy/monitoring but not in /metrics: {missing:?}\n/metrics:\n{text}\n{}",
-            ctl.log_text()
-        );
+    let first = match first {
+        Ok(s) => s,
+        Err(e) => {
+            let text = both().await.map(|(t, _)| t).unwrap_or_default();
+            let exposed = exposed_names(&text);
+            let missing: Vec<&String> = used.iter().filter(|m| !exposed.contains(*m)).collect();
+            panic!(
+                "{e}: used but not in /metrics: {missing:?}\n/metrics:\n{text}\n{}\n{}",
+                writer.log_text(),
+                shadow.log_text()
+            );
+        }
+    };
+    // The second scrape a few seconds on, so counters have moved; retried
+    // until every query returns its series (a retry's first failure and the
+    // shadow's first disagreement come within seconds).
+    let last = std::sync::Mutex::new(String::new());
+    let answered = wait_until(
+        Duration::from_secs(60),
+        "every query to return series",
+        || async {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let (_, second) = both().await?;
+            run_queries(&first, &second, &queries)
+                .map_err(|e| *last.lock().expect("lock") = e)
+                .ok()
+        },
+    )
+    .await;
+    if let Err(e) = answered {
+        let last = last.lock().expect("lock");
+        panic!("{e}:\n{last}\n{}\n{}", writer.log_text(), shadow.log_text());
     }
-    assert_eq!(ctl.stop(), Some(0));
+    assert_eq!(writer.stop(), Some(0));
+    assert_eq!(shadow.stop(), Some(0));
+}
+
+/// Pins that the query check can fail: a query on a label value no
+/// controller serves, as the troubleshooting page once had.
+#[test]
+fn a_docs_query_on_a_label_value_nobody_serves_fails_the_query_check() {
+    let target = r#"job="cloud-route-controller",namespace="kube-system",instance="127.0.0.1:1""#;
+    let text = "# TYPE route_controller_cloud_requests_total counter\n\
+        route_controller_cloud_requests_total{provider=\"aws\",operation=\"DescribeRouteTables\",result=\"ok\"} 3\n\
+        route_controller_cloud_requests_total{provider=\"aws\",operation=\"DescribeRouteTables\",result=\"transient\"} 1\n";
+    let series = scraped_series(text, target);
+    let good =
+        r#"sum by (operation) (rate(route_controller_cloud_requests_total{result!="ok"}[5m]))"#;
+    let bad = r#"route_controller_cloud_requests_total{operation="list",result!="ok"}"#;
+    assert_eq!(
+        run_queries(&series, &series, &[(good.to_string(), false)]),
+        Ok(())
+    );
+    let err = run_queries(&series, &series, &[(bad.to_string(), false)])
+        .expect_err("a query on operation=\"list\" returns nothing");
+    assert!(err.contains("operation"), "{err}");
+    // Marked as empty while healthy, it only has to evaluate.
+    assert_eq!(
+        run_queries(&series, &series, &[(bad.to_string(), true)]),
+        Ok(())
+    );
 }
 
 /// The Prometheus Operator whose CRDs the PrometheusRule and PodMonitor are

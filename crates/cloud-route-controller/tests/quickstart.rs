@@ -1,22 +1,25 @@
 //! docs/quickstart.md followed literally, once per cloud, on the local
-//! control plane against that cloud's emulator or fake: a Node gets its
-//! route and the page's own check shows it `RouteCreated`.
-//!
-//! How: the page's common `helm install` command is read from the page (not
-//! copied here), made `helm template` with the same arguments and the page's
-//! placeholders filled in, and renders the chart with the cloud's example
-//! values. The binary then runs as the rendered pod would: the container's
-//! args (`$(VAR)` expanded as the kubelet does, leader election on as
-//! rendered), its environment (the downward API's pod name and namespace,
-//! the Secrets' keys) and the ConfigMap's cloud config, changed only where a
-//! laptop must differ from the pod. Each test names those differences where
-//! it gives them: the kubeconfig, the fake's addresses, the ids of objects
-//! that exist only in the fake, credentials the fake accepts, the secure
-//! port. A Node of an instance the fake has must read
-//! `NetworkUnavailable=False/RouteCreated` within 60 s, its route must be in
-//! the fake's table, and the page's step-5 `kubectl get nodes -o
-//! custom-columns=...` against the local control plane must show it
+//! control plane against that cloud's emulator or fake: installed as a
+//! shadow first, it plans the Node's route and writes nothing; upgraded as
+//! the page says, it routes the Node and the page's own check shows it
 //! `RouteCreated`.
+//!
+//! How: the page's common `helm install` command and its `helm upgrade`
+//! command are read from the page (not copied here), made `helm template`
+//! with the same arguments (the upgrade's `--reuse-values` as the install's
+//! values plus its own) and the page's placeholders filled in, and render
+//! the chart with the cloud's example values as shipped. The binary then
+//! runs as the rendered pod would: the container's args (`$(VAR)` expanded
+//! as the kubelet does, leader election on as rendered), its environment
+//! (the downward API's pod name and namespace, the Secrets' keys) and the
+//! ConfigMap's cloud config. It differs only where the example marks a
+//! value `REPLACE` (the operator's own ids), or where a laptop must differ
+//! from the pod; each test names those where it gives them, and a value it
+//! changes that the example does not mark fails the test. A Node of an
+//! instance the fake has must read `NetworkUnavailable=False/RouteCreated`
+//! within 60 s, its route must be in the fake's table, and the page's
+//! `kubectl get nodes -o custom-columns=...` against the local control
+//! plane must show it `RouteCreated`.
 //!
 //! A page whose command is gone, or that gains a placeholder this test does
 //! not fill in, fails the test naming it.
@@ -102,8 +105,21 @@ impl QuickStart {
     }
 
     /// The common install of every cloud: `helm install ...`.
-    fn install(&self, cloud: &str) -> Vec<String> {
-        self.command("helm install ", cloud)
+    fn install(&self, example: &str) -> Vec<String> {
+        self.command("helm install ", example)
+    }
+
+    /// The step that lets it write: `helm upgrade ... --reuse-values ...`,
+    /// as the install's arguments followed by the upgrade's own values.
+    fn upgrade(&self, example: &str) -> Vec<String> {
+        let words = self.command("helm upgrade ", "");
+        let reuse = words
+            .iter()
+            .position(|w| w == "--reuse-values")
+            .unwrap_or_else(|| panic!("{PAGE}'s upgrade no longer reuses the values: {words:?}"));
+        let mut all = self.install(example);
+        all.extend(words[reuse + 1..].iter().cloned());
+        all
     }
 
     /// Step 5's check: `kubectl get nodes -o custom-columns=...`.
@@ -137,10 +153,31 @@ impl QuickStart {
 
     /// The install rendered: `helm template` with the install's arguments,
     /// run where the page's relative paths start (the repository's root).
-    fn render(&self, cloud: &str) -> Vec<Value> {
-        let words = self.install(cloud);
+    /// `example` is the example values file's name, `cloud` its provider.
+    fn render(&self, example: &str, cloud: &str) -> Vec<Value> {
+        let docs = self.render_words(&self.install(example), example, cloud);
+        assert!(
+            args_of(&docs).iter().any(|a| a == "--dry-run"),
+            "{PAGE}'s install is no longer a shadow (--dry-run): {:?}",
+            args_of(&docs)
+        );
+        docs
+    }
+
+    /// The upgrade that lets it write, rendered.
+    fn render_upgrade(&self, example: &str, cloud: &str) -> Vec<Value> {
+        let docs = self.render_words(&self.upgrade(example), example, cloud);
+        assert!(
+            !args_of(&docs).iter().any(|a| a == "--dry-run"),
+            "{PAGE}'s upgrade leaves it a shadow: {:?}",
+            args_of(&docs)
+        );
+        docs
+    }
+
+    fn render_words(&self, words: &[String], example: &str, cloud: &str) -> Vec<Value> {
         assert_eq!(words[..2], ["helm", "install"], "{words:?}");
-        let values = format!("deploy/helm/cloud-route-controller/examples/{cloud}.yaml");
+        let values = format!("deploy/helm/cloud-route-controller/examples/{example}.yaml");
         assert!(
             words.windows(2).any(|w| w == ["-f", values.as_str()]),
             "{PAGE}'s install no longer uses the cloud's example values ({values}): {words:?}"
@@ -154,10 +191,36 @@ impl QuickStart {
             args.contains(&format!("--cloud-provider={cloud}")),
             "{values} does not render --cloud-provider={cloud}: {args:?}"
         );
-        // The image the page's step 2 pushed is the one the pod would pull.
+        // The image the page's step 1 pushed is the one the pod would pull.
         assert_eq!(container(&docs)["image"], self.built_image().as_str());
         docs
     }
+}
+
+/// The example values file `example` as shipped.
+fn example_text(example: &str) -> String {
+    let path = repo().join(format!(
+        "deploy/helm/cloud-route-controller/examples/{example}.yaml"
+    ));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"))
+}
+
+/// Fails unless the line of `key` (its last dotted part) in the example
+/// `example` is marked `# REPLACE`: the test may change only what the
+/// operator is told to.
+fn assert_marked(example: &str, key: &str) {
+    let last = key.rsplit('.').next().unwrap_or(key);
+    let text = example_text(example);
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with(&format!("{last}:")))
+        .unwrap_or_else(|| {
+            panic!("{example}.yaml has no {key}: the test changes a value it does not ship")
+        });
+    assert!(
+        line.contains("# REPLACE"),
+        "{example}.yaml does not mark {key} for the operator to replace, yet the test changes it: {line:?}"
+    );
 }
 
 /// Fills in the page's placeholders; a placeholder this test does not know
@@ -215,6 +278,8 @@ fn shell_words(command: &str) -> Vec<String> {
 /// resolves them.
 struct Pod<'a> {
     docs: &'a [Value],
+    /// The example values file it was rendered from.
+    example: &'a str,
     args: Vec<String>,
     env: Vec<(String, String)>,
 }
@@ -222,7 +287,7 @@ struct Pod<'a> {
 impl<'a> Pod<'a> {
     /// The pod of `docs`; a Secret the chart does not render (one the
     /// operator already has) is read from `existing` as (name, key, value).
-    fn rendered(docs: &'a [Value], existing: &[(&str, &str, String)]) -> Self {
+    fn rendered(docs: &'a [Value], example: &'a str, existing: &[(&str, &str, String)]) -> Self {
         let namespace = find(docs, "Deployment")["metadata"]["namespace"]
             .as_str()
             .expect("the Deployment's namespace")
@@ -261,7 +326,12 @@ impl<'a> Pod<'a> {
                 })
             })
             .collect();
-        Pod { docs, args, env }
+        Pod {
+            docs,
+            example,
+            args,
+            env,
+        }
     }
 
     /// The value of `--<name>=` in the args.
@@ -272,19 +342,24 @@ impl<'a> Pod<'a> {
             .unwrap_or_else(|| panic!("no {name} in {:?}", self.args))
     }
 
-    /// Starts the binary as the pod runs it, with `config` keys (dotted for
-    /// nested ones) set in its cloud config and `env` added to its
-    /// environment: what must differ on a laptop, each said where the test
-    /// gives it.
+    /// Starts the binary as the pod runs it, with `replaced` keys of its
+    /// cloud config (dotted for nested ones) set as the operator sets the
+    /// values the example marks `REPLACE`, `laptop` keys set where a laptop
+    /// must differ (the fakes' addresses), and `env` added to its
+    /// environment; each said where the test gives it.
     fn start(
         &self,
         c: &ClusterGuard,
         dir: &TempDir,
-        config: &[(&str, Value)],
+        replaced: &[(&str, Value)],
+        laptop: &[(&str, Value)],
         env: &[(&str, String)],
     ) -> Controller {
+        for (key, _) in replaced {
+            assert_marked(self.example, key);
+        }
         let mut cloud_config = rendered_cloud_config(self.docs);
-        for (key, value) in config {
+        for (key, value) in replaced.iter().chain(laptop) {
             let mut at = &mut cloud_config;
             for part in key.split('.') {
                 at = &mut at[part];
@@ -470,44 +545,89 @@ fn stop_as_the_kubelet(ctl: Controller) {
     assert_eq!(ctl.stop(), Some(0), "{log}");
 }
 
+/// The page's shadow (its install, `--dry-run`): it holds its own Lease,
+/// plans `node`'s route to `pod_cidr`, logs it as a dry run, and writes
+/// nothing: no condition on the Node (the caller checks the cloud's table).
+async fn shadow_plans_the_route_and_writes_nothing(
+    c: &ClusterGuard,
+    pod: &Pod<'_>,
+    mut ctl: Controller,
+    node: &str,
+    pod_cidr: &str,
+) {
+    let says = format!("dry run: would create route {pod_cidr} to {node}");
+    let seen = wait_until(ROUTED_WITHIN, &format!("the shadow's `{says}`"), || {
+        let running = ctl.is_running();
+        let log = ctl.log_text();
+        let says = &says;
+        async move { (!running || log.contains(says.as_str())).then_some(running) }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
+    assert!(seen, "the shadow exited:\n{}", ctl.log_text());
+    assert!(
+        pod.flag("--leader-elect-resource-name")
+            .ends_with("-dry-run"),
+        "a shadow's Lease is its own"
+    );
+    pod.holds_the_lease(c).await;
+    assert_eq!(
+        c.network_unavailable(node).await.expect("read the Node"),
+        None,
+        "the shadow wrote the Node's condition:\n{}",
+        ctl.log_text()
+    );
+    stop_as_the_kubelet(ctl);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_aws_quick_start_followed_literally_routes_a_node_and_shows_route_created() {
+async fn the_aws_quick_start_with_the_instance_profile_shadows_then_routes_a_node_and_shows_route_created()
+ {
     use provider_aws::testing::{REGION, client, create_network, moto_endpoint, run_instances};
 
+    const EXAMPLE: &str = "aws-instance-profile";
     let page = QuickStart::read();
-    let docs = page.render("aws");
+    let shadow_docs = page.render(EXAMPLE, "aws");
     let endpoint = moto_endpoint().await.expect("moto");
     let ec2 = client(&endpoint).await;
-    let net = create_network(&ec2, "10.30.0.0/16", None)
+    // The example names no table: the one tagged with the page's cluster
+    // name is found, as cloud-provider-aws finds it.
+    let net = create_network(&ec2, "10.30.0.0/16", Some(CLUSTER_NAME))
         .await
-        .expect("a VPC with a route table");
+        .expect("a VPC with a tagged route table");
     let instances = run_instances(&ec2, &net, 1).await.expect("an instance");
     let c = TestCluster::acquire()
         .await
         .expect("the local control plane");
     let dir = TempDir::new("quickstart-aws");
-    // The keys of the Secret the chart renders reach the pod as they are;
-    // moto accepts any.
-    let pod = Pod::rendered(&docs, &[]);
-    let mut ctl = pod.start(
-        &c,
-        &dir,
-        &[
-            // moto instead of EC2.
-            ("endpoint", json!(endpoint)),
-            // The region moto's fixtures live in.
-            ("region", json!(REGION)),
-            // The example's table id stands for yours; this one is moto's.
-            ("route_table_id", json!(net.route_table_id)),
-        ],
-        &[],
-    );
+    // The example's region stands for yours; moto's fixtures live in this one.
+    let replaced = [("region", json!(REGION))];
+    // moto instead of EC2.
+    let laptop = [("endpoint", json!(endpoint))];
+    // No credentials in the chart: the SDK's chain asks the instance
+    // metadata service, which moto serves here instead of 169.254.169.254.
+    let imds = [("AWS_EC2_METADATA_SERVICE_ENDPOINT", endpoint.clone())];
     create_aws_nodes(&c, "quickstart-aws", 7, "10.30.0", &instances).await;
     let node = "quickstart-aws-0";
+    let pod_cidr = "10.244.7.0/24";
+
+    let shadow = Pod::rendered(&shadow_docs, EXAMPLE, &[]);
+    assert!(
+        shadow.env.iter().all(|(k, _)| !k.starts_with("AWS_")),
+        "no credentials from the chart: {:?}",
+        shadow.env
+    );
+    let ctl = shadow.start(&c, &dir, &replaced, &laptop, &imds);
+    shadow_plans_the_route_and_writes_nothing(&c, &shadow, ctl, node, pod_cidr).await;
+    assert_eq!(pod_routes(&ec2, &net.route_table_id).await, Some(vec![]));
+
+    let docs = page.render_upgrade(EXAMPLE, "aws");
+    let pod = Pod::rendered(&docs, EXAMPLE, &[]);
+    let mut ctl = pod.start(&c, &dir, &replaced, &laptop, &imds);
     wait_route_created(&c, node, &mut ctl).await;
     assert_eq!(
         pod_routes(&ec2, &net.route_table_id).await,
-        Some(vec![("10.244.7.0/24".to_string(), instances[0].id.clone())])
+        Some(vec![(pod_cidr.to_string(), instances[0].id.clone())])
     );
     page_check_shows_route_created(&page, &c, node);
     pod.holds_the_lease(&c).await;
@@ -515,15 +635,17 @@ async fn the_aws_quick_start_followed_literally_routes_a_node_and_shows_route_cr
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_openstack_quick_start_followed_literally_routes_a_node_and_shows_route_created() {
+async fn the_openstack_quick_start_followed_literally_shadows_then_routes_a_node_and_shows_route_created()
+ {
     use provider_openstack::testing::{Admin, Keystone, neutron_server, unique_project_id};
 
     let page = QuickStart::read();
-    let docs = page.render("openstack");
+    let docs = page.render("openstack", "openstack");
     let neutron = neutron_server().await.expect("neutron-server");
     let admin = Admin::new(&neutron.url);
     let password = "the-password-of-the-operators-secret".to_string();
-    let pod = Pod::rendered(&docs, &[("openstack-routes", "password", password.clone())]);
+    let secret = [("openstack-routes", "password", password.clone())];
+    let shadow = Pod::rendered(&docs, "openstack", &secret);
     // The Nodes' subnet is the example's node_subnets, left as it is.
     let subnet = rendered_cloud_config(&docs)["node_subnets"][0].clone();
     let router = admin
@@ -552,20 +674,15 @@ async fn the_openstack_quick_start_followed_literally_routes_a_node_and_shows_ro
         .await
         .expect("the local control plane");
     let dir = TempDir::new("quickstart-openstack");
-    let mut ctl = pod.start(
-        &c,
-        &dir,
-        &[
-            // The Keystone stand-in instead of the cloud's Keystone.
-            ("auth.auth_url", json!(keystone.auth_url)),
-            // neutron-server: the stand-in's catalog has no Neutron at the
-            // example's `internal` interface, a cloud's would.
-            ("endpoint", json!(neutron.url)),
-            // The example's router id stands for yours; this one is Neutron's.
-            ("router_id", json!(router.router_id)),
-        ],
-        &[],
-    );
+    let replaced = [
+        // The Keystone stand-in instead of the cloud's Keystone.
+        ("auth.auth_url", json!(keystone.auth_url)),
+        // The example's router id stands for yours; this one is Neutron's.
+        ("router_id", json!(router.router_id)),
+    ];
+    // neutron-server: the stand-in's catalog has no Neutron at the
+    // example's `internal` interface, a cloud's would.
+    let laptop = [("endpoint", json!(neutron.url))];
     let node = "quickstart-openstack";
     let pod_cidr = "10.244.8.0/24";
     c.create_node(
@@ -576,6 +693,15 @@ async fn the_openstack_quick_start_followed_literally_routes_a_node_and_shows_ro
     )
     .await
     .expect("create the Node");
+    let ctl = shadow.start(&c, &dir, &replaced, &laptop, &[]);
+    shadow_plans_the_route_and_writes_nothing(&c, &shadow, ctl, node, pod_cidr).await;
+    let (routes, _) = admin.routes(&router.router_id).await.expect("the router");
+    assert!(routes.is_empty(), "the shadow routed: {routes:?}");
+    let shadow_sent = keystone.requests().len();
+
+    let docs = page.render_upgrade("openstack", "openstack");
+    let pod = Pod::rendered(&docs, "openstack", &secret);
+    let mut ctl = pod.start(&c, &dir, &replaced, &laptop, &[]);
     wait_route_created(&c, node, &mut ctl).await;
     let (routes, _) = admin.routes(&router.router_id).await.expect("the router");
     assert_eq!(routes, [(pod_cidr.to_string(), ip.clone())]);
@@ -586,8 +712,9 @@ async fn the_openstack_quick_start_followed_literally_routes_a_node_and_shows_ro
     );
     // The password came from the Secret, through OS_PASSWORD.
     let sent = keystone.requests();
+    assert!(sent.len() > shadow_sent, "{sent:?}");
     assert_eq!(
-        sent[0]["auth"]["identity"]["password"]["user"]["password"],
+        sent[shadow_sent]["auth"]["identity"]["password"]["user"]["password"],
         password.as_str(),
         "{sent:?}"
     );
@@ -597,13 +724,14 @@ async fn the_openstack_quick_start_followed_literally_routes_a_node_and_shows_ro
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_hcloud_quick_start_followed_literally_routes_a_node_and_shows_route_created() {
+async fn the_hcloud_quick_start_followed_literally_shadows_then_routes_a_node_and_shows_route_created()
+ {
     use provider_hcloud::testing::{FakeConfig, FakeHcloud};
 
     const NETWORK: u64 = 4711;
     const SERVER: u64 = 1001;
     let page = QuickStart::read();
-    let docs = page.render("hcloud");
+    let docs = page.render("hcloud", "hcloud");
     let fake = FakeHcloud::start(FakeConfig::default())
         .await
         .expect("the fake starts");
@@ -612,25 +740,18 @@ async fn the_hcloud_quick_start_followed_literally_routes_a_node_and_shows_route
     fake.add_server(SERVER, "quickstart-hcloud", NETWORK, ip);
     // The hcloud CCM's Secret, as such a cluster has it: a token the fake
     // accepts and the network's name.
-    let pod = Pod::rendered(
-        &docs,
-        &[
-            ("hcloud", "token", fake.token()),
-            ("hcloud", "network", "k8s-network".to_string()),
-        ],
-    );
+    let secret = [
+        ("hcloud", "token", fake.token()),
+        ("hcloud", "network", "k8s-network".to_string()),
+    ];
+    let shadow = Pod::rendered(&docs, "hcloud", &secret);
     let c = TestCluster::acquire()
         .await
         .expect("the local control plane");
     let dir = TempDir::new("quickstart-hcloud");
-    let mut ctl = pod.start(
-        &c,
-        &dir,
-        &[],
-        // The fake instead of api.hetzner.cloud, in the hcloud CCM's
-        // variable for it.
-        &[("HCLOUD_ENDPOINT", fake.base_url())],
-    );
+    // The fake instead of api.hetzner.cloud, in the hcloud CCM's variable
+    // for it.
+    let env = [("HCLOUD_ENDPOINT", fake.base_url())];
     let node = "quickstart-hcloud";
     let pod_cidr = "10.244.9.0/24";
     c.create_node(
@@ -641,6 +762,13 @@ async fn the_hcloud_quick_start_followed_literally_routes_a_node_and_shows_route
     )
     .await
     .expect("create the Node");
+    let ctl = shadow.start(&c, &dir, &[], &[], &env);
+    shadow_plans_the_route_and_writes_nothing(&c, &shadow, ctl, node, pod_cidr).await;
+    assert!(fake.routes(NETWORK).is_empty(), "the shadow routed");
+
+    let docs = page.render_upgrade("hcloud", "hcloud");
+    let pod = Pod::rendered(&docs, "hcloud", &secret);
+    let mut ctl = pod.start(&c, &dir, &[], &[], &env);
     wait_route_created(&c, node, &mut ctl).await;
     assert_eq!(
         fake.routes(NETWORK),
@@ -652,12 +780,13 @@ async fn the_hcloud_quick_start_followed_literally_routes_a_node_and_shows_route
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_gce_quick_start_followed_literally_routes_a_node_and_shows_route_created() {
+async fn the_gce_quick_start_followed_literally_shadows_then_routes_a_node_and_shows_route_created()
+{
     use provider_gce::testing::{FakeConfig, FakeGce};
 
     const ZONE: &str = "europe-west1-b";
     let page = QuickStart::read();
-    let docs = page.render("gce");
+    let docs = page.render("gce", "gce");
     let config = rendered_cloud_config(&docs);
     let text = |key: &str| {
         config[key]
@@ -680,16 +809,12 @@ async fn the_gce_quick_start_followed_literally_routes_a_node_and_shows_route_cr
         .expect("the local control plane");
     let dir = TempDir::new("quickstart-gce");
     // No Secret: the example's credentials are the metadata server's.
-    let pod = Pod::rendered(&docs, &[]);
-    let mut ctl = pod.start(
-        &c,
-        &dir,
-        // The fake instead of compute.googleapis.com.
-        &[("endpoint", json!(fake.endpoint()))],
-        // The fake serves the metadata server's token here, instead of
-        // metadata.google.internal.
-        &[("GCE_METADATA_HOST", fake.metadata_host())],
-    );
+    let shadow = Pod::rendered(&docs, "gce", &[]);
+    // The fake instead of compute.googleapis.com.
+    let laptop = [("endpoint", json!(fake.endpoint()))];
+    // The fake serves the metadata server's token here, instead of
+    // metadata.google.internal.
+    let env = [("GCE_METADATA_HOST", fake.metadata_host())];
     let pod_cidr = "10.244.10.0/24";
     c.create_node(
         &TestNode::new(node)
@@ -699,6 +824,13 @@ async fn the_gce_quick_start_followed_literally_routes_a_node_and_shows_route_cr
     )
     .await
     .expect("create the Node");
+    let ctl = shadow.start(&c, &dir, &[], &laptop, &env);
+    shadow_plans_the_route_and_writes_nothing(&c, &shadow, ctl, node, pod_cidr).await;
+    assert!(fake.routes().is_empty(), "the shadow routed");
+
+    let docs = page.render_upgrade("gce", "gce");
+    let pod = Pod::rendered(&docs, "gce", &[]);
+    let mut ctl = pod.start(&c, &dir, &[], &laptop, &env);
     wait_route_created(&c, node, &mut ctl).await;
     let instance = fake.instance_url(ZONE, node);
     let routes: Vec<(String, Option<String>)> = fake
@@ -713,11 +845,12 @@ async fn the_gce_quick_start_followed_literally_routes_a_node_and_shows_route_cr
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_azure_quick_start_followed_literally_routes_a_node_and_shows_route_created() {
+async fn the_azure_quick_start_followed_literally_shadows_then_routes_a_node_and_shows_route_created()
+ {
     use provider_azure::testing::{FakeAzure, FakeConfig};
 
     let page = QuickStart::read();
-    let docs = page.render("azure");
+    let docs = page.render("azure", "azure");
     // The fake is the example's tenant, subscription, group and application.
     let example = rendered_cloud_config(&docs);
     let text = |key: &str| {
@@ -742,25 +875,18 @@ async fn the_azure_quick_start_followed_literally_routes_a_node_and_shows_route_
     let ip = address_in(&example["nodeSubnets"][0], 4);
     let provider_id = fake.add_vm(node, &ip);
     // The operator's Secret holds the client secret the fake accepts.
-    let pod = Pod::rendered(
-        &docs,
-        &[("azure-routes", "client-secret", fake.config().client_secret)],
-    );
+    let secret = [("azure-routes", "client-secret", fake.config().client_secret)];
+    let shadow = Pod::rendered(&docs, "azure", &secret);
     let c = TestCluster::acquire()
         .await
         .expect("the local control plane");
     let dir = TempDir::new("quickstart-azure");
-    let mut ctl = pod.start(
-        &c,
-        &dir,
-        &[
-            // The fake instead of management.azure.com ...
-            ("resourceManagerEndpoint", json!(fake.base_url())),
-            // ... and instead of login.microsoftonline.com.
-            ("activeDirectoryAuthorityHost", json!(fake.base_url())),
-        ],
-        &[],
-    );
+    let laptop = [
+        // The fake instead of management.azure.com ...
+        ("resourceManagerEndpoint", json!(fake.base_url())),
+        // ... and instead of login.microsoftonline.com.
+        ("activeDirectoryAuthorityHost", json!(fake.base_url())),
+    ];
     let pod_cidr = "10.244.11.0/24";
     c.create_node(
         &TestNode::new(node)
@@ -770,6 +896,13 @@ async fn the_azure_quick_start_followed_literally_routes_a_node_and_shows_route_
     )
     .await
     .expect("create the Node");
+    let ctl = shadow.start(&c, &dir, &[], &laptop, &[]);
+    shadow_plans_the_route_and_writes_nothing(&c, &shadow, ctl, node, pod_cidr).await;
+    assert!(fake.routes(&table).is_empty(), "the shadow routed");
+
+    let docs = page.render_upgrade("azure", "azure");
+    let pod = Pod::rendered(&docs, "azure", &secret);
+    let mut ctl = pod.start(&c, &dir, &[], &laptop, &[]);
     wait_route_created(&c, node, &mut ctl).await;
     let routes: Vec<(String, String)> = fake
         .routes(&table)

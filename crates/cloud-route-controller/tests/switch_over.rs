@@ -1,12 +1,15 @@
 //! The switch-over from the cloud-controller-manager's route controller,
-//! end to end (README "Switching from the built-in route controller"): the
+//! end to end (docs/switching-over.md): the
 //! unmodified upstream route controller (`tools/upstream-route-controller`,
 //! `k8s.io/cloud-provider/controllers/route` with the real
 //! `k8s.io/cloud-provider-aws`, or with hcloud-go as
-//! hcloud-cloud-controller-manager uses it) routes a cluster, is stopped;
-//! `plan` with the same configuration shows no change; then this controller
-//! starts with the same configuration and, over several passes, sends not
-//! one mutating request to the cloud.
+//! hcloud-cloud-controller-manager uses it) routes a cluster; in the order
+//! of docs/switching-over.md, `plan` with the same configuration shows no
+//! change and a `--dry-run` shadow beside the running upstream agrees, with
+//! nothing changed in the cloud meanwhile; upstream is stopped (the CCM's
+//! route controller off); then this controller starts with the same
+//! configuration and, over several passes, sends not one mutating request
+//! to the cloud.
 //!
 //! - AWS on moto: one INI file in cloud-provider-aws's format
 //!   (`[Global] Region, VPC, SubnetID, KubernetesClusterID` and an EC2
@@ -204,6 +207,53 @@ async fn run_ours(
     (ctl, began.elapsed())
 }
 
+/// Starts this controller as a `--dry-run` shadow with `args` after the
+/// common ones, beside the upstream controller that still runs, waits until
+/// it has made at least 3 passes and agrees (nothing to change), and stops
+/// it. Its log.
+async fn shadow_agrees(
+    c: &ClusterGuard,
+    dir: &TempDir,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> String {
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let mut all = vec![
+        "--cluster-cidr",
+        CLUSTER_CIDR,
+        "--dry-run",
+        "--leader-elect=false",
+        "--reconcile-mode",
+        "periodic",
+        "--route-reconciliation-period",
+        "2s",
+        "--metrics-bind-address",
+        &metrics,
+    ];
+    all.extend_from_slice(args);
+    let ctl = Controller::start_with_env(c.kubeconfig_path(), dir.path(), "shadow", &all, env);
+    let base = format!("http://{metrics}");
+    wait_until(
+        Duration::from_secs(90),
+        "3 passes of the shadow, agreeing",
+        || async {
+            let (_, text) = http_get_async(&base, "/metrics").await?;
+            let passes = metric_sum(&text, "route_controller_route_sync_total", &[]);
+            let agreeing = metric_sum(&text, "route_controller_dry_run_agreeing", &[]);
+            (passes >= 3.0 && agreeing == 1.0).then_some(())
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
+    let log = ctl.log_text();
+    assert!(
+        !log.contains("dry run: would"),
+        "the shadow disagreed with upstream at some pass:\n{log}"
+    );
+    assert_eq!(ctl.stop(), Some(0), "{log}");
+    log
+}
+
 /// The proxy's counters as action → requests.
 fn counts(proxy: &Proxy) -> BTreeMap<String, u64> {
     proxy
@@ -309,9 +359,7 @@ async fn aws_routes_upstream_made_are_taken_over_with_the_same_ini_and_no_mutati
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", upstream.log_text()));
     let upstream_took = began.elapsed();
-    let stats = upstream.stop();
     let by_upstream = counts(&proxy);
-    assert_eq!(succeeded_creates(&stats), NODES as u64, "{stats}");
     // The Go SDK resends a request moto answered with an error (moto, on a
     // busy machine, now and then fails one of 20 concurrent creations with
     // a 500), so the requests can exceed the routes; the creations moto
@@ -357,13 +405,28 @@ async fn aws_routes_upstream_made_are_taken_over_with_the_same_ini_and_no_mutati
     assert_eq!(mutating(&by_plan), 0, "plan only reads: {by_plan:?}");
     proxy.reset_counts();
 
+    // The shadow beside upstream, which still runs: it agrees, and neither
+    // changes anything (upstream's own passes are counted too).
+    shadow_agrees(&c, &dir, &args, &env).await;
+    let by_shadow = counts(&proxy);
+    assert_eq!(
+        mutating(&by_shadow),
+        0,
+        "the shadow (or upstream) changed the cloud: {by_shadow:?}"
+    );
+    // The CCM's route controller off: upstream stopped.
+    let stats = upstream.stop();
+    assert_eq!(succeeded_creates(&stats), NODES as u64, "{stats}");
+    proxy.reset_counts();
+
     let (ctl, ours_took) = run_ours(&c, &dir, &args, &env).await;
     let log = ctl.log_text();
     assert_eq!(ctl.stop(), Some(0), "{log}");
     let by_ours = counts(&proxy);
     eprintln!(
         "switch-over on moto, {NODES} Nodes: upstream made the routes in {upstream_took:?} with {by_upstream:?} \
-         (exit stats {stats}); plan sent {by_plan:?}; ours ran {ours_took:?} and sent {by_ours:?}"
+         (exit stats {stats}); plan sent {by_plan:?}; the shadow beside upstream {by_shadow:?}; \
+         ours ran {ours_took:?} and sent {by_ours:?}"
     );
     assert_eq!(
         mutating(&by_ours),
@@ -473,10 +536,8 @@ async fn hcloud_routes_upstream_made_are_taken_over_with_the_ccms_env_and_no_rou
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", upstream.log_text()));
     let upstream_took = began.elapsed();
-    let stats = upstream.stop();
     let made = routes();
     let by_upstream = fake.requests();
-    assert_eq!(succeeded_creates(&stats), NODES as u64, "{stats}");
     // Upstream creates in parallel and retries the 409s of a network busy
     // with another action; what counts is that each route was added once.
     let added: u64 = fake
@@ -501,6 +562,15 @@ async fn hcloud_routes_upstream_made_are_taken_over_with_the_ccms_env_and_no_rou
     );
     let after_plan = fake.requests();
 
+    // The shadow beside upstream, which still runs: it agrees, and no
+    // route is added or deleted meanwhile (upstream's passes included).
+    shadow_agrees(&c, &dir, &args, &env).await;
+    let after_shadow = fake.requests();
+    // The CCM's route controller off: upstream stopped.
+    let stats = upstream.stop();
+    assert_eq!(succeeded_creates(&stats), NODES as u64, "{stats}");
+    let after_plan_and_shadow = fake.requests();
+
     let (ctl, ours_took) = run_ours(&c, &dir, &args, &env).await;
     let log = ctl.log_text();
     assert_eq!(ctl.stop(), Some(0), "{log}");
@@ -513,16 +583,20 @@ async fn hcloud_routes_upstream_made_are_taken_over_with_the_ccms_env_and_no_rou
             .collect::<BTreeMap<_, _>>()
     };
     let by_plan = by(&after_plan, &by_upstream);
-    let by_ours = by(&after_ours, &after_plan);
+    let by_shadow = by(&after_shadow, &after_plan);
+    let by_ours = by(&after_ours, &after_plan_and_shadow);
     eprintln!(
         "switch-over on the Hetzner fake, {NODES} Nodes: upstream made the routes in {upstream_took:?} with \
-         {by_upstream:?} (exit stats {stats}); plan sent {by_plan:?}; ours ran {ours_took:?} and sent {by_ours:?}"
+         {by_upstream:?} (exit stats {stats}); plan sent {by_plan:?} (upstream's passes included); \
+         the shadow beside upstream {by_shadow:?}; ours ran {ours_took:?} and sent {by_ours:?}"
     );
     for action in ["add_route", "delete_route"] {
         assert_eq!(
-            by_plan.get(action).copied().unwrap_or(0) + by_ours.get(action).copied().unwrap_or(0),
+            by_plan.get(action).copied().unwrap_or(0)
+                + by_shadow.get(action).copied().unwrap_or(0)
+                + by_ours.get(action).copied().unwrap_or(0),
             0,
-            "{action} after the switch: plan {by_plan:?}, ours {by_ours:?}\n{log}"
+            "{action} after the switch: plan {by_plan:?}, shadow {by_shadow:?}, ours {by_ours:?}\n{log}"
         );
     }
     assert!(

@@ -13,6 +13,11 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+
+/// `max_routes` unless set: the default static-routes quota of a project's
+/// networks (Compute Engine's `ROUTES` quota).
+pub const DEFAULT_MAX_ROUTES: usize = 300;
+
 /// The public Compute Engine endpoint (the client's default).
 pub const DEFAULT_ENDPOINT: &str = "https://compute.googleapis.com";
 
@@ -106,7 +111,7 @@ impl Default for GceConfig {
             token_body: None,
             anonymous: false,
             ipv6: None,
-            max_routes: 300,
+            max_routes: DEFAULT_MAX_ROUTES,
             max_concurrent_operations: 10,
             request_timeout_secs: 30,
             operation_timeout_secs: 300,

@@ -192,7 +192,7 @@ pub fn metrics_page() -> String {
     let _ = writeln!(
         out,
         "\n`route_controller_dry_run_pending_operations{{operation,reason}}` (only with `--dry-run`, \
-         see [Shadow mode](../providers.md#shadow-mode-dry-run)) takes these values:\n"
+         see [Shadow mode](../switching-over.md#1-install-it-as-a-shadow)) takes these values:\n"
     );
     let _ = writeln!(out, "| operation | reason |");
     let _ = writeln!(out, "|---|---|");

@@ -528,14 +528,20 @@ pub const CHART_CLUSTER: &[&str] = &[
     "clusterName=kubernetes",
 ];
 
-/// Every monitoring toggle of the chart on, as `helm template` flags: the
-/// PodMonitor with a token Secret, the ServiceMonitor, the PrometheusRule
-/// and the metrics reader bound to `monitoring/prometheus`.
+/// Every monitoring toggle of the chart on, as `helm template` flags, for a
+/// cluster that serves the Prometheus Operator's API: the monitors and the
+/// rule in Prometheus's namespace `monitoring`, the PodMonitor with a token
+/// Secret the chart makes for `monitoring/prometheus`, the ServiceMonitor,
+/// the PrometheusRule and the metrics reader bound to `monitoring/prometheus`.
 pub const CHART_MONITORING_ON: &[&str] = &[
+    "--api-versions",
+    "monitoring.coreos.com/v1",
+    "--set",
+    "monitoring.namespace=monitoring",
     "--set",
     "monitoring.podMonitor.enabled=true",
     "--set",
-    "monitoring.podMonitor.tokenSecret=scrape-token",
+    "monitoring.podMonitor.tokenServiceAccount=prometheus",
     "--set",
     "monitoring.serviceMonitor.enabled=true",
     "--set",

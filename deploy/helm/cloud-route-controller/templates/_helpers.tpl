@@ -142,6 +142,16 @@ true
 {{- fail (printf "extraVolumeMounts: %s would hide or shadow the cloud config mounted at /etc/cloud-route-controller(-secret)" (toString .mountPath)) -}}
 {{- end -}}
 {{- end -}}
+{{- $valued := dict "--reconcile-mode" .Values.reconcileMode "--route-reconciliation-period" .Values.routeReconciliationPeriod "--route-drift-check-period" .Values.routeDriftCheckPeriod "--leader-elect-lease-duration" .Values.leaderElection.leaseDuration "--leader-elect-renew-deadline" .Values.leaderElection.renewDeadline "--leader-elect-retry-period" .Values.leaderElection.retryPeriod "--logging-format" .Values.logging.format -}}
+{{- if not (kindIs "invalid" .Values.logging.verbosity) }}{{ $_ := set $valued "--v" "set" }}{{ end -}}
+{{- range .Values.extraArgs -}}
+{{- $arg := toString . -}}
+{{- range $flag, $value := $valued -}}
+{{- if and $value (or (eq $arg $flag) (hasPrefix (printf "%s=" $flag) $arg)) -}}
+{{- fail (printf "%s is set twice: by its chart value and in extraArgs (%s); keep one" $flag $arg) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- if .Values.credentials.create -}}
 {{- range .Values.credentials.env -}}
 {{- if not (hasKey $.Values.credentials.data .key) -}}
@@ -170,13 +180,174 @@ IPv4,IPv6
 {{- end -}}
 
 {{/* The flags of `plan` that make it compute what the Deployment's `run` does: the same cluster, CIDRs, families, Node selector, provider, cloud config and deletion grace. */}}
-{{- define "crc.planFlags" -}}
---cluster-cidr={{ join "," .Values.clusterCIDRs }} --cluster-name={{ .Values.clusterName }}
-{{- with .Values.routeNodeSelector }} {{ printf "--node-selector=%s" . | squote }}{{ end }} --route-ip-families={{ include "crc.routeIPFamilies" . }} --cloud-provider={{ .Values.provider }}
-{{- with .Values.cloudConfigSecret.existingSecret }} --cloud-config=/etc/cloud-route-controller-secret/{{ $.Values.cloudConfigSecret.key }}{{ end }}
-{{- with .Values.cloudConfigConfigMap.existingConfigMap }} --cloud-config=/etc/cloud-route-controller-configmap/{{ $.Values.cloudConfigConfigMap.key }}{{ end }}
-{{- if include "crc.configMap" . }} --cloud-config=/etc/cloud-route-controller/cloud.yaml{{ end }} --max-route-deletions={{ .Values.maxRouteDeletions }}
+{{/*
+The arguments of `plan` that change what it computes, as the Deployment
+runs with them: a JSON list, for the notes' command and the test hook.
+*/}}
+{{- define "crc.planArgList" -}}
+{{- $args := list (printf "--cluster-cidr=%s" (join "," .Values.clusterCIDRs)) (printf "--cluster-name=%s" .Values.clusterName) }}
+{{- with .Values.routeNodeSelector }}{{ $args = append $args (printf "--node-selector=%s" .) }}{{ end }}
+{{- $args = append $args (printf "--route-ip-families=%s" (include "crc.routeIPFamilies" .)) }}
+{{- $args = append $args (printf "--cloud-provider=%s" .Values.provider) }}
+{{- range (include "crc.cloudConfigArgList" . | fromJsonArray) }}{{ $args = append $args . }}{{ end }}
+{{- $args = append $args (printf "--max-route-deletions=%v" .Values.maxRouteDeletions) }}
 {{- range .Values.extraArgs }}
-{{- if or (hasPrefix "--route-deletion-grace=" .) (hasPrefix "--kube-api-qps=" .) (hasPrefix "--kube-api-burst=" .) }} {{ . | squote }}{{ end }}
+{{- if or (hasPrefix "--route-deletion-grace=" .) (hasPrefix "--kube-api-qps=" .) (hasPrefix "--kube-api-burst=" .) }}{{ $args = append $args . }}{{ end }}
 {{- end }}
-{{- end -}}
+{{- toJson $args }}
+{{- end }}
+
+{{/* The plan arguments as one shell line, quoted where a shell needs it. */}}
+{{- define "crc.planFlags" -}}
+{{- $out := list }}
+{{- range (include "crc.planArgList" . | fromJsonArray) }}
+{{- if regexMatch "^[-A-Za-z0-9=,./:_]+$" . }}{{ $out = append $out . }}{{ else }}{{ $out = append $out (squote .) }}{{ end }}
+{{- end }}
+{{- join " " $out }}
+{{- end }}
+
+{{/* The --cloud-config flags, as a JSON list. */}}
+{{- define "crc.cloudConfigArgList" -}}
+{{- $args := list }}
+{{- with .Values.cloudConfigSecret.existingSecret }}{{ $args = append $args (printf "--cloud-config=/etc/cloud-route-controller-secret/%s" $.Values.cloudConfigSecret.key) }}{{ end }}
+{{- with .Values.cloudConfigConfigMap.existingConfigMap }}{{ $args = append $args (printf "--cloud-config=/etc/cloud-route-controller-configmap/%s" $.Values.cloudConfigConfigMap.key) }}{{ end }}
+{{- if include "crc.configMap" . }}{{ $args = append $args "--cloud-config=/etc/cloud-route-controller/cloud.yaml" }}{{ end }}
+{{- toJson $args }}
+{{- end }}
+
+{{/* The image reference. */}}
+{{- define "crc.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default (printf "v%s" .Chart.AppVersion) }}
+{{- end }}
+
+{{/*
+Where the pods run and as whom, shared by the Deployment and the test hook:
+service account, pull secrets, host network, tolerations, node selector,
+security context (indented for a pod spec).
+*/}}
+{{- define "crc.podPlacement" -}}
+serviceAccountName: {{ include "crc.serviceAccountName" . }}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- if .Values.hostNetwork }}
+# The cloud API's name through the node's resolver, not cluster DNS
+# (itself a pod on the network this controller makes work).
+hostNetwork: true
+dnsPolicy: Default
+{{- end }}
+{{- with .Values.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with .Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.podSecurityContext }}
+securityContext:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/* The container's environment: identity and credentials (a list). */}}
+{{- define "crc.env" -}}
+# The Lease holder identity: unique per replica.
+- name: POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: POD_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+{{- $secret := include "crc.secretName" . }}
+{{- range .Values.credentials.env }}
+# Credentials come from a Secret, never from the ConfigMap.
+- name: {{ .name }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: {{ .key }}
+{{- end }}
+{{- with .Values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* The container's mounts: cloud configs, serving certificate, extras (a list). */}}
+{{- define "crc.volumeMounts" -}}
+{{- if include "crc.configMap" . }}
+- name: cloud-config
+  mountPath: /etc/cloud-route-controller
+  readOnly: true
+{{- end }}
+{{- if .Values.cloudConfigSecret.existingSecret }}
+- name: cloud-config-secret
+  mountPath: /etc/cloud-route-controller-secret
+  readOnly: true
+{{- end }}
+{{- if .Values.cloudConfigConfigMap.existingConfigMap }}
+- name: cloud-config-configmap
+  mountPath: /etc/cloud-route-controller-configmap
+  readOnly: true
+{{- end }}
+{{- if .Values.metrics.tlsSecretName }}
+- name: serving-cert
+  mountPath: /etc/cloud-route-controller-tls
+  readOnly: true
+{{- end }}
+{{- with .Values.extraVolumeMounts }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* The pod's volumes for crc.volumeMounts (a list). */}}
+{{- define "crc.volumes" -}}
+{{- with .Values.metrics.tlsSecretName }}
+- name: serving-cert
+  secret:
+    secretName: {{ . }}
+{{- end }}
+{{- if include "crc.configMap" . }}
+- name: cloud-config
+  configMap:
+    name: {{ include "crc.fullname" . }}-config
+{{- end }}
+{{- with .Values.cloudConfigSecret.existingSecret }}
+# A config file that holds credentials (the cloud-controller-manager's
+# own, say), from its Secret.
+- name: cloud-config-secret
+  secret:
+    secretName: {{ . }}
+    items:
+      - key: {{ $.Values.cloudConfigSecret.key }}
+        path: {{ $.Values.cloudConfigSecret.key }}
+{{- end }}
+{{- with .Values.cloudConfigConfigMap.existingConfigMap }}
+# The cloud-controller-manager's own config, from its ConfigMap.
+- name: cloud-config-configmap
+  configMap:
+    name: {{ . }}
+    items:
+      - key: {{ $.Values.cloudConfigConfigMap.key }}
+        path: {{ $.Values.cloudConfigConfigMap.key }}
+{{- end }}
+{{- with .Values.extraVolumes }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Where the monitors and the rule go: monitoring.namespace, or the release's. */}}
+{{- define "crc.monitoringNamespace" -}}
+{{- .Values.monitoring.namespace | default .Release.Namespace -}}
+{{- end }}
+
+{{/* Whether the cluster serves the Prometheus Operator's API (its CRDs). */}}
+{{- define "crc.monitoringAPI" -}}
+{{- if .Capabilities.APIVersions.Has "monitoring.coreos.com/v1" }}true{{ end -}}
+{{- end }}
