@@ -358,7 +358,10 @@ fn every_route_limit_the_pages_state_is_the_providers_own() {
             about: &["Hetzner", "hcloud"],
             units: &["network"],
             key: "max_routes",
-            limit: source_limit("crates/provider-hcloud/src/lib.rs", "MAX_ROUTES_PER_NETWORK"),
+            limit: source_limit(
+                "crates/provider-hcloud/src/lib.rs",
+                "MAX_ROUTES_PER_NETWORK",
+            ),
             least: 2,
         },
     ];
@@ -400,11 +403,19 @@ fn stated_limits_reads_each_way_a_page_says_a_limit() {
         [400]
     );
     assert_eq!(
-        stated_limits("GCE: `max_routes` (300, the quota)", &["network"], "max_routes"),
+        stated_limits(
+            "GCE: `max_routes` (300, the quota)",
+            &["network"],
+            "max_routes"
+        ),
         [300]
     );
     assert_eq!(
-        stated_limits("the network's 100-route limit, on Hetzner", &["network"], "x"),
+        stated_limits(
+            "the network's 100-route limit, on Hetzner",
+            &["network"],
+            "x"
+        ),
         [100]
     );
     assert!(stated_limits("Hetzner: one network", &["network"], "x").is_empty());

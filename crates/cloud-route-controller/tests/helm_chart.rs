@@ -2427,3 +2427,136 @@ fn bounded_pass_values_render_their_flags_and_a_bound_that_is_not_one_is_refused
         assert!(stderr.contains(&format!("at '/{key}'")), "{bad}: {stderr}");
     }
 }
+
+/// The `helm test` Pod runs `plan --exit-code` with the flags the notes'
+/// plan command carries, and with the Deployment's identity, credentials,
+/// config mounts and placement, so it checks the configuration that runs.
+#[test]
+fn the_helm_test_pod_runs_plan_with_the_deployments_flags_identity_and_mounts() {
+    let helm = helm();
+    let values = example("hcloud");
+    let extra = [
+        "-f",
+        values.to_str().expect("utf-8 path"),
+        "--set",
+        "extraArgs={--route-deletion-grace=10s}",
+    ];
+    let (docs, notes) = render_with_notes(&helm, &extra);
+    let test = docs
+        .iter()
+        .find(|d| kind(d) == "Pod" && d["metadata"]["annotations"]["helm.sh/hook"] == "test")
+        .expect("a helm test Pod");
+    assert_eq!(test["spec"]["restartPolicy"], "Never");
+    let c = &test["spec"]["containers"][0];
+    let args: Vec<&str> = c["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .map(|a| a.as_str().expect("an arg"))
+        .collect();
+    assert_eq!(args.first(), Some(&"plan"));
+    assert_eq!(args.last(), Some(&"--exit-code"));
+    let line = notes
+        .lines()
+        .find_map(|l| l.split_once("cloud-route-controller plan ").map(|(_, f)| f))
+        .expect("the notes' plan command");
+    let noted: Vec<String> = line
+        .split(' ')
+        .map(|w| w.trim_matches('\'').to_string())
+        .collect();
+    assert_eq!(args[1..args.len() - 1], noted, "the notes' plan flags");
+    assert!(args.contains(&"--route-deletion-grace=10s"), "{args:?}");
+    let deployment = container(&docs);
+    assert_eq!(c["image"], deployment["image"]);
+    assert_eq!(c["env"], deployment["env"], "the same credentials");
+    assert_eq!(c["volumeMounts"], deployment["volumeMounts"]);
+    let pod = pod_spec(&docs);
+    for field in [
+        "serviceAccountName",
+        "volumes",
+        "hostNetwork",
+        "tolerations",
+        "securityContext",
+    ] {
+        assert_eq!(test["spec"][field], pod[field], "{field}");
+    }
+    // Off: no test Pod.
+    let off = rendered(&helm, &["--set", "helmTest.enabled=false"]);
+    assert!(named_docs(&off, "Pod").is_empty());
+}
+
+/// The flags operators change most have values of their own, rendered as
+/// the flags; unset, the controller's defaults apply (no flag); set both
+/// as a value and in extraArgs, the chart refuses.
+#[test]
+fn common_flags_have_values_rendered_as_flags_and_refused_when_also_in_extra_args() {
+    let helm = helm();
+    let defaults = args_of(&rendered(&helm, &[]));
+    for flag in [
+        "--reconcile-mode",
+        "--route-reconciliation-period",
+        "--route-drift-check-period",
+        "--leader-elect-lease-duration",
+        "--v=",
+        "--logging-format",
+    ] {
+        assert!(
+            !defaults.iter().any(|a| a.starts_with(flag)),
+            "{flag} rendered by default: {defaults:?}"
+        );
+    }
+    let set = args_of(&rendered(
+        &helm,
+        &[
+            "--set",
+            "reconcileMode=periodic",
+            "--set",
+            "routeReconciliationPeriod=30s",
+            "--set",
+            "routeDriftCheckPeriod=0s",
+            "--set",
+            "leaderElection.leaseDuration=30s",
+            "--set",
+            "leaderElection.renewDeadline=20s",
+            "--set",
+            "leaderElection.retryPeriod=4s",
+            "--set",
+            "logging.verbosity=4",
+            "--set",
+            "logging.format=json",
+        ],
+    ));
+    for arg in [
+        "--reconcile-mode=periodic",
+        "--route-reconciliation-period=30s",
+        "--route-drift-check-period=0s",
+        "--leader-elect-lease-duration=30s",
+        "--leader-elect-renew-deadline=20s",
+        "--leader-elect-retry-period=4s",
+        "--v=4",
+        "--logging-format=json",
+    ] {
+        assert!(set.iter().any(|a| a == arg), "{arg} missing: {set:?}");
+    }
+    let out = template_cmd(
+        &helm,
+        &[
+            "--set",
+            "reconcileMode=watch",
+            "--set",
+            "extraArgs={--reconcile-mode=periodic}",
+        ],
+    )
+    .output()
+    .expect("run helm");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--reconcile-mode is set twice: by its chart value and in extraArgs"),
+        "{err}"
+    );
+    let out = template_cmd(&helm, &["--set", "reconcileMode=fast"])
+        .output()
+        .expect("run helm");
+    assert!(!out.status.success(), "an unknown mode was accepted");
+}

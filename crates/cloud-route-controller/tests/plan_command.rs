@@ -357,3 +357,76 @@ async fn plan_names_a_route_missing_under_route_created_as_drift_and_lists_the_l
         assert!(table.contains(want), "table lacks {want:?}:\n{table}");
     }
 }
+
+/// `plan --exit-code`'s status (what the chart's `helm test` Pod checks):
+/// 3 while a Node's route is missing, 0 once the route and its condition
+/// are in place; without the flag, 0 either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_exit_code_is_3_while_a_route_is_missing_and_0_once_in_step() {
+    let c = TestCluster::acquire().await.unwrap();
+    let sim = SimServer::start_local(MemoryConfig::default())
+        .await
+        .unwrap();
+    let admin = AdminClient::new(&sim.url()).unwrap();
+    let dir = TempDir::new("plan-exit-code");
+    let config = sim_cloud_config(dir.path(), "cloud", &sim.url(), None);
+    let status = |extra: &'static [&'static str]| {
+        let kubeconfig = c.kubeconfig_path().to_owned();
+        let config = config.clone();
+        async move {
+            let out = tokio::process::Command::new(binary())
+                .arg("plan")
+                .arg("--kubeconfig")
+                .arg(&kubeconfig)
+                .args(["--cluster-cidr", CLUSTER_CIDR, "--cloud-provider", "memory"])
+                .arg("--cloud-config")
+                .arg(&config)
+                .args(extra)
+                .stdin(Stdio::null())
+                .output();
+            let out = tokio::time::timeout(Duration::from_secs(120), out)
+                .await
+                .expect("plan finished within 120 s")
+                .expect("run plan");
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+            )
+        }
+    };
+    c.create_node(
+        &TestNode::new("unrouted")
+            .pod_cidrs(["10.244.7.0/24"])
+            .internal_ip("10.0.0.7"),
+    )
+    .await
+    .unwrap();
+    let (code, out) = status(&["--exit-code"]).await;
+    assert_eq!(code, Some(3), "{out}");
+    assert!(out.contains("ROUTES TO CREATE"), "{out}");
+    assert_eq!(status(&[]).await.0, Some(0), "without --exit-code");
+
+    let route = Route::from_text("unrouted", "10.244.7.0/24")
+        .named("r-unrouted")
+        .with_addresses(internal("10.0.0.7"), true);
+    admin.insert_route(CLUSTER, &route).await.unwrap();
+    let condition = json!({"status": {"conditions": [{
+        "type": "NetworkUnavailable",
+        "status": "False",
+        "reason": "RouteCreated",
+        "message": "RouteController created a route",
+        "lastTransitionTime": "2024-01-01T00:00:00Z",
+        "lastHeartbeatTime": "2024-01-01T00:00:00Z",
+    }]}});
+    c.nodes()
+        .patch_status(
+            "unrouted",
+            &PatchParams::default(),
+            &Patch::Strategic(&condition),
+        )
+        .await
+        .unwrap();
+    let (code, out) = status(&["--exit-code"]).await;
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("no change needed"), "{out}");
+}

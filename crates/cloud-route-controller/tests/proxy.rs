@@ -101,7 +101,10 @@ async fn a_cloud_request_goes_through_https_proxy_unless_no_proxy_names_its_host
     }
     // NO_PROXY names the host: the request goes direct (and fails or is
     // refused there, since the token is no token), not through the proxy.
-    for no_proxy in [("NO_PROXY", "hetzner.cloud"), ("no_proxy", ".hetzner.cloud")] {
+    for no_proxy in [
+        ("NO_PROXY", "hetzner.cloud"),
+        ("no_proxy", ".hetzner.cloud"),
+    ] {
         let before = proxy.lines().len();
         let env = [
             &hcloud[..],

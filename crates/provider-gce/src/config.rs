@@ -13,7 +13,6 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-
 /// `max_routes` unless set: the default static-routes quota of a project's
 /// networks (Compute Engine's `ROUTES` quota).
 pub const DEFAULT_MAX_ROUTES: usize = 300;
