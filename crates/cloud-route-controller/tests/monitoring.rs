@@ -625,7 +625,7 @@ async fn every_query_of_the_dashboard_and_the_docs_returns_series_scraped_throug
     let cloud = dir.path().join("memory.yaml");
     std::fs::write(
         &cloud,
-        "max_routes: 50\nerror_rates:\n  create: {probability: 0.3, kind: Transient}\nseed: 7\n",
+        "max_routes: 50\nerror_rates:\n  create: {probability: 0.3, kind: transient}\nseed: 7\n",
     )
     .expect("write the cloud config");
     let shadow_cloud = dir.path().join("shadow.yaml");
@@ -647,7 +647,13 @@ async fn every_query_of_the_dashboard_and_the_docs_returns_series_scraped_throug
             .map(|(code, _)| code)
     })
     .await
-    .expect("the secure port answers");
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e}: the writer's secure port\n{}\n{}",
+            writer.log_text(),
+            shadow.log_text()
+        )
+    });
     assert_eq!(denied, 403, "scraped without the metrics reader's grant");
     kubectl_apply(&c, &rendered.stdout);
 

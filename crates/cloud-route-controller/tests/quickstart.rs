@@ -580,6 +580,70 @@ async fn shadow_plans_the_route_and_writes_nothing(
     stop_as_the_kubelet(ctl);
 }
 
+/// The instance metadata service's credential endpoints as EC2 serves them
+/// to an instance with a profile: IMDSv2's session token (with the TTL
+/// header the SDK requires, which moto's stand-in leaves out), the role's
+/// name, and its temporary credentials (moto takes any). Its base URL.
+async fn instance_metadata() -> String {
+    use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
+
+    const ROLE: &str = "cloud-route-controller-nodes";
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the metadata service");
+    let url = format!("http://{}", listener.local_addr().expect("its address"));
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut stream = BufReader::new(stream);
+                let mut request = String::new();
+                if stream.read_line(&mut request).await.is_err() {
+                    return;
+                }
+                // The headers, up to the blank line.
+                let mut line = String::new();
+                while stream.read_line(&mut line).await.is_ok_and(|n| n > 2) {
+                    line.clear();
+                }
+                let mut parts = request.split_whitespace();
+                let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+                let credentials = json!({
+                    "Code": "Success",
+                    "Type": "AWS-HMAC",
+                    "AccessKeyId": "ASIAQUICKSTARTPROFILE",
+                    "SecretAccessKey": "instance-profile-secret",
+                    "Token": "instance-profile-session-token",
+                    "Expiration": "2099-01-01T00:00:00Z",
+                    "LastUpdated": "2026-01-01T00:00:00Z",
+                })
+                .to_string();
+                let (status, headers, body) = match (method, path) {
+                    ("PUT", "/latest/api/token") => (
+                        "200 OK",
+                        "x-aws-ec2-metadata-token-ttl-seconds: 21600\r\n",
+                        "quickstart-imds-token".to_string(),
+                    ),
+                    ("GET", "/latest/meta-data/iam/security-credentials/") => {
+                        ("200 OK", "", ROLE.to_string())
+                    }
+                    ("GET", p)
+                        if p == format!("/latest/meta-data/iam/security-credentials/{ROLE}") =>
+                    {
+                        ("200 OK", "", credentials)
+                    }
+                    _ => ("404 Not Found", "", String::new()),
+                };
+                let answer = format!(
+                    "HTTP/1.1 {status}\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.get_mut().write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    url
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_aws_quick_start_with_the_instance_profile_shadows_then_routes_a_node_and_shows_route_created()
  {
@@ -605,8 +669,11 @@ async fn the_aws_quick_start_with_the_instance_profile_shadows_then_routes_a_nod
     // moto instead of EC2.
     let laptop = [("endpoint", json!(endpoint))];
     // No credentials in the chart: the SDK's chain asks the instance
-    // metadata service, which moto serves here instead of 169.254.169.254.
-    let imds = [("AWS_EC2_METADATA_SERVICE_ENDPOINT", endpoint.clone())];
+    // metadata service, served here instead of 169.254.169.254.
+    let imds = [(
+        "AWS_EC2_METADATA_SERVICE_ENDPOINT",
+        instance_metadata().await,
+    )];
     create_aws_nodes(&c, "quickstart-aws", 7, "10.30.0", &instances).await;
     let node = "quickstart-aws-0";
     let pod_cidr = "10.244.7.0/24";
