@@ -310,9 +310,11 @@ async fn a_sole_replica_paused_20s_during_80_deletions_deletes_them_all_without_
     e.proxy.set_latency(Duration::ZERO);
     signal(&ctl, "-CONT");
     let resumed = Instant::now();
-    // The replica resyncs every 12 h and backs off up to 300 s: 60 s tells
-    // "redone at once" from either on a loaded machine (about 3 s here).
-    wait_until(Duration::from_secs(60), "every route gone", || async {
+    // The replica resyncs every 12 h and backs off up to 300 s: 120 s tells
+    // "redone at once" from either, even on a CI machine busy with every
+    // other test (about 3 s on a quiet one; once over 60 s in CI, whose
+    // excerpt did not show why: the failure now leads with the log's tail).
+    wait_until(Duration::from_secs(120), "every route gone", || async {
         pod_routes(&e.ec2, &e.net.route_table_id)
             .await?
             .is_empty()
@@ -321,8 +323,8 @@ async fn a_sole_replica_paused_20s_during_80_deletions_deletes_them_all_without_
     .await
     .unwrap_or_else(|err| {
         panic!(
-            "{err} within 60 s of resuming ({left_at_resume} left when it resumed)\n{}",
-            ctl.log_text()
+            "{err} within 120 s of resuming ({left_at_resume} left when it resumed)\n{}",
+            ctl.log_tail(80)
         )
     });
     let took = resumed.elapsed();

@@ -134,6 +134,19 @@ impl Controller {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The last `n` lines of the log, for a failure message whose reader
+    /// may see only its beginning (CI shows an excerpt): the lines that
+    /// explain a timeout are the last ones.
+    pub fn log_tail(&self, n: usize) -> String {
+        let text = self.log_text();
+        let lines: Vec<&str> = text.lines().collect();
+        let skipped = lines.len().saturating_sub(n);
+        format!(
+            "[{skipped} earlier log lines left out]\n{}",
+            lines[skipped..].join("\n")
+        )
+    }
+
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
