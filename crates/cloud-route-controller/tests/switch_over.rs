@@ -36,7 +36,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Controller, TempDir, binary, free_port, http_get_async, metric_sum, repo};
+use common::switch::{CLUSTER_CIDR, plan, run_ours, shadow_agrees};
+use common::{TempDir, repo};
 use provider_aws::testing::proxy::is_mutating;
 use provider_aws::testing::{
     Proxy, client, create_network, moto_endpoint, run_instances, unique_cluster,
@@ -46,7 +47,6 @@ use test_cluster::{ClusterGuard, TestCluster, TestNode, wait_until};
 
 /// Nodes in each cluster.
 const NODES: usize = 20;
-const CLUSTER_CIDR: &str = "10.244.0.0/16";
 
 /// The upstream route controller binary.
 fn upstream_bin() -> PathBuf {
@@ -137,123 +137,6 @@ async fn all_route_created(c: &ClusterGuard, names: &[String]) -> bool {
         }
     }
     true
-}
-
-/// `cloud-route-controller plan` with `args` and `env`; its stdout.
-async fn plan(kubeconfig: &Path, args: &[&str], env: &[(&str, &str)]) -> String {
-    let out = tokio::process::Command::new(binary())
-        .arg("plan")
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(args)
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(120), out)
-        .await
-        .expect("plan finished within 120 s")
-        .expect("run plan");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "plan: {}\n{stdout}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-}
-
-/// Starts this controller with `args` after the common ones (periodic
-/// passes every 2 s, metrics on a free port) and waits until it has made at
-/// least 3 passes and says `RouteCreated` of all `NODES` Nodes itself.
-async fn run_ours(
-    c: &ClusterGuard,
-    dir: &TempDir,
-    args: &[&str],
-    env: &[(&str, &str)],
-) -> (Controller, Duration) {
-    let metrics = format!("127.0.0.1:{}", free_port());
-    let mut all = vec![
-        "--cluster-cidr",
-        CLUSTER_CIDR,
-        "--leader-elect=false",
-        "--reconcile-mode",
-        "periodic",
-        "--route-reconciliation-period",
-        "2s",
-        "--metrics-bind-address",
-        &metrics,
-    ];
-    all.extend_from_slice(args);
-    let began = Instant::now();
-    let ctl = Controller::start_with_env(c.kubeconfig_path(), dir.path(), "ours", &all, env);
-    let base = format!("http://{metrics}");
-    wait_until(
-        Duration::from_secs(90),
-        "3 passes and every Node RouteCreated by this controller",
-        || async {
-            let (_, text) = http_get_async(&base, "/metrics").await?;
-            let passes = metric_sum(&text, "route_controller_route_sync_total", &[]);
-            let created = metric_sum(
-                &text,
-                "route_controller_nodes",
-                &["reason=\"RouteCreated\""],
-            );
-            (passes >= 3.0 && created == NODES as f64).then_some(())
-        },
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
-    (ctl, began.elapsed())
-}
-
-/// Starts this controller as a `--dry-run` shadow with `args` after the
-/// common ones, beside the upstream controller that still runs, waits until
-/// it has made at least 3 passes and agrees (nothing to change), and stops
-/// it. Its log.
-async fn shadow_agrees(
-    c: &ClusterGuard,
-    dir: &TempDir,
-    args: &[&str],
-    env: &[(&str, &str)],
-) -> String {
-    let metrics = format!("127.0.0.1:{}", free_port());
-    let mut all = vec![
-        "--cluster-cidr",
-        CLUSTER_CIDR,
-        "--dry-run",
-        "--leader-elect=false",
-        "--reconcile-mode",
-        "periodic",
-        "--route-reconciliation-period",
-        "2s",
-        "--metrics-bind-address",
-        &metrics,
-    ];
-    all.extend_from_slice(args);
-    let ctl = Controller::start_with_env(c.kubeconfig_path(), dir.path(), "shadow", &all, env);
-    let base = format!("http://{metrics}");
-    wait_until(
-        Duration::from_secs(90),
-        "3 passes of the shadow, agreeing",
-        || async {
-            let (_, text) = http_get_async(&base, "/metrics").await?;
-            let passes = metric_sum(&text, "route_controller_route_sync_total", &[]);
-            let agreeing = metric_sum(&text, "route_controller_dry_run_agreeing", &[]);
-            (passes >= 3.0 && agreeing == 1.0).then_some(())
-        },
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", ctl.log_text()));
-    let log = ctl.log_text();
-    // A difference is a pass's line `dry run: would ...` (the start-up line
-    // names that form too, so only pass lines count).
-    assert!(
-        !log.lines().any(|l| l.contains("}: dry run: would ")),
-        "the shadow disagreed with upstream at some pass:\n{log}"
-    );
-    assert_eq!(ctl.stop(), Some(0), "{log}");
-    log
 }
 
 /// The proxy's counters as action → requests.
@@ -421,7 +304,7 @@ async fn aws_routes_upstream_made_are_taken_over_with_the_same_ini_and_no_mutati
     assert_eq!(succeeded_creates(&stats), NODES as u64, "{stats}");
     proxy.reset_counts();
 
-    let (ctl, ours_took) = run_ours(&c, &dir, &args, &env).await;
+    let (ctl, ours_took) = run_ours(&c, &dir, &args, &env, NODES).await;
     let log = ctl.log_text();
     assert_eq!(ctl.stop(), Some(0), "{log}");
     let by_ours = counts(&proxy);
@@ -573,7 +456,7 @@ async fn hcloud_routes_upstream_made_are_taken_over_with_the_ccms_env_and_no_rou
     assert_eq!(succeeded_creates(&stats), NODES as u64, "{stats}");
     let after_plan_and_shadow = fake.requests();
 
-    let (ctl, ours_took) = run_ours(&c, &dir, &args, &env).await;
+    let (ctl, ours_took) = run_ours(&c, &dir, &args, &env, NODES).await;
     let log = ctl.log_text();
     assert_eq!(ctl.stop(), Some(0), "{log}");
     let after_ours = fake.requests();

@@ -2,6 +2,7 @@
 #![allow(dead_code, reason = "each test binary uses a different subset")]
 
 pub mod conditions;
+pub mod switch;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -3,12 +3,14 @@
 //! neutron-server answers every request as it should and cannot say how many
 //! it served, so tests that need Neutron's error answers or the server-side
 //! request count put this proxy between the provider and the server. It
-//! owns nothing but its request count and one switch: [`Proxy::fail_next`]
+//! owns nothing but its request counts (in all, and by method and path, so
+//! a test can tell a write from a read) and one switch: [`Proxy::fail_next`]
 //! answers the next requests with a chosen status and Neutron error body
 //! instead of forwarding them. Everything else is forwarded unchanged, one
 //! upstream connection per request (the serving and forwarding plumbing is
 //! the `test-server` crate's).
 
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,6 +24,8 @@ use test_server::{Listener, TestServer, lock};
 #[derive(Default)]
 struct ProxyState {
     requests: AtomicU64,
+    /// `METHOD /path` (no query) → requests.
+    by_request: Mutex<BTreeMap<String, u64>>,
     injected: AtomicU64,
     failing: Mutex<FailNext>,
     /// The request to hold back: (method, part of the path).
@@ -69,6 +73,21 @@ impl Proxy {
         self.state.requests.load(Ordering::SeqCst)
     }
 
+    /// Requests received so far by `METHOD /path` (the query left out),
+    /// e.g. `PUT /v2.0/ports/<id>`.
+    pub fn counts(&self) -> BTreeMap<String, u64> {
+        lock(&self.state.by_request).clone()
+    }
+
+    /// The part of [`Proxy::counts`] whose method changes something on the
+    /// server (anything but `GET` and `HEAD`).
+    pub fn writes(&self) -> BTreeMap<String, u64> {
+        self.counts()
+            .into_iter()
+            .filter(|(k, _)| !(k.starts_with("GET ") || k.starts_with("HEAD ")))
+            .collect()
+    }
+
     /// Requests answered with an injected error so far.
     pub fn injected(&self) -> u64 {
         self.state.injected.load(Ordering::SeqCst)
@@ -109,6 +128,9 @@ async fn handle(
     req: Request<Incoming>,
 ) -> Result<Answer, Infallible> {
     st.requests.fetch_add(1, Ordering::SeqCst);
+    *lock(&st.by_request)
+        .entry(format!("{} {}", req.method(), req.uri().path()))
+        .or_default() += 1;
     let injected = lock(&st.failing).take();
     let hold = {
         let mut hold = lock(&st.hold);
